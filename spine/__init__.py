@@ -1,0 +1,77 @@
+"""The spine: vertebra's durable, ordered event log and its catch-up subscriptions.
+
+It imports neither ``actors`` nor ``projections``.
+"""
+
+from ._codec import (
+    SCHEMA_VERSION,
+    converter,
+    decode_event,
+    encode_event,
+    event_from_dict,
+    event_to_dict,
+    format_time,
+    register_upcaster,
+)
+from ._errors import (
+    ConflictError,
+    DecodeError,
+    InvalidArgumentError,
+    InvalidStreamIdError,
+    SpineError,
+    StorageError,
+    SubscriptionClosedError,
+)
+from ._event import EPHEMERAL_KINDS, Event, Kind, Phase, Severity, Usage
+from ._ids import new_session_id, validate_session_id
+from ._log import DEFAULT_PAGE, AppendResult, Log, Record, StreamInfo, Wakeup
+from ._memory import MemoryLog
+from ._sqlite import SqliteLog
+from ._subscribe import (
+    DEFAULT_POLL_FLOOR,
+    AllSubscription,
+    StreamSubscription,
+    history,
+    subscribe,
+    subscribe_all,
+)
+
+__all__ = [
+    "DEFAULT_PAGE",
+    "DEFAULT_POLL_FLOOR",
+    "EPHEMERAL_KINDS",
+    "SCHEMA_VERSION",
+    "AllSubscription",
+    "AppendResult",
+    "ConflictError",
+    "DecodeError",
+    "Event",
+    "InvalidArgumentError",
+    "InvalidStreamIdError",
+    "Kind",
+    "Log",
+    "MemoryLog",
+    "Phase",
+    "Record",
+    "Severity",
+    "SpineError",
+    "SqliteLog",
+    "StorageError",
+    "StreamInfo",
+    "StreamSubscription",
+    "SubscriptionClosedError",
+    "Usage",
+    "Wakeup",
+    "converter",
+    "decode_event",
+    "encode_event",
+    "event_from_dict",
+    "event_to_dict",
+    "format_time",
+    "history",
+    "new_session_id",
+    "register_upcaster",
+    "subscribe",
+    "subscribe_all",
+    "validate_session_id",
+]

@@ -1,0 +1,264 @@
+"""The JSON codec: the seed's field names, empty fields omitted, unknown ones preserved.
+
+One cattrs converter (`converter`) is the public face; its Event hooks are written by hand
+because replay speed is bounded by this code (see docs/performance.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import cattrs
+import orjson
+
+from ._errors import DecodeError, InvalidArgumentError
+from ._event import Event, Usage
+
+#: Version of the stored JSON shape. Stored rows carry the version they were written with;
+#: older rows pass through the registered upcasters on read.
+SCHEMA_VERSION = 1
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+_upcasters: dict[int, Upcaster] = {}
+
+# Python attribute -> JSON field, in the seed's order.
+_FIELDS: tuple[tuple[str, str], ...] = (
+    ("seq", "seq"),
+    ("time", "time"),
+    ("kind", "kind"),
+    ("actor", "actor"),
+    ("goal", "goal"),
+    ("child", "child"),
+    ("turn", "turn"),
+    ("text", "text"),
+    ("tool", "tool"),
+    ("tool_use_id", "toolUseID"),
+    ("input", "input"),
+    ("result", "result"),
+    ("is_error", "isError"),
+    ("stop_reason", "stopReason"),
+    ("usage", "usage"),
+    ("error", "error"),
+    ("action", "action"),
+    ("call", "call"),
+    ("trust", "trust"),
+    ("fault", "fault"),
+    ("host", "host"),
+    ("allowed", "allowed"),
+    ("reason", "reason"),
+    ("phase", "phase"),
+    ("session", "session"),
+    ("severity", "severity"),
+    ("properties", "properties"),
+)
+_JSON_TO_ATTR = {j: a for a, j in _FIELDS}
+_USAGE_FIELDS = (
+    ("input_tokens", "inputTokens"),
+    ("output_tokens", "outputTokens"),
+    ("cache_read_tokens", "cacheReadTokens"),
+    ("cache_write_tokens", "cacheWriteTokens"),
+    ("reasoning_tokens", "reasoningTokens"),
+)
+_USAGE_JSON_TO_ATTR = {j: a for a, j in _USAGE_FIELDS}
+
+# Expected JSON types for the simple fields, checked on decode so that a malformed row
+# fails with a named problem instead of a confusing error later.
+_STR_FIELDS = frozenset(
+    {
+        "actor", "goal", "child", "text", "tool", "toolUseID", "result", "stopReason",
+        "error", "action", "trust", "fault", "host", "reason", "phase", "session", "severity",
+    }
+)  # fmt: skip
+_INT_FIELDS = frozenset({"seq", "turn", "call"})
+_BOOL_FIELDS = frozenset({"isError", "allowed"})
+
+
+def register_upcaster(from_version: int, fn: Upcaster) -> None:
+    """Register ``fn`` to turn a stored dict of ``from_version`` into ``from_version + 1``."""
+    if from_version >= SCHEMA_VERSION:
+        raise InvalidArgumentError(
+            f"an upcaster must start below the current schema version {SCHEMA_VERSION}"
+        )
+    _upcasters[from_version] = fn
+
+
+def format_time(value: datetime) -> str:
+    """RFC 3339 in UTC with a ``Z`` suffix, as the seed's Go ``time.Time`` writes it."""
+    if value.tzinfo is None:
+        raise InvalidArgumentError("event time must be timezone-aware (got a naive datetime)")
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def usage_to_dict(u: Usage) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for attr, key in _USAGE_FIELDS:
+        v = getattr(u, attr)
+        if v:
+            out[key] = v
+    return out
+
+
+def usage_from_dict(d: Any) -> Usage:
+    if not isinstance(d, dict):
+        raise TypeError("usage must be an object")
+    kwargs = {}
+    for key, v in d.items():
+        attr = _USAGE_JSON_TO_ATTR.get(key)
+        if attr is None:
+            continue
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise TypeError(f"usage.{key} must be an integer")
+        kwargs[attr] = v
+    return Usage(**kwargs)
+
+
+def event_to_dict(ev: Event, *, seq: int | None = None, time: str | None = None) -> dict[str, Any]:
+    """The event as a JSON-ready dict with the seed's names, empty fields omitted.
+
+    ``input`` becomes an `orjson.Fragment` so the raw JSON text is embedded as is. ``seq``
+    and ``time`` override the event's own (the log assigns them on append).
+    """
+    out: dict[str, Any] = {}
+    if seq is not None:
+        out["seq"] = seq
+    if time is not None:
+        out["time"] = time
+    for attr, key in _FIELDS:
+        if key in out:
+            continue
+        v = getattr(ev, attr)
+        if not v:
+            continue
+        if attr == "time":
+            out[key] = format_time(v)
+        elif attr == "input":
+            out[key] = orjson.Fragment(v)
+        elif attr == "usage":
+            if not v.is_zero():
+                out[key] = usage_to_dict(v)
+        elif attr == "properties":
+            out[key] = dict(v)
+        else:
+            out[key] = v
+    if ev.extra:
+        for k, v in ev.extra.items():
+            out.setdefault(k, v)
+    return out
+
+
+def encode_event(ev: Event, *, seq: int | None = None, time: str | None = None) -> bytes:
+    """Serialize an event to its canonical JSON bytes (see `event_to_dict`)."""
+    if not isinstance(ev.kind, str) or not ev.kind:
+        raise InvalidArgumentError("an event needs a non-empty kind")
+    try:
+        return orjson.dumps(event_to_dict(ev, seq=seq, time=time))
+    except TypeError as exc:
+        raise InvalidArgumentError(f"event cannot be encoded as JSON: {exc}") from None
+
+
+def event_from_dict(d: Any, *, stream: str | None = None, seq: int | None = None) -> Event:
+    """Build an event from a decoded JSON object; unknown fields go to ``extra``."""
+    if not isinstance(d, dict):
+        raise DecodeError("the payload is not a JSON object", stream=stream, seq=seq)
+    kwargs: dict[str, Any] = {}
+    extra: dict[str, Any] | None = None
+    try:
+        for key, v in d.items():
+            attr = _JSON_TO_ATTR.get(key)
+            if attr is None:
+                if extra is None:
+                    extra = {}
+                extra[key] = v
+                continue
+            if key in _STR_FIELDS:
+                if not isinstance(v, str):
+                    raise TypeError(f"field {key!r} must be a string")
+            elif key in _INT_FIELDS:
+                if not isinstance(v, int) or isinstance(v, bool):
+                    raise TypeError(f"field {key!r} must be an integer")
+            elif key in _BOOL_FIELDS:
+                if not isinstance(v, bool):
+                    raise TypeError(f"field {key!r} must be a boolean")
+            elif key == "time":
+                if not isinstance(v, str):
+                    raise TypeError("field 'time' must be an RFC 3339 string")
+                v = datetime.fromisoformat(v)
+                if v.tzinfo is None:
+                    raise TypeError("field 'time' has no time zone")
+            elif key == "input":
+                v = orjson.dumps(v).decode()
+            elif key == "usage":
+                v = usage_from_dict(v)
+            elif key == "properties":
+                if not isinstance(v, dict) or not all(
+                    isinstance(x, str) or x is None for x in v.values()
+                ):
+                    raise TypeError("field 'properties' must map keys to strings or null")
+            elif key == "kind" and (not isinstance(v, str) or not v):
+                raise TypeError("field 'kind' must be a non-empty string")
+            kwargs[attr] = v
+    except (TypeError, ValueError) as exc:
+        raise DecodeError(str(exc), stream=stream, seq=seq) from None
+    if "kind" not in kwargs:
+        raise DecodeError("the event has no 'kind'", stream=stream, seq=seq)
+    if extra is not None:
+        kwargs["extra"] = extra
+    return Event(**kwargs)
+
+
+def decode_event(
+    payload: bytes | str,
+    *,
+    stream: str | None = None,
+    seq: int | None = None,
+    version: int = SCHEMA_VERSION,
+) -> Event:
+    """Parse stored or incoming JSON into an `Event`, naming stream and seq on failure."""
+    try:
+        d = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"invalid JSON ({exc})", stream=stream, seq=seq) from None
+    if version != SCHEMA_VERSION:
+        d = upcast(d, version, stream=stream, seq=seq)
+    ev = event_from_dict(d, stream=stream, seq=seq)
+    if seq is not None and ev.seq != seq:
+        raise DecodeError(
+            f"payload carries seq {ev.seq} but is stored at seq {seq}", stream=stream, seq=seq
+        )
+    return ev
+
+
+def upcast(
+    d: Any, version: int, *, stream: str | None = None, seq: int | None = None
+) -> dict[str, Any]:
+    """Bring a stored dict of ``version`` up to `SCHEMA_VERSION` through the upcasters."""
+    if version > SCHEMA_VERSION:
+        # A newer writer: keep every field; unknown ones land in ``extra``.
+        return d  # type: ignore[no-any-return]
+    while version < SCHEMA_VERSION:
+        fn = _upcasters.get(version)
+        if fn is None:
+            raise DecodeError(
+                f"no upcaster registered from schema version {version}", stream=stream, seq=seq
+            )
+        d = fn(d)
+        version += 1
+    return d  # type: ignore[no-any-return]
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter()
+    conv.register_unstructure_hook(Event, event_to_dict)
+    conv.register_structure_hook(Event, lambda d, _t: event_from_dict(d))
+    conv.register_unstructure_hook(Usage, usage_to_dict)
+    conv.register_structure_hook(Usage, lambda d, _t: usage_from_dict(d))
+    conv.register_unstructure_hook(datetime, format_time)
+    conv.register_structure_hook(datetime, lambda v, _t: datetime.fromisoformat(v))
+    return conv
+
+
+#: The one converter for spine types; ``converter.unstructure(event)`` gives the seed's JSON
+#: shape (with ``input`` as an `orjson.Fragment`), ``converter.structure(d, Event)`` reads it.
+converter = _make_converter()

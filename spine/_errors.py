@@ -1,0 +1,57 @@
+"""The spine's exception tree: misuse (bad arguments) apart from runtime conditions."""
+
+from __future__ import annotations
+
+
+class SpineError(Exception):
+    """Base of every error the spine raises."""
+
+
+class InvalidArgumentError(SpineError, ValueError):
+    """The caller passed something the spine refuses (misuse, not a runtime condition)."""
+
+
+class InvalidStreamIdError(InvalidArgumentError):
+    """A stream (session) id is empty or holds whitespace, dots or wildcards."""
+
+    def __init__(self, stream: str, problem: str) -> None:
+        super().__init__(f"invalid session id {stream!r}: {problem}")
+        self.stream = stream
+        self.problem = problem
+
+
+class ConflictError(SpineError):
+    """An append's expected last seq did not match the stream's actual last seq."""
+
+    def __init__(self, stream: str, expected_seq: int, actual_seq: int) -> None:
+        super().__init__(
+            f"append conflict on stream {stream!r}: expected last seq {expected_seq}, "
+            f"actual {actual_seq}"
+        )
+        self.stream = stream
+        self.expected_seq = expected_seq
+        self.actual_seq = actual_seq
+
+
+class DecodeError(SpineError):
+    """Stored or incoming JSON could not be read as an event."""
+
+    def __init__(self, problem: str, *, stream: str | None = None, seq: int | None = None) -> None:
+        where = []
+        if stream is not None:
+            where.append(f"stream {stream!r}")
+        if seq is not None:
+            where.append(f"seq {seq}")
+        prefix = f"malformed event at {', '.join(where)}: " if where else "malformed event: "
+        super().__init__(prefix + problem)
+        self.stream = stream
+        self.seq = seq
+        self.problem = problem
+
+
+class SubscriptionClosedError(SpineError):
+    """A read from a subscription that was closed."""
+
+
+class StorageError(SpineError):
+    """The backing store failed or holds data that breaks the log's invariants."""

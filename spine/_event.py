@@ -1,0 +1,158 @@
+"""The event model: `Event`, `Kind` and `Usage`, with the seed's fields and vocabulary."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import attrs
+import orjson
+
+
+class Kind(enum.StrEnum):
+    """Every event kind the runtime writes.
+
+    `Event.kind` is a plain string, so kinds from a newer writer survive a round trip;
+    members of this enum compare equal to their string values.
+    """
+
+    # The seed's conversation arc.
+    SESSION_STARTED = "session.started"
+    TURN_STARTED = "turn.started"
+    ASSISTANT = "assistant.message"
+    TOOL_CALL = "tool.call"
+    TOOL_RESULT = "tool.result"
+    TURN_COMPLETED = "turn.completed"
+    CHILD_SPAWNED = "child.spawned"
+    CHILD_COMPLETED = "child.completed"
+    CONVERGED = "session.converged"
+    STALLED = "session.stalled"
+    ACTION_ADMITTED = "action.admitted"
+    ACTION_COMPLETED = "action.completed"
+    ACTION_REJECTED = "action.rejected"
+    RECORD_SEALED = "record.sealed"
+    RECORD_VERIFIED = "record.verified"
+    EGRESS = "net.egress"
+
+    # The session vocabulary (ingress and lifecycle).
+    USER_MESSAGE = "user.message"
+    INTERRUPT = "user.interrupt"
+    SESSION_SWITCH = "session.switch"
+    PROPERTIES = "session.properties"
+    LIFECYCLE = "session.lifecycle"
+    TURN_CANCELLED = "turn.cancelled"
+    # Notices are pushed live to sinks and never stored.
+    NOTICE = "notice"
+
+
+#: Kinds that never reach the log.
+EPHEMERAL_KINDS: frozenset[str] = frozenset({Kind.NOTICE})
+
+
+class Phase(enum.StrEnum):
+    """Lifecycle phases carried by `Kind.LIFECYCLE` events."""
+
+    OPENED = "opened"
+    DONE = "done"
+    RECOVERED = "recovered"
+    RESTARTED = "restarted"
+    PASSIVATED = "passivated"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+class Severity(enum.StrEnum):
+    """How a conduit renders a notice."""
+
+    SUCCESS = "success"
+    INFO = "info"
+    WARN = "warn"
+    ERROR = "error"
+
+
+@attrs.frozen(kw_only=True)
+class Usage:
+    """Token cost of one turn. ``input_tokens`` includes the cached subset."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+    def is_zero(self) -> bool:
+        return not (
+            self.input_tokens
+            or self.output_tokens
+            or self.cache_read_tokens
+            or self.cache_write_tokens
+            or self.reasoning_tokens
+        )
+
+
+def _canonical_json(value: str) -> str:
+    # Raw JSON is kept compact so that encode -> decode is an exact round trip.
+    if not value:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"input must be JSON text, got {type(value).__name__}")
+    try:
+        return orjson.dumps(orjson.loads(value)).decode()
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"input is not valid JSON: {exc}") from None
+
+
+def _freeze_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return {} if not value else dict(value)
+
+
+@attrs.frozen(kw_only=True)
+class Event:
+    """One record on a session's stream; fields not used by its kind stay empty.
+
+    ``seq`` is assigned by the log on append (0 until then). ``time`` is stamped by the log
+    when the writer leaves it unset. ``input`` is the tool's arguments as raw JSON text.
+    ``properties`` maps metadata keys to new values (``None`` deletes a key). ``extra``
+    keeps fields written by a newer version so that nothing is dropped on a round trip.
+    """
+
+    kind: str
+    seq: int = 0
+    time: datetime | None = None
+    actor: str = ""
+    goal: str = ""
+    child: str = ""
+    turn: int = 0
+    text: str = ""
+    tool: str = ""
+    tool_use_id: str = ""
+    input: str = attrs.field(default="", converter=_canonical_json)
+    result: str = ""
+    is_error: bool = False
+    stop_reason: str = ""
+    usage: Usage | None = None
+    error: str = ""
+    action: str = ""
+    call: int = 0
+    trust: str = ""
+    fault: str = ""
+    host: str = ""
+    allowed: bool = False
+    reason: str = ""
+    # Session vocabulary.
+    phase: str = ""
+    session: str = ""
+    severity: str = ""
+    properties: Mapping[str, str | None] = attrs.field(factory=dict, converter=_freeze_mapping)
+    extra: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze_mapping)

@@ -1,0 +1,213 @@
+"""The `Log` protocol, the rows it stores, and the wake signal subscriptions wait on."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+from ._codec import SCHEMA_VERSION, decode_event, encode_event, format_time
+from ._errors import InvalidArgumentError
+from ._event import EPHEMERAL_KINDS, Event
+from ._ids import validate_session_id
+
+#: Rows per page when a reader does not say.
+DEFAULT_PAGE = 1000
+
+
+@attrs.frozen(slots=True)
+class Record:
+    """One stored event as bytes: what the log keeps, seals hash and actors pass around."""
+
+    stream: str
+    seq: int
+    position: int
+    kind: str
+    payload: bytes
+    version: int = SCHEMA_VERSION
+
+    def event(self) -> Event:
+        """Decode the payload (raises `DecodeError` naming stream and seq)."""
+        return decode_event(self.payload, stream=self.stream, seq=self.seq, version=self.version)
+
+
+@attrs.frozen(kw_only=True)
+class AppendResult:
+    """What an append did: the seqs and global positions it took, and its records.
+
+    ``duplicate`` is true when the idempotency key had been seen: nothing was appended and
+    the original result is returned.
+    """
+
+    stream: str
+    first_seq: int
+    last_seq: int
+    first_position: int
+    last_position: int
+    records: tuple[Record, ...] = ()
+    duplicate: bool = False
+
+    def events(self) -> list[Event]:
+        return [r.event() for r in self.records]
+
+
+@attrs.frozen(kw_only=True)
+class StreamInfo:
+    """A stream's summary as the log knows it."""
+
+    stream: str
+    last_seq: int
+    last_position: int
+
+
+@runtime_checkable
+class Log(Protocol):
+    """A durable, ordered event log of many streams.
+
+    ``seq`` is 1-based and contiguous per stream; ``position`` orders all appends of all
+    streams in commit order and has no gaps.
+    """
+
+    wakeup: Wakeup
+
+    def append(
+        self,
+        stream: str,
+        events: Sequence[Event],
+        *,
+        expected_seq: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> AppendResult:
+        """Append ``events`` as one atomic batch.
+
+        With ``expected_seq`` the append happens only if the stream's last seq equals it,
+        else `ConflictError`. A repeated ``idempotency_key`` on the same stream returns the
+        original result (``duplicate=True``) instead of appending twice.
+        """
+        ...
+
+    def read(
+        self,
+        stream: str,
+        after_seq: int = 0,
+        limit: int | None = DEFAULT_PAGE,
+        kinds: Iterable[str] | None = None,
+    ) -> list[Record]:
+        """Records of ``stream`` with seq greater than ``after_seq``, in seq order."""
+        ...
+
+    def read_all(
+        self,
+        after_position: int = 0,
+        limit: int | None = DEFAULT_PAGE,
+        kinds: Iterable[str] | None = None,
+    ) -> list[Record]:
+        """Records of every stream with position greater than ``after_position``."""
+        ...
+
+    def streams(self) -> list[StreamInfo]:
+        """Every stream with at least one event, in order of first append."""
+        ...
+
+    def last_seq(self, stream: str) -> int:
+        """The stream's last seq, 0 for an unknown stream."""
+        ...
+
+    def last_position(self) -> int:
+        """The global position of the newest event, 0 for an empty log."""
+        ...
+
+    def watch(self) -> None:
+        """Begin noticing appends made by other processes (counted; pair with `unwatch`)."""
+        ...
+
+    def unwatch(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Wakeup:
+    """A generation counter with a condition: appends bump it, subscribers wait on it.
+
+    A wake is only a hint; readers always re-read the log, so a lost wake costs latency
+    (bounded by the poll floor), never correctness.
+    """
+
+    __slots__ = ("_cond", "generation")
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self.generation = 0
+
+    def bump(self) -> None:
+        with self._cond:
+            self.generation += 1
+            self._cond.notify_all()
+
+    def wait(self, seen: int, timeout: float | None) -> int:
+        """Block until the generation moves past ``seen`` or ``timeout`` passes."""
+        with self._cond:
+            if self.generation == seen:
+                self._cond.wait(timeout)
+            return self.generation
+
+
+def check_kinds(kinds: Iterable[str] | None) -> tuple[str, ...] | None:
+    if kinds is None:
+        return None
+    if isinstance(kinds, str):
+        raise InvalidArgumentError("kinds must be a collection of kind strings, not one string")
+    out = tuple(kinds)
+    if not out:
+        return None
+    for k in out:
+        if not isinstance(k, str) or not k:
+            raise InvalidArgumentError(f"invalid kind in filter: {k!r}")
+    return out
+
+
+def check_append(
+    stream: str, events: Sequence[Event], expected_seq: int | None, idempotency_key: str | None
+) -> None:
+    """Refuse a malformed append before it touches storage."""
+    validate_session_id(stream)
+    if isinstance(events, Event):
+        raise InvalidArgumentError("append takes a sequence of events, not one event")
+    if not events:
+        raise InvalidArgumentError(f"append to {stream!r} has no events")
+    for ev in events:
+        if not isinstance(ev, Event):
+            raise InvalidArgumentError(f"append to {stream!r} got {type(ev).__name__}, not Event")
+        if ev.kind in EPHEMERAL_KINDS:
+            raise InvalidArgumentError(f"{ev.kind!r} events are ephemeral and never stored")
+    if expected_seq is not None and (not isinstance(expected_seq, int) or expected_seq < 0):
+        raise InvalidArgumentError(f"expected_seq must be a non-negative int, got {expected_seq!r}")
+    if idempotency_key is not None and (
+        not isinstance(idempotency_key, str) or not idempotency_key
+    ):
+        raise InvalidArgumentError("an idempotency key must be a non-empty string")
+
+
+def check_page(after: int, limit: int | None, what: str) -> None:
+    if not isinstance(after, int) or after < 0:
+        raise InvalidArgumentError(f"{what} must be a non-negative int, got {after!r}")
+    if limit is not None and (not isinstance(limit, int) or limit <= 0):
+        raise InvalidArgumentError(f"limit must be a positive int or None, got {limit!r}")
+
+
+def encode_batch(events: Sequence[Event], first_seq: int) -> list[tuple[int, str, bytes]]:
+    """Encode a batch with its seqs assigned and unset times stamped now."""
+    now: str | None = None
+    out = []
+    for i, ev in enumerate(events):
+        if ev.time is None:
+            if now is None:
+                now = format_time(datetime.now(UTC))
+            t = now
+        else:
+            t = format_time(ev.time)
+        out.append((first_seq + i, str(ev.kind), encode_event(ev, seq=first_seq + i, time=t)))
+    return out

@@ -1,0 +1,155 @@
+"""`MemoryLog`: the in-process log, for tests, embedding without a file, and as a model."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+
+from sortedcontainers import SortedDict
+
+from ._errors import ConflictError
+from ._event import Event
+from ._log import (
+    DEFAULT_PAGE,
+    AppendResult,
+    Record,
+    StreamInfo,
+    Wakeup,
+    check_append,
+    check_kinds,
+    check_page,
+    encode_batch,
+)
+
+
+class MemoryLog:
+    """A `Log` held in memory; same encoding, ordering and errors as the durable backends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._all: list[Record] = []
+        self._streams: dict[str, list[Record]] = {}
+        # Ordered by first position so `streams()` lists in order of first append.
+        self._first: SortedDict = SortedDict()
+        self._keys: dict[tuple[str, str], AppendResult] = {}
+        self.wakeup = Wakeup()
+
+    def append(
+        self,
+        stream: str,
+        events: Sequence[Event],
+        *,
+        expected_seq: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> AppendResult:
+        check_append(stream, events, expected_seq, idempotency_key)
+        with self._lock:
+            if idempotency_key is not None:
+                prior = self._keys.get((stream, idempotency_key))
+                if prior is not None:
+                    return AppendResult(
+                        stream=prior.stream,
+                        first_seq=prior.first_seq,
+                        last_seq=prior.last_seq,
+                        first_position=prior.first_position,
+                        last_position=prior.last_position,
+                        records=prior.records,
+                        duplicate=True,
+                    )
+            rows = self._streams.get(stream)
+            last = len(rows) if rows else 0
+            if expected_seq is not None and expected_seq != last:
+                raise ConflictError(stream, expected_seq, last)
+            encoded = encode_batch(events, last + 1)
+            pos = len(self._all)
+            records = tuple(
+                Record(stream, seq, pos + i + 1, kind, payload)
+                for i, (seq, kind, payload) in enumerate(encoded)
+            )
+            if rows is None:
+                rows = self._streams[stream] = []
+                self._first[records[0].position] = stream
+            rows.extend(records)
+            self._all.extend(records)
+            result = AppendResult(
+                stream=stream,
+                first_seq=records[0].seq,
+                last_seq=records[-1].seq,
+                first_position=records[0].position,
+                last_position=records[-1].position,
+                records=records,
+            )
+            if idempotency_key is not None:
+                self._keys[(stream, idempotency_key)] = result
+        self.wakeup.bump()
+        return result
+
+    def read(
+        self,
+        stream: str,
+        after_seq: int = 0,
+        limit: int | None = DEFAULT_PAGE,
+        kinds: Iterable[str] | None = None,
+    ) -> list[Record]:
+        check_page(after_seq, limit, "after_seq")
+        ks = check_kinds(kinds)
+        with self._lock:
+            rows = self._streams.get(stream)
+            if not rows:
+                return []
+            return _take(rows, after_seq, limit, ks)
+
+    def read_all(
+        self,
+        after_position: int = 0,
+        limit: int | None = DEFAULT_PAGE,
+        kinds: Iterable[str] | None = None,
+    ) -> list[Record]:
+        check_page(after_position, limit, "after_position")
+        ks = check_kinds(kinds)
+        with self._lock:
+            return _take(self._all, after_position, limit, ks)
+
+    def streams(self) -> list[StreamInfo]:
+        with self._lock:
+            out = []
+            for stream in self._first.values():
+                last = self._streams[stream][-1]
+                out.append(
+                    StreamInfo(stream=stream, last_seq=last.seq, last_position=last.position)
+                )
+            return out
+
+    def last_seq(self, stream: str) -> int:
+        with self._lock:
+            rows = self._streams.get(stream)
+            return len(rows) if rows else 0
+
+    def last_position(self) -> int:
+        with self._lock:
+            return len(self._all)
+
+    def watch(self) -> None:
+        """Nothing to do: every writer of a memory log is in this process."""
+
+    def unwatch(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _take(
+    rows: list[Record], after: int, limit: int | None, kinds: tuple[str, ...] | None
+) -> list[Record]:
+    # Rows are indexed by (seq or position) - 1, both contiguous from 1.
+    if kinds is None:
+        end = None if limit is None else after + limit
+        return rows[after:end]
+    out = []
+    for r in rows[after:]:
+        if r.kind in kinds:
+            out.append(r)
+            if limit is not None and len(out) >= limit:
+                break
+    return out

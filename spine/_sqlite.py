@@ -1,0 +1,367 @@
+"""`SqliteLog`: the durable log in one SQLite file (WAL), safe for several processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ._codec import SCHEMA_VERSION, decode_event
+from ._errors import ConflictError, InvalidArgumentError, StorageError
+from ._event import Event
+from ._log import (
+    DEFAULT_PAGE,
+    AppendResult,
+    Record,
+    StreamInfo,
+    Wakeup,
+    check_append,
+    check_kinds,
+    check_page,
+    encode_batch,
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    position INTEGER PRIMARY KEY,
+    stream   TEXT    NOT NULL,
+    seq      INTEGER NOT NULL,
+    kind     TEXT    NOT NULL,
+    version  INTEGER NOT NULL,
+    payload  BLOB    NOT NULL,
+    UNIQUE (stream, seq)
+);
+CREATE TABLE IF NOT EXISTS streams (
+    stream         TEXT PRIMARY KEY,
+    last_seq       INTEGER NOT NULL,
+    last_position  INTEGER NOT NULL,
+    first_position INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS idempotency (
+    stream         TEXT NOT NULL,
+    key            TEXT NOT NULL,
+    first_seq      INTEGER NOT NULL,
+    last_seq       INTEGER NOT NULL,
+    first_position INTEGER NOT NULL,
+    last_position  INTEGER NOT NULL,
+    PRIMARY KEY (stream, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS spine_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+-- Stored bytes are what seals hash: the log itself never rewrites or removes them.
+CREATE TRIGGER IF NOT EXISTS events_append_only_update BEFORE UPDATE ON events
+BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS events_append_only_delete BEFORE DELETE ON events
+BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+"""
+
+_INSERT = "INSERT INTO events (position, stream, seq, kind, version, payload) VALUES (?,?,?,?,?,?)"
+_UPSERT_STREAM = (
+    "INSERT INTO streams (stream, last_seq, last_position, first_position) VALUES (?,?,?,?) "
+    "ON CONFLICT (stream) DO UPDATE SET last_seq = excluded.last_seq, "
+    "last_position = excluded.last_position"
+)
+_SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+class SqliteLog:
+    """A `Log` in one SQLite file.
+
+    Appends take ``BEGIN IMMEDIATE``, so writers in several processes serialize on the file
+    and global positions follow commit order without gaps. ``synchronous`` is SQLite's
+    setting: ``NORMAL`` (default) survives a process crash, ``FULL`` also a power loss.
+    Appends by other processes wake local subscribers through a watcher that polls
+    ``PRAGMA data_version`` every ``watch_interval`` seconds while anyone subscribes.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "NORMAL",
+        busy_timeout: float = 30.0,
+        watch_interval: float = 0.001,
+    ) -> None:
+        if synchronous.upper() not in _SYNC_MODES:
+            raise InvalidArgumentError(f"synchronous must be one of {_SYNC_MODES}")
+        self.path = os.fspath(path)
+        self._sync = synchronous.upper()
+        self._busy = busy_timeout
+        self._watch_interval = watch_interval
+        self._wlock = threading.Lock()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._closed = False
+        self.wakeup = Wakeup()
+        self._watchers = 0
+        self._watch_lock = threading.Lock()
+        self._watch_thread: threading.Thread | None = None
+        self._w = self._connect()
+        self._init_schema()
+
+    # -- connections -------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            c = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=self._busy
+            )
+            c.execute(f"PRAGMA busy_timeout = {int(self._busy * 1000)}")
+            c.execute(f"PRAGMA synchronous = {self._sync}")
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open spine database {self.path!r}: {exc}") from exc
+        return c
+
+    def _init_schema(self) -> None:
+        c = self._w
+        try:
+            mode = c.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StorageError(f"{self.path!r} cannot use WAL (journal mode {mode})")
+            c.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                row = c.execute("SELECT value FROM spine_meta WHERE key='format'").fetchone()
+                if row is None:
+                    c.execute("INSERT INTO spine_meta VALUES ('format', 'vertebra-spine-1')")
+                elif row[0] != "vertebra-spine-1":
+                    raise StorageError(f"{self.path!r} holds an unknown spine format {row[0]!r}")
+                c.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    c.execute("ROLLBACK")
+                raise
+        except sqlite3.DatabaseError as exc:
+            c.close()
+            raise StorageError(f"{self.path!r} is not a usable spine database: {exc}") from exc
+
+    def _reader(self) -> sqlite3.Connection:
+        c: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if c is None:
+            if self._closed:
+                raise StorageError(f"spine log {self.path!r} is closed")
+            c = self._connect()
+            self._local.conn = c
+            with self._readers_lock:
+                self._readers.append(c)
+        return c
+
+    # -- writes ------------------------------------------------------------------------
+
+    def append(
+        self,
+        stream: str,
+        events: Sequence[Event],
+        *,
+        expected_seq: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> AppendResult:
+        check_append(stream, events, expected_seq, idempotency_key)
+        # Encode outside the write lock when the seqs are known in advance.
+        pre = encode_batch(events, expected_seq + 1) if expected_seq is not None else None
+        with self._wlock:
+            if self._closed:
+                raise StorageError(f"spine log {self.path!r} is closed")
+            c = self._w
+            try:
+                c.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StorageError(f"cannot begin an append on {self.path!r}: {exc}") from exc
+            try:
+                if idempotency_key is not None:
+                    prior = c.execute(
+                        "SELECT first_seq, last_seq, first_position, last_position "
+                        "FROM idempotency WHERE stream=? AND key=?",
+                        (stream, idempotency_key),
+                    ).fetchone()
+                    if prior is not None:
+                        c.execute("COMMIT")
+                        return self._duplicate(stream, *prior)
+                row = c.execute("SELECT last_seq FROM streams WHERE stream=?", (stream,)).fetchone()
+                last = row[0] if row else 0
+                if expected_seq is not None and expected_seq != last:
+                    raise ConflictError(stream, expected_seq, last)
+                encoded = pre if pre is not None else encode_batch(events, last + 1)
+                pos0 = c.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()[0]
+                rows = [
+                    (pos0 + i + 1, stream, seq, kind, SCHEMA_VERSION, payload)
+                    for i, (seq, kind, payload) in enumerate(encoded)
+                ]
+                c.executemany(_INSERT, rows)
+                first_pos, last_pos = pos0 + 1, pos0 + len(rows)
+                c.execute(_UPSERT_STREAM, (stream, encoded[-1][0], last_pos, first_pos))
+                if idempotency_key is not None:
+                    c.execute(
+                        "INSERT INTO idempotency VALUES (?,?,?,?,?,?)",
+                        (stream, idempotency_key, last + 1, encoded[-1][0], first_pos, last_pos),
+                    )
+                c.execute("COMMIT")
+            except BaseException as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    c.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise StorageError(f"append to {stream!r} failed: {exc}") from exc
+                raise
+        self.wakeup.bump()
+        return AppendResult(
+            stream=stream,
+            first_seq=last + 1,
+            last_seq=encoded[-1][0],
+            first_position=first_pos,
+            last_position=last_pos,
+            records=tuple(Record(stream, r[2], r[0], r[3], r[5]) for r in rows),
+        )
+
+    def _duplicate(
+        self, stream: str, first_seq: int, last_seq: int, first_pos: int, last_pos: int
+    ) -> AppendResult:
+        rows = self._w.execute(
+            "SELECT seq, position, kind, version, payload FROM events "
+            "WHERE stream=? AND seq BETWEEN ? AND ? ORDER BY seq",
+            (stream, first_seq, last_seq),
+        ).fetchall()
+        return AppendResult(
+            stream=stream,
+            first_seq=first_seq,
+            last_seq=last_seq,
+            first_position=first_pos,
+            last_position=last_pos,
+            records=tuple(Record(stream, s, p, k, bytes(b), v) for s, p, k, v, b in rows),
+            duplicate=True,
+        )
+
+    # -- reads -------------------------------------------------------------------------
+
+    def read(
+        self,
+        stream: str,
+        after_seq: int = 0,
+        limit: int | None = DEFAULT_PAGE,
+        kinds: Iterable[str] | None = None,
+    ) -> list[Record]:
+        check_page(after_seq, limit, "after_seq")
+        ks = check_kinds(kinds)
+        sql = "SELECT seq, position, kind, version, payload FROM events WHERE stream=? AND seq>?"
+        args: list[object] = [stream, after_seq]
+        if ks is not None:
+            sql += f" AND kind IN ({','.join('?' * len(ks))})"
+            args.extend(ks)
+        sql += " ORDER BY seq"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit)
+        rows = self._query(sql, args)
+        return [Record(stream, s, p, k, b, v) for s, p, k, v, b in rows]
+
+    def read_events(self, stream: str, after_seq: int = 0) -> list[Event]:
+        """Every event of ``stream`` after ``after_seq``, decoded: the replay fast path."""
+        check_page(after_seq, None, "after_seq")
+        rows = self._query(
+            "SELECT seq, version, payload FROM events WHERE stream=? AND seq>? ORDER BY seq",
+            (stream, after_seq),
+        )
+        return [decode_event(b, stream=stream, seq=s, version=v) for s, v, b in rows]
+
+    def read_all(
+        self,
+        after_position: int = 0,
+        limit: int | None = DEFAULT_PAGE,
+        kinds: Iterable[str] | None = None,
+    ) -> list[Record]:
+        check_page(after_position, limit, "after_position")
+        ks = check_kinds(kinds)
+        sql = "SELECT stream, seq, position, kind, version, payload FROM events WHERE position>?"
+        args: list[object] = [after_position]
+        if ks is not None:
+            sql += f" AND kind IN ({','.join('?' * len(ks))})"
+            args.extend(ks)
+        sql += " ORDER BY position"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit)
+        rows = self._query(sql, args)
+        return [Record(st, s, p, k, b, v) for st, s, p, k, v, b in rows]
+
+    def streams(self) -> list[StreamInfo]:
+        rows = self._query(
+            "SELECT stream, last_seq, last_position FROM streams ORDER BY first_position", ()
+        )
+        return [StreamInfo(stream=s, last_seq=q, last_position=p) for s, q, p in rows]
+
+    def last_seq(self, stream: str) -> int:
+        rows = self._query("SELECT last_seq FROM streams WHERE stream=?", (stream,))
+        return int(rows[0][0]) if rows else 0
+
+    def last_position(self) -> int:
+        rows = self._query("SELECT COALESCE(MAX(position), 0) FROM events", ())
+        return int(rows[0][0])
+
+    def _query(self, sql: str, args: Sequence[object]) -> list[Any]:
+        # A read outside a transaction sees one consistent snapshot per statement.
+        try:
+            return self._reader().execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise StorageError(f"read from {self.path!r} failed: {exc}") from exc
+
+    # -- cross-process wakes -----------------------------------------------------------
+
+    def watch(self) -> None:
+        with self._watch_lock:
+            self._watchers += 1
+            if self._watch_thread is None and not self._closed:
+                t = threading.Thread(target=self._watch_loop, name="spine-watch", daemon=True)
+                self._watch_thread = t
+                t.start()
+
+    def unwatch(self) -> None:
+        with self._watch_lock:
+            self._watchers = max(0, self._watchers - 1)
+
+    def _watch_loop(self) -> None:
+        c = self._connect()
+        try:
+            last = c.execute("PRAGMA data_version").fetchone()[0]
+            while True:
+                with self._watch_lock:
+                    if self._watchers == 0 or self._closed:
+                        self._watch_thread = None
+                        return
+                time.sleep(self._watch_interval)
+                try:
+                    v = c.execute("PRAGMA data_version").fetchone()[0]
+                except sqlite3.Error:
+                    continue
+                if v != last:
+                    last = v
+                    self.wakeup.bump()
+        finally:
+            c.close()
+
+    def close(self) -> None:
+        with self._wlock:
+            if self._closed:
+                return
+            self._closed = True
+            self._w.close()
+        with self._readers_lock:
+            for c in self._readers:
+                with contextlib.suppress(sqlite3.Error):
+                    c.close()
+            self._readers.clear()
+        t = self._watch_thread
+        if t is not None:
+            t.join(timeout=1.0)
+        self.wakeup.bump()
+
+    def __enter__(self) -> SqliteLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
