@@ -52,6 +52,7 @@ _FIELDS: tuple[tuple[str, str], ...] = (
     ("session", "session"),
     ("severity", "severity"),
     ("properties", "properties"),
+    ("record", "record"),
 )
 _JSON_TO_ATTR = {j: a for a, j in _FIELDS}
 _USAGE_FIELDS = (
@@ -138,7 +139,7 @@ def event_to_dict(ev: Event, *, seq: int | None = None, time: str | None = None)
         elif attr == "usage":
             if not v.is_zero():
                 out[key] = usage_to_dict(v)
-        elif attr == "properties":
+        elif attr in ("properties", "record"):
             out[key] = dict(v)
         else:
             out[key] = v
@@ -196,6 +197,9 @@ def event_from_dict(d: Any, *, stream: str | None = None, seq: int | None = None
                     isinstance(x, str) or x is None for x in v.values()
                 ):
                     raise TypeError("field 'properties' must map keys to strings or null")
+            elif key == "record":
+                if not isinstance(v, dict):
+                    raise TypeError("field 'record' must be an object")
             elif key == "kind" and (not isinstance(v, str) or not v):
                 raise TypeError("field 'kind' must be a non-empty string")
             kwargs[attr] = v

@@ -123,7 +123,8 @@ class Event:
 
     ``seq`` is assigned by the log on append (0 until then). ``time`` is stamped by the log
     when the writer leaves it unset. ``input`` is the tool's arguments as raw JSON text.
-    ``properties`` maps metadata keys to new values (``None`` deletes a key). ``extra``
+    ``properties`` maps metadata keys to new values (``None`` deletes a key). ``record``
+    describes a seal or a verification (record.* kinds). ``extra``
     keeps fields written by a newer version so that nothing is dropped on a round trip.
     """
 
@@ -155,4 +156,7 @@ class Event:
     session: str = ""
     severity: str = ""
     properties: Mapping[str, str | None] = attrs.field(factory=dict, converter=_freeze_mapping)
+    # The sealed-record description (record.sealed / record.verified): range, root, key id,
+    # signature, outcome. Plain JSON values.
+    record: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze_mapping)
     extra: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze_mapping)
