@@ -113,6 +113,14 @@ def _canonical_json(value: str) -> str:
         raise ValueError(f"input is not valid JSON: {exc}") from None
 
 
+def _usage_or_none(value: Usage | None) -> Usage | None:
+    # The stored shape omits a zero usage, so the model does not tell it apart from none:
+    # an event then equals its own round trip.
+    if value is None or value.is_zero():
+        return None
+    return value
+
+
 def _freeze_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return {} if not value else dict(value)
 
@@ -142,7 +150,7 @@ class Event:
     result: str = ""
     is_error: bool = False
     stop_reason: str = ""
-    usage: Usage | None = None
+    usage: Usage | None = attrs.field(default=None, converter=_usage_or_none)
     error: str = ""
     action: str = ""
     call: int = 0
