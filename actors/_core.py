@@ -1,0 +1,170 @@
+"""The session's pure core: its state as a fold of its own stream.
+
+No Thespian, no I/O, no clock: the actor shell loads events, calls `evolve`, appends what
+the handlers decide, and replies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from spine import Event, Kind, Phase, Usage
+
+#: Conversation messages kept in memory for the agent's context.
+HISTORY_LIMIT = 200
+
+POISONED = "poisoned"
+
+
+@attrs.frozen(kw_only=True)
+class OpenTurn:
+    """A turn that started and has not completed or been cancelled."""
+
+    turn: int
+    text: str = ""
+    usage: Usage = attrs.field(factory=Usage)
+
+
+@attrs.frozen(kw_only=True)
+class SessionState:
+    """Everything a session needs to serve, rebuilt by folding its stream."""
+
+    session_id: str
+    last_seq: int = 0
+    metadata: Mapping[str, str] = attrs.field(factory=dict)
+    turns: int = 0
+    open_turn: OpenTurn | None = None
+    # Stored user messages with no turn started yet, oldest first: (seq, text).
+    pending: tuple[tuple[int, str], ...] = ()
+    history: tuple[tuple[str, str], ...] = ()
+    closed: bool = False
+    failed: bool = False
+    usage: Usage = attrs.field(factory=Usage)
+
+
+def _meta(state: SessionState, ev: Event) -> SessionState:
+    md = dict(state.metadata)
+    for k, v in ev.properties.items():
+        if v is None:
+            md.pop(k, None)
+        else:
+            md[k] = v
+    return attrs.evolve(state, metadata=md)
+
+
+def _user(state: SessionState, ev: Event) -> SessionState:
+    return attrs.evolve(
+        state,
+        pending=(*state.pending, (ev.seq, ev.text)),
+        history=_push(state.history, ("user", ev.text)),
+    )
+
+
+def _turn_started(state: SessionState, ev: Event) -> SessionState:
+    return attrs.evolve(
+        state,
+        turns=max(state.turns, ev.turn),
+        open_turn=OpenTurn(turn=ev.turn),
+        pending=state.pending[1:],
+    )
+
+
+def _assistant(state: SessionState, ev: Event) -> SessionState:
+    ot = state.open_turn
+    return attrs.evolve(
+        state,
+        open_turn=attrs.evolve(ot, text=ev.text) if ot is not None else None,
+        history=_push(state.history, ("assistant", ev.text)),
+    )
+
+
+def _turn_ended(state: SessionState, ev: Event) -> SessionState:
+    usage = state.usage + ev.usage if ev.usage is not None else state.usage
+    hist = state.history
+    if ev.kind == Kind.TURN_CANCELLED and ev.text:
+        hist = _push(hist, ("assistant", ev.text))
+    return attrs.evolve(state, open_turn=None, usage=usage, history=hist)
+
+
+def _lifecycle(state: SessionState, ev: Event) -> SessionState:
+    if ev.phase == Phase.CLOSED:
+        return attrs.evolve(state, closed=True)
+    if ev.phase == Phase.FAILED:
+        return attrs.evolve(state, failed=True)
+    if ev.phase in (Phase.RESTARTED, Phase.OPENED):
+        # A reopened or restarted session serves again (an operator cleared the failure).
+        return attrs.evolve(state, failed=False)
+    return state
+
+
+_HANDLERS = {
+    Kind.PROPERTIES: _meta,
+    Kind.USER_MESSAGE: _user,
+    Kind.TURN_STARTED: _turn_started,
+    Kind.ASSISTANT: _assistant,
+    Kind.TURN_COMPLETED: _turn_ended,
+    Kind.TURN_CANCELLED: _turn_ended,
+    Kind.LIFECYCLE: _lifecycle,
+}
+
+
+def _push(hist: tuple[tuple[str, str], ...], item: tuple[str, str]) -> tuple[tuple[str, str], ...]:
+    out = (*hist, item)
+    return out[-HISTORY_LIMIT:] if len(out) > HISTORY_LIMIT else out
+
+
+def evolve(state: SessionState, ev: Event) -> SessionState:
+    """Fold one stored event into the session's state."""
+    handler = _HANDLERS.get(ev.kind)  # type: ignore[call-overload]
+    if handler is not None:
+        state = handler(state, ev)
+    return attrs.evolve(state, last_seq=ev.seq)
+
+
+def fold(state: SessionState, events: Iterable[Event]) -> SessionState:
+    for ev in events:
+        state = evolve(state, ev)
+    return state
+
+
+def recovery_events(state: SessionState, reason: str = "crash") -> list[Event]:
+    """Events that close what a crash left open: a turn that started and never ended."""
+    ot = state.open_turn
+    if ot is None:
+        return []
+    return [
+        Event(
+            kind=Kind.TURN_CANCELLED,
+            turn=ot.turn,
+            text=ot.text,
+            reason=reason,
+            usage=ot.usage if not ot.usage.is_zero() else None,
+        ),
+        Event(kind=Kind.LIFECYCLE, phase=Phase.DONE, reason=reason),
+    ]
+
+
+def metadata_diff(
+    current: Mapping[str, str], changes: Mapping[str, str | None]
+) -> dict[str, str | None]:
+    """The changes that actually change something (a no-op write stores nothing)."""
+    out: dict[str, str | None] = {}
+    for k, v in changes.items():
+        if current.get(k) != v:
+            out[k] = v
+    return out
+
+
+def summary(state: SessionState) -> dict[str, Any]:
+    return {
+        "session_id": state.session_id,
+        "last_seq": state.last_seq,
+        "turns": state.turns,
+        "running": state.open_turn is not None,
+        "pending": len(state.pending),
+        "closed": state.closed,
+        "failed": state.failed,
+    }

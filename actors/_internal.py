@@ -1,0 +1,151 @@
+"""Messages between the actors themselves (not part of the host protocol)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from spine import Event, Usage
+
+
+def _tuple(value: Any) -> tuple[Any, ...]:
+    return tuple(value or ())
+
+
+@attrs.frozen(kw_only=True)
+class SessionConfig:
+    """Sent by the Runner to a new session incarnation before anything else."""
+
+    session_id: str
+    db_path: str
+    incarnation: int
+    interceptors: tuple[Any, ...] = attrs.field(factory=tuple, converter=_tuple)
+    factory: Any = None
+    busy_policy: str = "enqueue"
+    flush_interval: float = 0.02
+    create: bool = False
+    metadata: Mapping[str, str] = attrs.field(factory=dict)
+    request_id: str = ""
+    reply_to: Any = None
+
+
+@attrs.frozen(kw_only=True)
+class SessionReady:
+    session_id: str
+    incarnation: int
+    last_seq: int
+    closed: bool = False
+    failed: bool = False
+    created: bool = False
+    already_exists: bool = False
+    metadata: Mapping[str, str] = attrs.field(factory=dict)
+    error: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class Routed:
+    """Ingress forwarded by the Runner; the session replies to ``reply_to`` directly."""
+
+    message: Any
+    reply_to: Any
+    restarts: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class Appended:
+    """A session's new stored records and live items, for the Runner's sinks.
+
+    ``keys`` are the ingress keys now committed (so the Runner stops tracking them);
+    ``busy`` says whether a turn is running or queued (idle sessions may be passivated).
+    """
+
+    session_id: str
+    incarnation: int
+    records: tuple[tuple[int, str, bytes], ...] = attrs.field(factory=tuple, converter=_tuple)
+    live: tuple[tuple[str, str, str], ...] = attrs.field(factory=tuple, converter=_tuple)
+    keys: tuple[str, ...] = attrs.field(factory=tuple, converter=_tuple)
+    busy: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class SessionStopping:
+    """The session closed itself (or found itself stale) and asks to be stopped."""
+
+    session_id: str
+    incarnation: int
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class RecordPoison:
+    """Sent by the Runner when an ingress poisoned the session: record it, keep serving."""
+
+    key: str
+    detail: str
+
+
+@attrs.frozen(kw_only=True)
+class TurnProgress:
+    """From the turn's worker thread to its own actor: streamed text and stored events."""
+
+    run_id: str
+    text: str = ""
+    events: tuple[Event, ...] = attrs.field(factory=tuple, converter=_tuple)
+    usage: Usage | None = None
+
+
+@attrs.frozen(kw_only=True)
+class TurnFinished:
+    run_id: str
+    stop_reason: str
+    error: str = ""
+    usage: Usage | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RunnerConfig:
+    """The Runner's configuration, sent by the guardian after it creates the Runner."""
+
+    data_dir: str
+    interceptors: tuple[Any, ...] = attrs.field(factory=tuple, converter=_tuple)
+    factory: Any = None
+    busy_policy: str = "enqueue"
+    idle_timeout: float | None = None
+    max_restarts: int = 5
+    restart_window: float = 60.0
+    backoff_initial: float = 0.01
+    backoff_max: float = 2.0
+    sink_max_pending: int = 1000
+
+
+@attrs.frozen(kw_only=True)
+class GetRunner:
+    request_id: str
+
+
+@attrs.frozen(kw_only=True)
+class RunnerAddress:
+    request_id: str
+    address: Any
+    generation: int
+
+
+@attrs.frozen(kw_only=True)
+class Ping:
+    request_id: str
+
+
+@attrs.frozen(kw_only=True)
+class Pong:
+    request_id: str
+    pid: int
+
+
+@attrs.frozen(kw_only=True)
+class SessionPid:
+    """Ask the Runner for a live session's process id (operations and tests)."""
+
+    request_id: str
+    session_id: str

@@ -1,0 +1,65 @@
+"""Thespian plumbing: loopback-only listeners, quiet logging, free ports, system start."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any
+
+_patched = False
+
+
+def loopback_only() -> None:
+    """Make every Thespian TCP listener of this process (and its forks) bind 127.0.0.1.
+
+    Thespian binds its listeners to all interfaces and accepts pickles on them, which is
+    remote code execution for anyone who can connect; a single-host runtime must not.
+    """
+    global _patched
+    if _patched:
+        return
+    os.environ.setdefault("THESPIAN_BASE_IPADDR", "127.0.0.1")
+    os.environ.setdefault("THESPLOG_FILE_MAXSIZE", "0")
+    from thespian.system.transport import IPBase
+
+    original = IPBase.IPActorAddress.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if self.bindname and self.bindname[0] in ("", "0.0.0.0"):
+            self.bindname = ("127.0.0.1", self.bindname[1])
+
+    IPBase.IPActorAddress.__init__ = __init__
+    _patched = True
+
+
+def log_defs(data_dir: str | None = None, level: int = logging.WARNING) -> dict[str, Any]:
+    """A logging dict for Thespian: warnings to a file in the data directory, or nowhere.
+
+    ``logDefs=False`` crashes multiproc bases, so quiet logging is a real dict.
+    """
+    handlers: dict[str, Any] = {"null": {"class": "logging.NullHandler"}}
+    root: dict[str, Any] = {"handlers": ["null"], "level": "CRITICAL"}
+    if data_dir is not None:
+        handlers["file"] = {
+            "class": "logging.FileHandler",
+            "filename": os.path.join(data_dir, "vertebra.log"),
+            "level": level,
+            "formatter": "plain",
+        }
+        root = {"handlers": ["file"], "level": level}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+        "handlers": handlers,
+        "root": root,
+    }
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

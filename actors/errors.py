@@ -1,0 +1,64 @@
+"""The actor layer's exception tree; `RequestFailed.error` names one of these classes."""
+
+from __future__ import annotations
+
+
+class ActorsError(Exception):
+    """Base of every error raised by the actor layer."""
+
+    def __init__(self, message: str, *, session_id: str = "") -> None:
+        super().__init__(message)
+        self.session_id = session_id
+
+
+class SessionAlreadyExists(ActorsError):
+    """``create`` named a session that exists; the existing one is untouched."""
+
+
+class SessionNotFound(ActorsError):
+    """No session has this id."""
+
+
+class SessionClosed(ActorsError):
+    """The session was closed; it takes no more ingress."""
+
+
+class SessionFailed(ActorsError):
+    """The session crashed more often than its restart budget allows."""
+
+
+class Rejected(ActorsError):
+    """The session refused the ingress (e.g. a message mid-turn under the reject policy)."""
+
+
+class PoisonMessageError(ActorsError):
+    """The ingress crashed the session twice; it was recorded and dropped."""
+
+
+class InvalidRequest(ActorsError, ValueError):
+    """The request itself is malformed (bad id, bad argument)."""
+
+
+class RunnerClosed(ActorsError):
+    """The Runner was closed."""
+
+
+class HostTimeout(ActorsError, TimeoutError):
+    """No reply arrived within the timeout."""
+
+
+ERRORS: dict[str, type[ActorsError]] = {
+    cls.__name__: cls
+    for cls in (
+        ActorsError,
+        SessionAlreadyExists,
+        SessionNotFound,
+        SessionClosed,
+        SessionFailed,
+        Rejected,
+        PoisonMessageError,
+        InvalidRequest,
+        RunnerClosed,
+        HostTimeout,
+    )
+}

@@ -1,0 +1,221 @@
+"""Interceptors: the chain that sees ingress before a turn runs, and the slash commands.
+
+The chain runs in registration order. An interceptor returns the event to pass on (the same
+one, or a replacement: the first replacement wins), or ``None`` to consume it, which stops
+the chain. Notices are collected and emitted after the chain, live only, never stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+from spine import InvalidStreamIdError, Kind, Severity, validate_session_id
+
+from .agents import (
+    MODEL_MAX_OUTPUT_TOKENS,
+    MODEL_NAME,
+    MODEL_TEMPERATURE,
+    MODEL_THINKING_LEVEL,
+    THINKING_LEVELS,
+)
+
+
+@attrs.frozen(kw_only=True)
+class Ingress:
+    """One ingress as interceptors see it. ``kind`` is a `spine.Kind` of the session
+    vocabulary (user message, interrupt, properties, session switch)."""
+
+    kind: str
+    key: str
+    text: str = ""
+    target: str = ""
+    properties: Mapping[str, str | None] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class NoticeItem:
+    severity: str
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class InterceptResult:
+    """``event`` None means consumed. ``notices`` are emitted after the chain."""
+
+    event: Ingress | None
+    notices: tuple[NoticeItem, ...] = ()
+
+
+class SessionView:
+    """What an interceptor may see and do: read the session, change its metadata.
+
+    Metadata changes are collected and stored by the session as one properties event after
+    the chain, so an interceptor never writes to the log itself.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        metadata: Mapping[str, str],
+        last_seq: int,
+        turns: int,
+        running: bool,
+    ) -> None:
+        self.session_id = session_id
+        self._metadata = dict(metadata)
+        self.last_seq = last_seq
+        self.turns = turns
+        self.running = running
+        self.changes: dict[str, str | None] = {}
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return dict(self._metadata)
+
+    def get_metadata(self, key: str) -> str | None:
+        return self._metadata.get(key)
+
+    def set_metadata(self, key: str, value: str | None) -> None:
+        if value is None:
+            self._metadata.pop(key, None)
+        else:
+            self._metadata[key] = value
+        self.changes[key] = value
+
+
+@runtime_checkable
+class Interceptor(Protocol):
+    def intercept(self, event: Ingress, session: SessionView) -> InterceptResult: ...
+
+
+def run_chain(
+    interceptors: Sequence[Interceptor], event: Ingress, session: SessionView
+) -> InterceptResult:
+    """Run the chain in order: first replacement wins, a consumed event stops it."""
+    current = event
+    replaced = False
+    notices: list[NoticeItem] = []
+    for icpt in interceptors:
+        res = icpt.intercept(current, session)
+        notices.extend(res.notices)
+        if res.event is None:
+            return InterceptResult(event=None, notices=tuple(notices))
+        if not replaced and res.event is not current:
+            current = res.event
+            replaced = True
+    return InterceptResult(event=current, notices=tuple(notices))
+
+
+def _ok(text: str) -> InterceptResult:
+    return InterceptResult(event=None, notices=(NoticeItem(Severity.SUCCESS, text),))
+
+
+def _err(text: str) -> InterceptResult:
+    return InterceptResult(event=None, notices=(NoticeItem(Severity.ERROR, text),))
+
+
+_HELP = """\
+/model NAME         model for the next turns
+/temperature X      sampling temperature, 0 to 2
+/thinking LEVEL     thinking level: off, low, medium, high
+/max-tokens N       maximum output tokens per turn (positive integer)
+/set KEY VALUE      any metadata key (no VALUE deletes it)
+/switch ID          move the conduit to session ID
+/status             this session's state
+/help               this list"""
+
+
+class SlashCommands:
+    """The built-in slash commands. A bad argument gets an error notice; nothing is stored."""
+
+    def intercept(self, event: Ingress, session: SessionView) -> InterceptResult:
+        if event.kind != Kind.USER_MESSAGE or not event.text.startswith("/"):
+            return InterceptResult(event=event)
+        parts = event.text.strip().split(maxsplit=2)
+        cmd, args = parts[0], parts[1:]
+        handler = _COMMANDS.get(cmd)
+        if handler is None:
+            return _err(f"unknown command {cmd}; /help lists the commands")
+        return handler(event, session, args)
+
+
+def _model(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
+    if len(args) != 1:
+        return _err("usage: /model NAME")
+    s.set_metadata(MODEL_NAME, args[0])
+    return _ok(f"model set to {args[0]}")
+
+
+def _temperature(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
+    if len(args) != 1:
+        return _err("usage: /temperature X (0 to 2)")
+    try:
+        x = float(args[0])
+    except ValueError:
+        return _err(f"temperature must be a number, got {args[0]!r}")
+    if not 0.0 <= x <= 2.0:
+        return _err(f"temperature must be between 0 and 2, got {x}")
+    s.set_metadata(MODEL_TEMPERATURE, repr(x))
+    return _ok(f"temperature set to {x}")
+
+
+def _thinking(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
+    if len(args) != 1 or args[0] not in THINKING_LEVELS:
+        return _err(f"usage: /thinking LEVEL, one of {', '.join(THINKING_LEVELS)}")
+    s.set_metadata(MODEL_THINKING_LEVEL, args[0])
+    return _ok(f"thinking level set to {args[0]}")
+
+
+def _max_tokens(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
+    if len(args) != 1 or not args[0].isdigit() or int(args[0]) <= 0:
+        return _err("usage: /max-tokens N, N a positive integer")
+    s.set_metadata(MODEL_MAX_OUTPUT_TOKENS, str(int(args[0])))
+    return _ok(f"max output tokens set to {int(args[0])}")
+
+
+def _set(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
+    if not args:
+        return _err("usage: /set KEY [VALUE]")
+    key = args[0]
+    value = args[1] if len(args) > 1 else None
+    s.set_metadata(key, value)
+    return _ok(f"{key} deleted" if value is None else f"{key} set")
+
+
+def _switch(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
+    if len(args) != 1:
+        return _err("usage: /switch ID")
+    try:
+        validate_session_id(args[0])
+    except InvalidStreamIdError as exc:
+        return _err(str(exc))
+    return InterceptResult(
+        event=Ingress(kind=Kind.SESSION_SWITCH, key=event.key, target=args[0]),
+        notices=(NoticeItem(Severity.INFO, f"switching to {args[0]}"),),
+    )
+
+
+def _status(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
+    meta = ", ".join(f"{k}={v}" for k, v in sorted(s.metadata.items())) or "none"
+    state = "running a turn" if s.running else "idle"
+    text = f"session {s.session_id}: {state}, {s.turns} turns, seq {s.last_seq}, metadata {meta}"
+    return InterceptResult(event=None, notices=(NoticeItem(Severity.INFO, text),))
+
+
+def _help(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
+    return InterceptResult(event=None, notices=(NoticeItem(Severity.INFO, _HELP),))
+
+
+_COMMANDS = {
+    "/model": _model,
+    "/temperature": _temperature,
+    "/thinking": _thinking,
+    "/max-tokens": _max_tokens,
+    "/set": _set,
+    "/switch": _switch,
+    "/status": _status,
+    "/help": _help,
+}

@@ -1,0 +1,317 @@
+"""The message protocol: every message a host sends to the Runner and every reply.
+
+All messages are frozen attrs classes defined at module level, so they pickle across
+processes. Commands are imperative, replies end in ``...Reply`` or are ``RequestFailed``.
+Every request carries a ``request_id`` that its reply echoes, so a host can tell a late or
+duplicate reply from the one it waits for. Ingress that changes a session carries an
+idempotency ``key``: a redelivered key is acknowledged again without a second event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+
+def _frozen_map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return {} if not value else dict(value)
+
+
+def _tuple(value: Any) -> tuple[Any, ...]:
+    return tuple(value or ())
+
+
+# -- requests a host sends to the Runner --------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class CreateSession:
+    """Create a session; ``session_id`` empty means a fresh UUIDv7."""
+
+    request_id: str
+    session_id: str = ""
+    metadata: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_map)
+
+
+@attrs.frozen(kw_only=True)
+class GetSession:
+    """Look a session up; a passivated one is brought back."""
+
+    request_id: str
+    session_id: str
+
+
+@attrs.frozen(kw_only=True)
+class RegisterSession:
+    """Insert an existing stream into the registry without checking for duplicates."""
+
+    request_id: str
+    session_id: str
+
+
+@attrs.frozen(kw_only=True)
+class CloseSession:
+    """Close one session: a lifecycle "closed" event, then its actor stops."""
+
+    request_id: str
+    session_id: str
+
+
+@attrs.frozen(kw_only=True)
+class CloseAll:
+    """Close every session; the Runner refuses further ingress afterwards."""
+
+    request_id: str
+
+
+@attrs.frozen(kw_only=True)
+class ListSessions:
+    request_id: str
+
+
+@attrs.frozen(kw_only=True)
+class SendMessage:
+    """A user message; acknowledged once its event is committed."""
+
+    request_id: str
+    session_id: str
+    key: str
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class Interrupt:
+    """Cut the running turn off; it closes with ``turn.cancelled`` keeping partial output."""
+
+    request_id: str
+    session_id: str
+    key: str
+    reason: str = "interrupted"
+
+
+@attrs.frozen(kw_only=True)
+class SetMetadata:
+    """Change session metadata (``None`` deletes a key); emits a properties event."""
+
+    request_id: str
+    session_id: str
+    key: str
+    properties: Mapping[str, str | None] = attrs.field(converter=_frozen_map)
+
+
+@attrs.frozen(kw_only=True)
+class SwitchSession:
+    """Record that the conduit moves to ``target`` (a session switch event)."""
+
+    request_id: str
+    session_id: str
+    key: str
+    target: str
+
+
+@attrs.frozen(kw_only=True)
+class Subscribe:
+    """Push this session's events after ``after_seq`` to the sender, then live.
+
+    The session answers `SubscribeReply`, then sends `EventBatch` messages in seq order,
+    exactly once, until `Unsubscribe` or the session closes (a final batch has
+    ``closed=True``).
+    """
+
+    request_id: str
+    session_id: str
+    after_seq: int = 0
+    kinds: tuple[str, ...] = attrs.field(factory=tuple, converter=_tuple)
+
+
+@attrs.frozen(kw_only=True)
+class Unsubscribe:
+    request_id: str
+    session_id: str
+    subscription_id: str
+
+
+@attrs.frozen(kw_only=True)
+class AddSink:
+    """Register the sender as a sink for live events of every session (kinds empty = all)."""
+
+    request_id: str
+    kinds: tuple[str, ...] = attrs.field(factory=tuple, converter=_tuple)
+    max_pending: int = 1000
+
+
+@attrs.frozen(kw_only=True)
+class RemoveSink:
+    request_id: str
+    sink_id: str
+
+
+@attrs.frozen(kw_only=True)
+class GetRunnerStats:
+    """Counters of the Runner: sessions, restarts, sink deliveries, drops and failures."""
+
+    request_id: str
+
+
+# -- replies ------------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class RequestFailed:
+    """A request failed. ``error`` is the error's class name (see `actors.errors`)."""
+
+    request_id: str
+    error: str
+    message: str
+    session_id: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class SessionInfo:
+    """Where a session stands. ``state`` is live, passivated, closed or failed."""
+
+    session_id: str
+    state: str
+    last_seq: int = 0
+    restarts: int = 0
+    metadata: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_map)
+
+
+@attrs.frozen(kw_only=True)
+class SessionReply:
+    request_id: str
+    info: SessionInfo
+
+
+@attrs.frozen(kw_only=True)
+class SessionListReply:
+    request_id: str
+    sessions: tuple[SessionInfo, ...] = attrs.field(converter=_tuple)
+
+
+@attrs.frozen(kw_only=True)
+class Ack:
+    """Ingress is committed: ``seq`` is the last seq it wrote (0 if it wrote nothing).
+
+    ``duplicate`` is true when the key had been seen; ``consumed`` when an interceptor
+    handled the ingress (a slash command) so that no turn runs. ``notices`` are the
+    interceptors' (severity, text) notices, also pushed live to sinks.
+    """
+
+    request_id: str
+    session_id: str
+    key: str
+    seq: int = 0
+    duplicate: bool = False
+    consumed: bool = False
+    notices: tuple[tuple[str, str], ...] = attrs.field(factory=tuple, converter=_tuple)
+
+
+@attrs.frozen(kw_only=True)
+class Done:
+    """A request without a payload succeeded (close, unsubscribe, remove sink)."""
+
+    request_id: str
+
+
+@attrs.frozen(kw_only=True)
+class SubscribeReply:
+    request_id: str
+    session_id: str
+    subscription_id: str
+
+
+@attrs.frozen(kw_only=True)
+class SinkReply:
+    request_id: str
+    sink_id: str
+
+
+@attrs.frozen(kw_only=True)
+class RunnerStats:
+    request_id: str
+    counters: Mapping[str, int] = attrs.field(converter=_frozen_map)
+
+
+# -- pushed to subscribers and sinks ------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class EventBatch:
+    """Stored events of one session as (seq, kind, raw JSON payload), in seq order.
+
+    Raw bytes cross process boundaries far cheaper than event objects; decode with
+    `spine.decode_event` at the edge.
+    """
+
+    session_id: str
+    subscription_id: str = ""
+    records: tuple[tuple[int, str, bytes], ...] = attrs.field(factory=tuple, converter=_tuple)
+    closed: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class Notice:
+    """An ephemeral, user-visible message from an interceptor; pushed live, never stored."""
+
+    session_id: str
+    severity: str
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class SinkBatch:
+    """What a sink receives: stored events as (seq, kind, payload) and ephemeral items.
+
+    ``live`` holds ephemeral items (notices, streamed text deltas) as
+    (kind, severity-or-empty, text) triples. A sink answers each batch with `SinkAck`; a
+    sink with ``max_pending`` unacknowledged batches gets no more until it catches up (the
+    batches it misses are counted as drops; `Subscribe` is the exact-replay path).
+    """
+
+    session_id: str
+    sink_id: str = ""
+    records: tuple[tuple[int, str, bytes], ...] = attrs.field(factory=tuple, converter=_tuple)
+    live: tuple[tuple[str, str, str], ...] = attrs.field(factory=tuple, converter=_tuple)
+
+
+@attrs.frozen(kw_only=True)
+class SinkAck:
+    """A sink's acknowledgement of ``count`` batches."""
+
+    sink_id: str
+    count: int = 1
+
+
+ALL_MESSAGES: tuple[type, ...] = (
+    SinkAck,
+    CreateSession,
+    GetSession,
+    RegisterSession,
+    CloseSession,
+    CloseAll,
+    ListSessions,
+    SendMessage,
+    Interrupt,
+    SetMetadata,
+    SwitchSession,
+    Subscribe,
+    Unsubscribe,
+    AddSink,
+    RemoveSink,
+    GetRunnerStats,
+    RequestFailed,
+    SessionInfo,
+    SessionReply,
+    SessionListReply,
+    Ack,
+    Done,
+    SubscribeReply,
+    SinkReply,
+    RunnerStats,
+    EventBatch,
+    Notice,
+    SinkBatch,
+)
