@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import attrs
 
-from ._codec import SCHEMA_VERSION, decode_event, encode_event, format_time
+from ._codec import SCHEMA_VERSION, decode_event, encode_events, format_time
 from ._errors import InvalidArgumentError
 from ._event import EPHEMERAL_KINDS, Event
 from ._ids import validate_session_id
@@ -18,9 +19,13 @@ from ._ids import validate_session_id
 DEFAULT_PAGE = 1000
 
 
-@attrs.frozen(slots=True)
-class Record:
-    """One stored event as bytes: what the log keeps, seals hash and actors pass around."""
+class Record(NamedTuple):
+    """One stored event as bytes: what the log keeps, seals hash and actors pass around.
+
+    A named tuple rather than an attrs class because logs build one per row read and per
+    event appended: a tuple is made in C from a database row (see `make_record`), about a
+    third of the cost, which the append and replay budgets in docs/performance.md need.
+    """
 
     stream: str
     seq: int
@@ -32,6 +37,10 @@ class Record:
     def event(self) -> Event:
         """Decode the payload (raises `DecodeError` naming stream and seq)."""
         return decode_event(self.payload, stream=self.stream, seq=self.seq, version=self.version)
+
+
+#: Build a `Record` from a tuple in field order without a Python-level constructor call.
+make_record: Callable[[Iterable[object]], Record] = functools.partial(tuple.__new__, Record)
 
 
 @attrs.frozen(kw_only=True)
@@ -198,16 +207,10 @@ def check_page(after: int, limit: int | None, what: str) -> None:
         raise InvalidArgumentError(f"limit must be a positive int or None, got {limit!r}")
 
 
+def _now() -> str:
+    return format_time(datetime.now(UTC))
+
+
 def encode_batch(events: Sequence[Event], first_seq: int) -> list[tuple[int, str, bytes]]:
     """Encode a batch with its seqs assigned and unset times stamped now."""
-    now: str | None = None
-    out = []
-    for i, ev in enumerate(events):
-        if ev.time is None:
-            if now is None:
-                now = format_time(datetime.now(UTC))
-            t = now
-        else:
-            t = format_time(ev.time)
-        out.append((first_seq + i, str(ev.kind), encode_event(ev, seq=first_seq + i, time=t)))
-    return out
+    return encode_events(events, first_seq, _now)

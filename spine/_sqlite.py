@@ -23,6 +23,7 @@ from ._log import (
     check_kinds,
     check_page,
     encode_batch,
+    make_record,
 )
 
 _SCHEMA = """
@@ -61,7 +62,9 @@ CREATE TRIGGER IF NOT EXISTS events_append_only_delete BEFORE DELETE ON events
 BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
 """
 
-_INSERT = "INSERT INTO events (position, stream, seq, kind, version, payload) VALUES (?,?,?,?,?,?)"
+# Columns in `Record` field order, so the records an append returns are its insert rows.
+_INSERT = "INSERT INTO events (stream, seq, position, kind, payload, version) VALUES (?,?,?,?,?,?)"
+_COLUMNS = "stream, seq, position, kind, payload, version"
 _UPSERT_STREAM = (
     "INSERT INTO streams (stream, last_seq, last_position, first_position) VALUES (?,?,?,?) "
     "ON CONFLICT (stream) DO UPDATE SET last_seq = excluded.last_seq, "
@@ -190,12 +193,14 @@ class SqliteLog:
                     raise ConflictError(stream, expected_seq, last)
                 encoded = pre if pre is not None else encode_batch(events, last + 1)
                 pos0 = c.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()[0]
-                rows = [
-                    (pos0 + i + 1, stream, seq, kind, SCHEMA_VERSION, payload)
-                    for i, (seq, kind, payload) in enumerate(encoded)
+                # Positions run on from the newest row in the file, whichever process wrote it.
+                shift = pos0 - last
+                records = [
+                    make_record((stream, seq, seq + shift, kind, payload, SCHEMA_VERSION))
+                    for seq, kind, payload in encoded
                 ]
-                c.executemany(_INSERT, rows)
-                first_pos, last_pos = pos0 + 1, pos0 + len(rows)
+                c.executemany(_INSERT, records)
+                first_pos, last_pos = pos0 + 1, pos0 + len(records)
                 c.execute(_UPSERT_STREAM, (stream, encoded[-1][0], last_pos, first_pos))
                 if idempotency_key is not None:
                     c.execute(
@@ -216,15 +221,14 @@ class SqliteLog:
             last_seq=encoded[-1][0],
             first_position=first_pos,
             last_position=last_pos,
-            records=tuple(Record(stream, r[2], r[0], r[3], r[5]) for r in rows),
+            records=tuple(records),
         )
 
     def _duplicate(
         self, stream: str, first_seq: int, last_seq: int, first_pos: int, last_pos: int
     ) -> AppendResult:
         rows = self._w.execute(
-            "SELECT seq, position, kind, version, payload FROM events "
-            "WHERE stream=? AND seq BETWEEN ? AND ? ORDER BY seq",
+            f"SELECT {_COLUMNS} FROM events WHERE stream=? AND seq BETWEEN ? AND ? ORDER BY seq",
             (stream, first_seq, last_seq),
         ).fetchall()
         return AppendResult(
@@ -233,7 +237,7 @@ class SqliteLog:
             last_seq=last_seq,
             first_position=first_pos,
             last_position=last_pos,
-            records=tuple(Record(stream, s, p, k, bytes(b), v) for s, p, k, v, b in rows),
+            records=tuple(map(make_record, rows)),
             duplicate=True,
         )
 
@@ -248,7 +252,7 @@ class SqliteLog:
     ) -> list[Record]:
         check_page(after_seq, limit, "after_seq")
         ks = check_kinds(kinds)
-        sql = "SELECT seq, position, kind, version, payload FROM events WHERE stream=? AND seq>?"
+        sql = f"SELECT {_COLUMNS} FROM events WHERE stream=? AND seq>?"
         args: list[object] = [stream, after_seq]
         if ks is not None:
             sql += f" AND kind IN ({','.join('?' * len(ks))})"
@@ -258,7 +262,7 @@ class SqliteLog:
             sql += " LIMIT ?"
             args.append(limit)
         rows = self._query(sql, args)
-        return [Record(stream, s, p, k, b, v) for s, p, k, v, b in rows]
+        return list(map(make_record, rows))
 
     def read_events(self, stream: str, after_seq: int = 0) -> list[Event]:
         """Every event of ``stream`` after ``after_seq``, decoded: the replay fast path."""
@@ -277,7 +281,7 @@ class SqliteLog:
     ) -> list[Record]:
         check_page(after_position, limit, "after_position")
         ks = check_kinds(kinds)
-        sql = "SELECT stream, seq, position, kind, version, payload FROM events WHERE position>?"
+        sql = f"SELECT {_COLUMNS} FROM events WHERE position>?"
         args: list[object] = [after_position]
         if ks is not None:
             sql += f" AND kind IN ({','.join('?' * len(ks))})"
@@ -287,7 +291,7 @@ class SqliteLog:
             sql += " LIMIT ?"
             args.append(limit)
         rows = self._query(sql, args)
-        return [Record(st, s, p, k, b, v) for st, s, p, k, v, b in rows]
+        return list(map(make_record, rows))
 
     def streams(self) -> list[StreamInfo]:
         rows = self._query(
