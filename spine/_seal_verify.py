@@ -1,0 +1,350 @@
+"""Verification in tiers, and the report that names what failed and where.
+
+The engine (`verify_records`) is pure: it takes a stream's records as storage returned them
+(from a log or from a bundle) and trusted keys. For each seal found among them it runs:
+
+- signature: the seal is well formed, signed by a trusted key, and its leaf index
+  reproduces the signed root; a seal failing this is forged or edited, and its range is
+  not checked further (nothing it says can be trusted);
+- contiguity: the stored seqs of its range are exactly ``first..last``;
+- root: the Merkle root recomputed from the stored bytes equals the signed root;
+- proofs: every stored event is the sealed leaf at its position, which is the same as its
+  RFC 6962 audit path (taken from the authenticated index) verifying against the root.
+
+When a range fails, the first divergence between the stored events and the sealed leaves
+is classified as modified, missing, inserted or reordered and reported by seq.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+
+from ._event import Event, Kind
+from ._ids import validate_session_id
+from ._keys import Keyring, KeysLike
+from ._log import Log, Record
+from ._merkle import leaf_hash, leaf_hashes, merkle_root
+from ._seal_errors import MalformedSealError
+from ._sealing import Seal, parse_seal_event, read_range
+
+
+class FindingKind(enum.StrEnum):
+    """What a verification found wrong."""
+
+    MODIFIED = "modified"
+    MISSING = "missing"
+    INSERTED = "inserted"
+    REORDERED = "reordered"
+    #: The seal itself is malformed, forged, edited or signed by an untrusted key.
+    SEAL = "seal"
+
+
+@attrs.frozen(kw_only=True)
+class Finding:
+    """One problem: its kind, the seq it is at, and which seal found it."""
+
+    kind: FindingKind
+    seq: int
+    seal_seq: int
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} at seq {self.seq}: {self.detail}"
+
+
+@attrs.frozen(kw_only=True)
+class Tier:
+    """One tier of one seal's check; ``ok`` is None when the tier was not run."""
+
+    name: str
+    ok: bool | None
+    detail: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class SealCheck:
+    """The check of one seal: its tiers in order and what it found."""
+
+    seal_seq: int
+    seal: Seal | None
+    tiers: tuple[Tier, ...]
+    findings: tuple[Finding, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+@attrs.frozen(kw_only=True)
+class VerifyReport:
+    """The outcome of verifying a stream (or a bundle of it).
+
+    ``findings`` are ordered by seq (a seal problem first on a tie); ``problem`` is the
+    first of them: the earliest tampered event or forged seal. ``verified_seq`` is the seq
+    of the ``record.verified`` event the verification appended, 0 if none.
+    """
+
+    stream: str
+    checks: tuple[SealCheck, ...]
+    findings: tuple[Finding, ...]
+    verified_seq: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and not self.findings
+
+    @property
+    def problem(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
+    @property
+    def ranges(self) -> list[tuple[int, int]]:
+        """The seq ranges of the seals that passed."""
+        return [(c.seal.first, c.seal.last) for c in self.checks if c.ok and c.seal is not None]
+
+    def summary(self) -> str:
+        if not self.checks:
+            return f"stream {self.stream!r}: no seal found; nothing is verified"
+        if self.ok:
+            lo = min(a for a, _ in self.ranges)
+            hi = max(b for _, b in self.ranges)
+            n = len(self.checks)
+            return f"stream {self.stream!r}: verified seqs {lo}..{hi} under {n} seal(s)"
+        assert self.problem is not None
+        return f"stream {self.stream!r}: FAILED: {self.problem}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stream": self.stream,
+            "ok": self.ok,
+            "problem": None if self.problem is None else _finding_dict(self.problem),
+            "findings": [_finding_dict(f) for f in self.findings],
+            "seals": [
+                {
+                    "seq": c.seal_seq,
+                    "first": None if c.seal is None else c.seal.first,
+                    "last": None if c.seal is None else c.seal.last,
+                    "keyId": None if c.seal is None else c.seal.key_id,
+                    "tiers": [{"name": t.name, "ok": t.ok, "detail": t.detail} for t in c.tiers],
+                }
+                for c in self.checks
+            ],
+        }
+
+
+def _finding_dict(f: Finding) -> dict[str, Any]:
+    return {"kind": str(f.kind), "seq": f.seq, "sealSeq": f.seal_seq, "detail": f.detail}
+
+
+# -- the engine --------------------------------------------------------------------------
+
+
+def verify_records(
+    stream: str,
+    records: Sequence[Record],
+    keys: KeysLike,
+) -> VerifyReport:
+    """Verify every seal among ``records`` (one stream, in storage order)."""
+    ring = Keyring.of(keys)
+    checks = []
+    for j, r in enumerate(records):
+        if r.kind == Kind.RECORD_SEALED:
+            checks.append(_check_seal(stream, records, j, ring))
+    findings = sorted(
+        (f for c in checks for f in c.findings),
+        key=lambda f: (f.seq, f.kind != FindingKind.SEAL),
+    )
+    return VerifyReport(stream=stream, checks=tuple(checks), findings=tuple(findings))
+
+
+def _not_run(name: str) -> Tier:
+    return Tier(name=name, ok=None, detail="not run: the seal is not authentic")
+
+
+def _check_seal(stream: str, records: Sequence[Record], js: int, ring: Keyring) -> SealCheck:
+    at = records[js].seq
+    seal: Seal | None = None
+    try:
+        parsed = parse_seal_event(stream, records[js])
+    except MalformedSealError as exc:
+        problem: str | None = exc.problem
+    else:
+        seal = parsed
+        problem = parsed.signature_problem(ring) or parsed.index_problem()
+    if problem is not None or seal is None:
+        detail = f"the seal stored at seq {at} is forged, edited or untrusted: {problem}"
+        return SealCheck(
+            seal_seq=at,
+            seal=seal,
+            tiers=(
+                _not_run("contiguity"),
+                _not_run("root"),
+                Tier(name="signature", ok=False, detail=str(problem)),
+                _not_run("proofs"),
+            ),
+            findings=(Finding(kind=FindingKind.SEAL, seq=at, seal_seq=at, detail=detail),),
+        )
+    sig_tier = Tier(name="signature", ok=True, detail=f"signed by key {seal.key_id}")
+
+    # The range starts at the first stored seq >= first; it cannot run into its own seal
+    # event, which in an intact log comes after it.
+    j = next((i for i, r in enumerate(records) if r.seq >= seal.first), len(records))
+    observed = records[j : min(j + seal.count, max(js, j))]
+    got = leaf_hashes([r.payload for r in observed])
+    expected = seal.leaf_list()
+
+    bad_seq = next(
+        (i for i, r in enumerate(observed) if r.seq != seal.first + i),
+        None if len(observed) == seal.count else len(observed),
+    )
+    if bad_seq is None:
+        cont = Tier(name="contiguity", ok=True, detail=f"seqs {seal.first}..{seal.last}")
+    else:
+        found = observed[bad_seq].seq if bad_seq < len(observed) else None
+        cont = Tier(
+            name="contiguity",
+            ok=False,
+            detail=f"expected seq {seal.first + bad_seq}, found "
+            + ("the end of the range" if found is None else f"seq {found}"),
+        )
+
+    same = b"".join(got) == seal.leaves
+    # An authentic index already reproduces the root, so equal leaves need no second tree.
+    root_ok = same or merkle_root(got) == seal.root
+    root = Tier(
+        name="root",
+        ok=root_ok,
+        detail="recomputed root equals the signed root"
+        if root_ok
+        else "the root recomputed from the stored bytes differs from the signed root",
+    )
+    if same and bad_seq is None:
+        proofs = Tier(name="proofs", ok=True, detail=f"{seal.count} events proven")
+        return SealCheck(seal_seq=at, seal=seal, tiers=(cont, root, sig_tier, proofs), findings=())
+
+    finding = _locate(seal, records, j, observed, got, expected, at)
+    proofs = Tier(name="proofs", ok=False, detail=str(finding))
+    return SealCheck(
+        seal_seq=at, seal=seal, tiers=(cont, root, sig_tier, proofs), findings=(finding,)
+    )
+
+
+def _locate(
+    seal: Seal,
+    records: Sequence[Record],
+    j: int,
+    observed: Sequence[Record],
+    got: list[bytes],
+    expected: list[bytes],
+    at: int,
+) -> Finding:
+    """Classify the first divergence between the stored range and the sealed leaves."""
+    first = seal.first
+
+    def finding(kind: FindingKind, i: int, detail: str) -> Finding:
+        return Finding(kind=kind, seq=first + i, seal_seq=at, detail=detail)
+
+    def later(i: int) -> list[bytes]:
+        # Leaves of every stored record after position i of the range (failure path only).
+        return leaf_hashes([r.payload for r in records[j + i + 1 :]])
+
+    n = min(len(got), len(expected))
+    i = next((k for k in range(n) if got[k] != expected[k]), n)
+    if i == n:
+        if len(got) < len(expected):
+            if expected[i] in later(i - 1):
+                return finding(
+                    FindingKind.REORDERED,
+                    i,
+                    f"the event sealed at seq {first + i} was moved past the end of its range",
+                )
+            return finding(FindingKind.MISSING, i, f"the event sealed at seq {first + i} is gone")
+        k = next(k for k in range(n) if observed[k].seq != first + k)
+        return finding(
+            FindingKind.MODIFIED,
+            k,
+            f"the sealed event at seq {first + k} is stored under seq {observed[k].seq}",
+        )
+    pos = {h: k for k, h in enumerate(expected)}
+    p = pos.get(got[i])
+    if p is None:
+        nxt = j + i + 1
+        if nxt < len(records) and leaf_hash(records[nxt].payload) == expected[i]:
+            return finding(
+                FindingKind.INSERTED,
+                i,
+                f"an event that is not in the seal was inserted before sealed seq {first + i}",
+            )
+        if expected[i] in later(i):
+            return finding(
+                FindingKind.REORDERED,
+                i,
+                f"seq {first + i} holds an event from outside the range; "
+                "the sealed event was moved later",
+            )
+        return finding(
+            FindingKind.MODIFIED,
+            i,
+            f"the stored bytes of seq {first + i} differ from the sealed event",
+        )
+    if p > i:
+        if expected[i] in later(i):
+            return finding(
+                FindingKind.REORDERED,
+                i,
+                f"seq {first + i} holds the event sealed at seq {first + p}; "
+                "the events are out of order",
+            )
+        return finding(
+            FindingKind.MISSING,
+            i,
+            f"the event sealed at seq {first + i} is gone (seq {first + p} follows early)",
+        )
+    return finding(
+        FindingKind.INSERTED,
+        i,
+        f"a copy of the event sealed at seq {first + p} was inserted at seq {first + i}",
+    )
+
+
+# -- against a log -----------------------------------------------------------------------
+
+
+def verify_stream(
+    log: Log,
+    stream: str,
+    keys: KeysLike,
+    *,
+    append: bool = True,
+    time: datetime | None = None,
+) -> VerifyReport:
+    """Verify every seal of ``stream``; on success append a ``record.verified`` event.
+
+    The stream is read once, up to its end. ``append=False`` checks without writing.
+    """
+    validate_session_id(stream)
+    end = log.last_seq(stream)
+    records = read_range(log, stream, 1, end) if end else []
+    report = verify_records(stream, records, keys)
+    if not (report.ok and append):
+        return report
+    good = [c.seal for c in report.checks if c.seal is not None]
+    when = datetime.now(UTC) if time is None else time
+    ev = Event(
+        kind=Kind.RECORD_VERIFIED,
+        time=when,
+        record={
+            "first": min(s.first for s in good),
+            "last": max(s.last for s in good),
+            "ok": True,
+            "seals": [s.seq for s in good],
+            "keyIds": sorted({s.key_id for s in good}),
+        },
+    )
+    res = log.append(stream, [ev])
+    return attrs.evolve(report, verified_seq=res.first_seq)

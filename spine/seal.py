@@ -1,0 +1,113 @@
+"""Sealed records: Merkle roots, Ed25519 signatures, inclusion proofs, tiered verification.
+
+Seal what a stream holds, prove any sealed event, verify and name any tampering::
+
+    from spine import SqliteLog
+    from spine.seal import KeyStore, seal_stream, verify_stream, prove, verify_inclusion
+
+    log = SqliteLog("spine.db")
+    store = KeyStore("vertebra-data/keys")  # created 0700 on first use
+    seal = seal_stream(log, "chat-1", store.signing_key())
+    report = verify_stream(log, "chat-1", store.keyring())  # appends record.verified
+    assert report.ok, report.summary()
+    verify_inclusion(prove(log, "chat-1", 3), store.keyring())
+
+``python -m spine.seal verify BUNDLE`` checks an exported bundle offline. The format, the
+signed bytes, the tiers and the threat model are in docs/seal.md.
+"""
+
+from __future__ import annotations
+
+from ._bundle import (
+    BUNDLE_FORMAT,
+    BUNDLE_VERSION,
+    Bundle,
+    build_bundle,
+    export_bundle,
+    read_bundle,
+    verify_bundle,
+)
+from ._keys import Keyring, KeysLike, KeyStore, PublicKey, SigningKey, key_id_of
+from ._merkle import audit_path, leaf_hash, merkle_root, node_hash, root_from_path
+from ._seal_errors import (
+    BundleError,
+    InclusionError,
+    KeyStoreError,
+    MalformedSealError,
+    NothingToSealError,
+    SealError,
+    UnknownKeyError,
+)
+from ._seal_verify import (
+    Finding,
+    FindingKind,
+    SealCheck,
+    Tier,
+    VerifyReport,
+    verify_records,
+    verify_stream,
+)
+from ._sealing import (
+    SEAL_VERSION,
+    SIGNING_DOMAIN,
+    InclusionProof,
+    Seal,
+    compute_seal,
+    prove,
+    seal_stream,
+    seals,
+    signed_bytes,
+    verify_inclusion,
+)
+
+__all__ = [
+    "BUNDLE_FORMAT",
+    "BUNDLE_VERSION",
+    "SEAL_VERSION",
+    "SIGNING_DOMAIN",
+    "Bundle",
+    "BundleError",
+    "Finding",
+    "FindingKind",
+    "InclusionError",
+    "InclusionProof",
+    "KeyStore",
+    "KeyStoreError",
+    "Keyring",
+    "KeysLike",
+    "MalformedSealError",
+    "NothingToSealError",
+    "PublicKey",
+    "Seal",
+    "SealCheck",
+    "SealError",
+    "SigningKey",
+    "Tier",
+    "UnknownKeyError",
+    "VerifyReport",
+    "audit_path",
+    "build_bundle",
+    "compute_seal",
+    "export_bundle",
+    "key_id_of",
+    "leaf_hash",
+    "merkle_root",
+    "node_hash",
+    "prove",
+    "read_bundle",
+    "root_from_path",
+    "seal_stream",
+    "seals",
+    "signed_bytes",
+    "verify_bundle",
+    "verify_inclusion",
+    "verify_records",
+    "verify_stream",
+]
+
+if __name__ == "__main__":
+    import sys
+
+    from ._seal_cli import main
+
+    sys.exit(main())
