@@ -42,6 +42,8 @@ from .runner import Guardian, spine_path
 log = logging.getLogger("vertebra.host")
 
 GUARDIAN_NAME = "vertebra.guardian"
+#: Seconds between checks, while a request waits, that the Runner is still the same one.
+RUNNER_CHECK = 0.25
 BASES = ("multiprocTCPBase", "simpleSystemBase")
 
 SinkFn = Callable[[str, Event | None, tuple[str, str, str] | None], None]
@@ -124,7 +126,8 @@ class Host:
                 restart_window=restart_window,
             )
             reply = self._raw_ask(self._guardian, cfg, "config", timeout)
-            assert isinstance(reply, RunnerAddress)
+            if not isinstance(reply, RunnerAddress):
+                raise HostTimeout(f"the runtime did not start within {timeout}s")
             self._runner, self._generation = reply.address, reply.generation
             if self._simple:
                 self._start_pump()
@@ -146,43 +149,77 @@ class Host:
                 self._contexts.append(cm)
         return ctx
 
+    def _stash(self) -> dict[str, Any]:
+        st: dict[str, Any] | None = getattr(self._local, "stash", None)
+        if st is None:
+            st = self._local.stash = {}
+        return st
+
     def _raw_ask(self, to: Any, msg: Any, request_id: str, timeout: float) -> Any:
-        """Ask and wait for the reply with ``request_id``; other messages are pushes or
-        late replies to earlier requests."""
-        deadline = time.monotonic() + timeout
+        """Ask and wait for the reply with ``request_id``.
+
+        Other messages are pushes (handed to sinks) or replies to other requests of this
+        thread, kept until asked for: a reply is never lost to the wrong wait.
+        """
         with self._lock if self._simple else contextlib.nullcontext():
             ctx = self._ctx()
             reply = ctx.ask(to, msg, timeout)
-            while True:
-                if reply is not None:
-                    if getattr(reply, "request_id", None) == request_id:
-                        return reply
-                    self._push(reply)
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise HostTimeout(f"no reply to {type(msg).__name__} within {timeout}s")
-                reply = ctx.listen(left)
+            return self._await(ctx, request_id, reply, time.monotonic() + timeout)
 
-    def _request(self, msg: Any, *, timeout: float | None = None, retry: bool = True) -> Any:
+    def _await(self, ctx: Any, request_id: str, reply: Any, deadline: float) -> Any:
+        stash = self._stash()
+        while True:
+            if reply is not None:
+                rid = getattr(reply, "request_id", None)
+                if rid == request_id:
+                    return reply
+                if rid is not None:
+                    stash[rid] = reply
+                    if len(stash) > 1000:
+                        stash.pop(next(iter(stash)))
+                else:
+                    self._push(reply)
+            if request_id in stash:
+                return stash.pop(request_id)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            reply = ctx.listen(left)
+
+    def _request(self, msg: Any, *, timeout: float | None = None) -> Any:
+        """Send a request to the Runner and wait for its reply.
+
+        While waiting, the guardian is asked every `RUNNER_CHECK` seconds whether the Runner
+        was replaced; if so the request goes to the new one (every request is idempotent:
+        ingress by key, the rest by nature), so a Runner crash costs well under a second.
+        """
         if self._closed:
             raise ActorsError("the host is closed")
         t = self.timeout if timeout is None else timeout
-        try:
-            reply = self._raw_ask(self._runner, msg, msg.request_id, t)
-        except HostTimeout:
-            # The Runner may have died: ask the guardian for its successor, then retry once
-            # (every request is idempotent: ingress by key, the rest by nature).
-            if not retry or not self._refresh_runner():
-                raise
-            reply = self._raw_ask(self._runner, msg, msg.request_id, t)
+        deadline = time.monotonic() + t
+        rid = msg.request_id
+        with self._lock if self._simple else contextlib.nullcontext():
+            ctx = self._ctx()
+            reply = ctx.ask(self._runner, msg, min(RUNNER_CHECK, t))
+            while True:
+                reply = self._await(ctx, rid, reply, min(deadline, time.monotonic() + RUNNER_CHECK))
+                if reply is not None:
+                    break
+                if time.monotonic() >= deadline:
+                    raise HostTimeout(f"no reply to {type(msg).__name__} within {t}s")
+                if not self._simple and self._refresh_runner(ctx):
+                    ctx.tell(self._runner, msg)
         if isinstance(reply, m.RequestFailed):
             cls = ERRORS.get(reply.error, ActorsError)
             raise cls(reply.message, session_id=reply.session_id)
         return reply
 
-    def _refresh_runner(self) -> bool:
+    def _refresh_runner(self, ctx: Any) -> bool:
         rid = _rid()
-        reply = self._raw_ask(self._guardian, GetRunner(request_id=rid), rid, self.timeout)
+        reply = ctx.ask(self._guardian, GetRunner(request_id=rid), self.timeout)
+        reply = self._await(ctx, rid, reply, time.monotonic() + self.timeout)
+        if not isinstance(reply, RunnerAddress):
+            return False
         changed = bool(reply.generation != self._generation or reply.address != self._runner)
         self._runner, self._generation = reply.address, reply.generation
         return changed

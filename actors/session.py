@@ -287,6 +287,13 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
 
     def receiveMsg_Routed(self, routed: Routed, sender: Any) -> None:
         msg, reply_to = routed.message, routed.reply_to
+        if self.state is not None and self.state.closed and not isinstance(msg, m.Subscribe):
+            if isinstance(msg, m.CloseSession):
+                self.send(reply_to, m.Done(request_id=msg.request_id))
+            else:
+                sid = self.state.session_id
+                self._fail(reply_to, msg.request_id, "SessionClosed", f"session {sid} is closed")
+            return
         if self.cfg is None or self.state is None or self.stopping:
             self._fail(reply_to, msg.request_id, "SessionNotFound", "session is not serving")
             return

@@ -11,3 +11,60 @@ import pytest
 def db_path(tmp_path: pathlib.Path) -> pathlib.Path:
     """A fresh SQLite file path in the test's temporary directory."""
     return tmp_path / "spine.db"
+
+
+def descendants(pid: int) -> list[int]:
+    """Live descendant process ids of ``pid`` (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for d in pathlib.Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        # The command name may hold spaces; the fields after its closing paren are fixed.
+        rest = stat[stat.rindex(")") + 2 :].split()
+        if rest[0] == "Z":
+            continue
+        children.setdefault(int(rest[1]), []).append(int(d.name))
+    out: list[int] = []
+    stack = [pid]
+    while stack:
+        for c in children.get(stack.pop(), []):
+            out.append(c)
+            stack.append(c)
+    return out
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.01):  # type: ignore[no-untyped-def]
+    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {predicate}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def no_leftover_processes():  # type: ignore[no-untyped-def]
+    """Fail the test if actor processes it started outlive it."""
+    import os
+
+    before = set(descendants(os.getpid()))
+    yield
+    try:
+        wait_for(lambda: not (set(descendants(os.getpid())) - before), timeout=10)
+    except AssertionError:
+        left = set(descendants(os.getpid())) - before
+        for pid in left:
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        raise AssertionError(f"actor processes left behind: {sorted(left)}") from None

@@ -1,0 +1,209 @@
+"""Fault isolation on real processes: kills, restarts, passivation, poison, many threads."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import threading
+
+import pytest
+from actor_helpers import SuicideInterceptor
+from conftest import wait_for
+
+from actors.errors import PoisonMessageError, SessionFailed
+from actors.host import Host
+from actors.interceptors import SlashCommands
+from spine import Event, Kind, Phase
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def mp(tmp_path: pathlib.Path, no_leftover_processes):  # type: ignore[no-untyped-def]
+    h = Host(tmp_path / "data", base="multiprocTCPBase", timeout=20)
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+def _assert_gapless(events: list[Event]) -> None:
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+
+
+def test_sigkill_mid_turn_leaves_other_sessions_serving_and_loses_nothing(mp: Host) -> None:
+    """Kill a session's process mid-turn while it is tailed and others chat: it comes back
+    with the same state, every acknowledged message is kept, the open turn is closed
+    explicitly, seqs stay gapless and the subscriber sees every event exactly once."""
+    victim = mp.create(metadata={"model.name": "m"})
+    others = [mp.create() for _ in range(3)]
+    a = mp.send(victim, "!slow 0.05 one two three four five six seven eight nine ten")
+    sub = mp.subscribe(victim)
+    try:
+        with mp.subscribe(victim, a.seq, kinds=[Kind.TURN_STARTED]) as started:
+            assert started.get(20) is not None
+        before_pid = mp.session_pid(victim)
+        queued = mp.send(victim, "after the crash")  # acknowledged, not yet answered
+
+        chat_errors: list[BaseException] = []
+
+        def chat(sid: str) -> None:
+            try:
+                for i in range(3):
+                    ack = mp.send(sid, f"msg {i}")
+                    assert mp.wait_turn(sid, ack.seq).kind == Kind.TURN_COMPLETED
+            except BaseException as exc:
+                chat_errors.append(exc)
+
+        threads = [threading.Thread(target=chat, args=(s,)) for s in others]
+        for t in threads:
+            t.start()
+        os.kill(before_pid, signal.SIGKILL)
+        for t in threads:
+            t.join(60)
+        assert not chat_errors
+
+        # The cut-off turn is closed explicitly; the queued message is answered afterwards.
+        ended = mp.wait_turn(victim, a.seq)
+        assert ended.kind == Kind.TURN_CANCELLED and ended.reason == "crash"
+        assert ended.seq > queued.seq
+        answered = mp.wait_turn(victim, ended.seq)
+        assert answered.kind == Kind.TURN_COMPLETED
+        assert mp.session_pid(victim) != before_pid
+        assert mp.get(victim).metadata == {"model.name": "m"}
+        assert mp.get(victim).restarts == 1
+
+        evs = mp.history(victim)
+        _assert_gapless(evs)
+        users = [e.text for e in evs if e.kind == Kind.USER_MESSAGE]
+        assert users == [
+            "!slow 0.05 one two three four five six seven eight nine ten",
+            "after the crash",
+        ]
+        seen = []
+        while len(seen) < len(evs):
+            ev = sub.get(20)
+            assert ev is not None
+            seen.append(ev.seq)
+        assert seen == [e.seq for e in evs]
+        for sid in others:
+            _assert_gapless(mp.history(sid))
+    finally:
+        sub.close()
+
+
+def test_an_idle_session_is_passivated_and_comes_back_as_it_was(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """With an idle timeout the session's process stops; the next request brings it back."""
+    h = Host(tmp_path, base="multiprocTCPBase", idle_timeout=0.3, timeout=20)
+    try:
+        sid = h.create()
+        h.send(sid, "/model kept")
+        pid = h.session_pid(sid)
+        wait_for(lambda: h.stats()["passivated"] >= 1, timeout=20)
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}") or _zombie(pid), timeout=20)
+        info = h.get(sid)
+        assert info.metadata == {"model.name": "kept"} and info.state == "live"
+        a = h.send(sid, "hello again")
+        assert h.wait_turn(sid, a.seq).kind == Kind.TURN_COMPLETED
+        assert h.session_pid(sid) != pid
+        assert [e.text for e in h.history(sid) if e.kind == Kind.ASSISTANT] == [
+            "[kept] hello again"
+        ]
+    finally:
+        h.close()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
+def test_killing_the_runner_brings_a_new_one_and_sessions_carry_on(mp: Host) -> None:
+    """SIGKILL of the Runner: the guardian starts another, requests are retried, nothing
+    interleaves in the streams."""
+    sid = mp.create()
+    a = mp.send(sid, "before")
+    mp.wait_turn(sid, a.seq)
+    runner = mp.runner_pid()
+    os.kill(runner, signal.SIGKILL)
+    b = mp.send(sid, "after", key="after-1")
+    assert mp.wait_turn(sid, b.seq).kind == Kind.TURN_COMPLETED
+    assert mp.runner_pid() != runner
+    evs = mp.history(sid)
+    _assert_gapless(evs)
+    assert [e.text for e in evs if e.kind == Kind.USER_MESSAGE] == ["before", "after"]
+
+
+def test_many_threads_send_through_one_host(mp: Host) -> None:
+    """Eight threads, each with its own session, send concurrently; every reply reaches the
+    thread that asked, and every message is stored once."""
+    sids = [mp.create() for _ in range(8)]
+    errors: list[BaseException] = []
+    acks: dict[str, list[int]] = {s: [] for s in sids}
+
+    def worker(sid: str) -> None:
+        try:
+            for i in range(5):
+                ack = mp.send(sid, f"m{i}", key=f"{sid}-{i}")
+                assert ack.session_id == sid
+                acks[sid].append(ack.seq)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in sids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    for sid in sids:
+        mp.wait_turn(sid, acks[sid][-1])
+        users = [e.text for e in mp.history(sid) if e.kind == Kind.USER_MESSAGE]
+        assert users == [f"m{i}" for i in range(5)]
+
+
+def test_an_ingress_that_kills_the_process_twice_is_poison(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """A message whose handling kills the session process is redelivered once, then refused
+    as poison and recorded; the session serves the next message."""
+    h = Host(
+        tmp_path,
+        base="multiprocTCPBase",
+        interceptors=(SuicideInterceptor(), SlashCommands()),
+        timeout=20,
+    )
+    try:
+        sid = h.create()
+        with pytest.raises(PoisonMessageError):
+            h.send(sid, "/die")
+        a = h.send(sid, "alive")
+        assert h.wait_turn(sid, a.seq).kind == Kind.TURN_COMPLETED
+        assert "poisoned" in [e.phase for e in h.history(sid) if e.kind == Kind.LIFECYCLE]
+    finally:
+        h.close()
+
+
+def test_a_session_that_keeps_dying_is_marked_failed_and_refuses_ingress(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """Past its restart budget a session gets a failed lifecycle event and SessionFailed."""
+    h = Host(tmp_path, base="multiprocTCPBase", max_restarts=2, timeout=20)
+    try:
+        sid = h.create()
+        for _ in range(3):
+            pid = h.session_pid(sid)
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda pid=pid: _zombie(pid), timeout=10)
+        wait_for(lambda: h.stats()["failed"] == 1, timeout=20)
+        with pytest.raises(SessionFailed):
+            h.send(sid, "anyone?")
+        assert h.history(sid)[-1].phase == Phase.FAILED
+    finally:
+        h.close()
