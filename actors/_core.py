@@ -17,6 +17,8 @@ from spine import Event, Kind, Phase, Usage
 HISTORY_LIMIT = 200
 
 POISONED = "poisoned"
+#: Version of `SessionState`'s shape; snapshots written by another version are ignored.
+SNAPSHOT_VERSION = 1
 
 
 @attrs.frozen(kw_only=True)

@@ -45,6 +45,7 @@ from ._internal import (
     TurnFinished,
     TurnProgress,
 )
+from ._snapshots import SNAPSHOT_EVERY, SnapshotStore
 from .agents import AgentSpec, ScriptedFactory, TurnInput
 from .interceptors import Ingress, InterceptResult, SessionView, run_chain
 
@@ -143,6 +144,8 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
         self.run: _Run | None = None
         self.subs: dict[str, _Sub] = {}
         self.stopping = False
+        self.snapshots: SnapshotStore | None = None
+        self.snap_seq = 0
 
     # -- start -------------------------------------------------------------------------
 
@@ -157,7 +160,12 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
         self.ppid = os.getppid()
         self.wakeupAfter(timedelta(seconds=_ORPHAN_CHECK), "orphan-check")
         self.spine = SqliteLog(cfg.db_path)
-        self.state = fold(SessionState(session_id=sid), self.spine.read_events(sid))
+        self.snapshots = SnapshotStore(os.path.dirname(cfg.db_path))
+        base = self.snapshots.load(sid)
+        if base is None or base.last_seq > self.spine.last_seq(sid):
+            base = SessionState(session_id=sid)
+        self.snap_seq = base.last_seq
+        self.state = fold(base, self.spine.read_events(sid, base.last_seq))
         created = already = False
         error = ""
         try:
@@ -218,6 +226,9 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
             for r in res.records:
                 st = evolve(st, r.event())
             self.state = st
+            if self.snapshots is not None and st.last_seq - self.snap_seq >= SNAPSHOT_EVERY:
+                self.snapshots.save(st)
+                self.snap_seq = st.last_seq
             self._publish(res, key, live)
         return res
 
@@ -673,3 +684,6 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
         if self.spine is not None:
             self.spine.close()
             self.spine = None
+        if self.snapshots is not None:
+            self.snapshots.close()
+            self.snapshots = None

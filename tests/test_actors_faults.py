@@ -207,3 +207,38 @@ def test_a_session_that_keeps_dying_is_marked_failed_and_refuses_ingress(
         assert h.history(sid)[-1].phase == Phase.FAILED
     finally:
         h.close()
+
+
+def test_a_long_session_restarts_from_a_snapshot_with_the_same_state(mp: Host) -> None:
+    """Past the snapshot interval a session snapshots its state; after a kill it restarts
+    from the snapshot plus the tail and serves with exactly the state a full fold gives."""
+    from actors._core import SessionState, fold
+    from actors._snapshots import SNAPSHOT_EVERY, SnapshotStore
+    from spine import SqliteLog
+
+    sid = "long-one"
+    log = SqliteLog(os.path.join(mp.data_dir, "spine.db"))
+    try:
+        filler = [Event(kind=Kind.SESSION_STARTED)] + [
+            Event(kind=Kind.PROPERTIES, properties={"n": str(i)})
+            for i in range(SNAPSHOT_EVERY + 50)
+        ]
+        log.append(sid, filler, expected_seq=0)
+    finally:
+        log.close()
+    mp.register(sid)
+    a = mp.send(sid, "hello")
+    mp.wait_turn(sid, a.seq)
+    store = SnapshotStore(mp.data_dir)
+    try:
+        snap = store.load(sid)
+        assert snap is not None and snap.last_seq >= SNAPSHOT_EVERY
+        os.kill(mp.session_pid(sid), signal.SIGKILL)
+        b = mp.send(sid, "again")
+        mp.wait_turn(sid, b.seq)
+        full = fold(SessionState(session_id=sid), mp.history(sid))
+        assert mp.get(sid).metadata == dict(full.metadata) == {"n": str(SNAPSHOT_EVERY + 49)}
+        assert full.turns == 2
+        assert [e.turn for e in mp.history(sid) if e.kind == Kind.TURN_STARTED] == [1, 2]
+    finally:
+        store.close()
