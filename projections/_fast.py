@@ -1,0 +1,469 @@
+"""The second reduce path: the status fold over decoded JSON rows, for rebuilds.
+
+Folding a million stored events through `Event` objects and `attrs.evolve` costs several
+times the read itself, so the reducer actor folds the decoded JSON dicts of stored rows into
+a mutable `StatusFolder` and freezes it into a `Projection` only when asked. The rules are
+those of `projections._status`, kind by kind; a property test pins that
+``StatusFolder`` fed the stored JSON of any events freezes to exactly ``project(events)``.
+
+Rows reach this path only in the stored shape the spine's encoder writes (the reducer
+sends rows of another schema version through the strict decoder), so the handlers read
+fields without re-validating their types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from spine import Kind, Phase, Usage
+
+from ._status import (
+    MAX_ACTIONS,
+    MAX_EGRESS,
+    ActionEntry,
+    ActionState,
+    EgressEntry,
+    FanoutChild,
+    FanoutState,
+    Outcome,
+    Projection,
+    RecordState,
+    _verification_passed,
+)
+
+_USAGE_KEYS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")
+
+# Fan-out child slots in the mutable list form.
+_C_ID, _C_PARENT, _C_OBJ, _C_STATE, _C_TURNS, _C_RESULT, _C_TRUST, _C_BLOCKED, _C_SEAL = range(9)
+# Action ledger slots.
+_A_CALL, _A_ACTION, _A_TRUST, _A_STATE, _A_FAULT = range(5)
+
+_RUNNING = "running"
+_REVIVING = frozenset({str(Phase.OPENED), str(Phase.RESTARTED), str(Phase.RECOVERED)})
+
+
+class StatusFolder:
+    """A mutable `Projection` under construction, fed stored-shape JSON dicts.
+
+    ``feed`` applies one decoded row; ``freeze`` returns the `Projection`; ``dump`` and
+    ``load`` give a JSON-ready form for checkpoints. Only one owner may touch it.
+    """
+
+    __slots__ = (
+        "actions",
+        "admitted",
+        "cancelled",
+        "children",
+        "completed",
+        "containment",
+        "egress",
+        "egress_allowed",
+        "egress_blocked",
+        "error",
+        "fanout",
+        "messages",
+        "metadata",
+        "objective",
+        "outcome",
+        "phase",
+        "record",
+        "rejected",
+        "result",
+        "sealed_children",
+        "turns",
+        "unsealed",
+        "usage",
+    )
+
+    def __init__(self) -> None:
+        self.objective = ""
+        self.result = ""
+        self.turns = 0
+        self.usage = [0, 0, 0, 0, 0]
+        self.record = "recording"
+        self.containment = ""
+        self.admitted = 0
+        self.completed = 0
+        self.rejected = 0
+        self.actions: list[list[Any]] = []
+        self.egress_allowed = 0
+        self.egress_blocked = 0
+        self.egress: list[list[Any]] = []
+        self.fanout: list[list[Any]] = []
+        self.children: dict[str, int] = {}
+        # Finished children still recording, and children sealed but not yet verified:
+        # the only ones a seal or a verification changes.
+        self.unsealed: list[list[Any]] = []
+        self.sealed_children: list[list[Any]] = []
+        self.error = ""
+        self.outcome = ""
+        self.messages = 0
+        self.cancelled = 0
+        self.phase = ""
+        self.metadata: dict[str, str] = {}
+
+    def feed(self, d: Mapping[str, Any]) -> None:
+        """Fold one decoded stored row (unknown kinds change nothing)."""
+        h = STATUS_HANDLERS.get(d["kind"])
+        if h is not None:
+            h(self, d)
+
+    # -- conversions ---------------------------------------------------------------------
+
+    def freeze(self) -> Projection:
+        u = self.usage
+        return Projection(
+            objective=self.objective,
+            result=self.result,
+            turns=self.turns,
+            usage=Usage(
+                input_tokens=u[0],
+                output_tokens=u[1],
+                cache_read_tokens=u[2],
+                cache_write_tokens=u[3],
+                reasoning_tokens=u[4],
+            ),
+            record=RecordState(self.record),
+            containment=self.containment,
+            admitted=self.admitted,
+            completed=self.completed,
+            rejected=self.rejected,
+            actions=tuple(
+                ActionEntry(call=a[0], action=a[1], trust=a[2], state=ActionState(a[3]), fault=a[4])
+                for a in self.actions
+            ),
+            egress_allowed=self.egress_allowed,
+            egress_blocked=self.egress_blocked,
+            egress=tuple(EgressEntry(host=e[0], allowed=e[1], reason=e[2]) for e in self.egress),
+            fanout=tuple(
+                FanoutChild(
+                    id=c[0],
+                    parent=c[1],
+                    objective=c[2],
+                    state=FanoutState(c[3]),
+                    turns=c[4],
+                    result=c[5],
+                    trust=c[6],
+                    blocked=c[7],
+                    seal=RecordState(c[8]),
+                )
+                for c in self.fanout
+            ),
+            terminal=bool(self.outcome),
+            error=self.error,
+            outcome=self.outcome,
+            messages=self.messages,
+            cancelled=self.cancelled,
+            phase=self.phase,
+            metadata=dict(self.metadata),
+        )
+
+    @classmethod
+    def thaw(cls, p: Projection) -> StatusFolder:
+        """A folder that continues from ``p``."""
+        s = cls()
+        s.objective = p.objective
+        s.result = p.result
+        s.turns = p.turns
+        u = p.usage
+        s.usage = [
+            u.input_tokens,
+            u.output_tokens,
+            u.cache_read_tokens,
+            u.cache_write_tokens,
+            u.reasoning_tokens,
+        ]
+        s.record = str(p.record)
+        s.containment = p.containment
+        s.admitted, s.completed, s.rejected = p.admitted, p.completed, p.rejected
+        s.actions = [[a.call, a.action, a.trust, str(a.state), a.fault] for a in p.actions]
+        s.egress_allowed, s.egress_blocked = p.egress_allowed, p.egress_blocked
+        s.egress = [[e.host, e.allowed, e.reason] for e in p.egress]
+        s.fanout = [
+            [c.id, c.parent, c.objective, str(c.state), c.turns, c.result, c.trust, c.blocked,
+             str(c.seal)]
+            for c in p.fanout
+        ]  # fmt: skip
+        s._index_children()
+        s.error = p.error
+        s.outcome = p.outcome
+        s.messages, s.cancelled, s.phase = p.messages, p.cancelled, p.phase
+        s.metadata = dict(p.metadata)
+        return s
+
+    def _index_children(self) -> None:
+        self.children = {c[_C_ID]: i for i, c in enumerate(self.fanout)}
+        self.unsealed = [
+            c for c in self.fanout if c[_C_STATE] != _RUNNING and c[_C_SEAL] == "recording"
+        ]
+        self.sealed_children = [c for c in self.fanout if c[_C_SEAL] == "sealed"]
+
+    def dump(self) -> dict[str, Any]:
+        """A JSON-ready snapshot (lists are copied, so later feeds do not change it)."""
+        return orjson.loads(orjson.dumps(self.view()))  # type: ignore[no-any-return]
+
+    def view(self) -> dict[str, Any]:
+        """Like `dump` but sharing the folder's lists: serialize it before the next feed."""
+        return {
+            "objective": self.objective,
+            "result": self.result,
+            "turns": self.turns,
+            "usage": self.usage,
+            "record": self.record,
+            "containment": self.containment,
+            "admitted": self.admitted,
+            "completed": self.completed,
+            "rejected": self.rejected,
+            "actions": self.actions,
+            "egressAllowed": self.egress_allowed,
+            "egressBlocked": self.egress_blocked,
+            "egress": self.egress,
+            "fanout": self.fanout,
+            "error": self.error,
+            "outcome": self.outcome,
+            "messages": self.messages,
+            "cancelled": self.cancelled,
+            "phase": self.phase,
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def load(cls, d: Mapping[str, Any]) -> StatusFolder:
+        """The folder a `dump` describes."""
+        s = cls()
+        s.objective = d["objective"]
+        s.result = d["result"]
+        s.turns = d["turns"]
+        s.usage = list(d["usage"])
+        s.record = d["record"]
+        s.containment = d["containment"]
+        s.admitted, s.completed, s.rejected = d["admitted"], d["completed"], d["rejected"]
+        s.actions = [list(a) for a in d["actions"]]
+        s.egress_allowed, s.egress_blocked = d["egressAllowed"], d["egressBlocked"]
+        s.egress = [list(e) for e in d["egress"]]
+        s.fanout = [list(c) for c in d["fanout"]]
+        s._index_children()
+        s.error = d["error"]
+        s.outcome = d["outcome"]
+        s.messages, s.cancelled, s.phase = d["messages"], d["cancelled"], d["phase"]
+        s.metadata = dict(d["metadata"])
+        return s
+
+
+# -- handlers (the rules of projections._status, on dicts) --------------------------------
+
+FastHandler = Callable[[StatusFolder, Mapping[str, Any]], None]
+
+
+def _child(s: StatusFolder, goal: str) -> list[Any] | None:
+    i = s.children.get(goal) if goal else None
+    return None if i is None else s.fanout[i]
+
+
+def _add_usage(s: StatusFolder, u: Mapping[str, int] | None) -> None:
+    if u:
+        acc = s.usage
+        acc[0] += u.get("inputTokens", 0)
+        acc[1] += u.get("outputTokens", 0)
+        acc[2] += u.get("cacheReadTokens", 0)
+        acc[3] += u.get("cacheWriteTokens", 0)
+        acc[4] += u.get("reasoningTokens", 0)
+
+
+def _session_started(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    text = d.get("text")
+    if text:
+        s.objective = text
+    s.outcome = ""
+    s.error = ""
+
+
+def _user_message(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    if not s.objective:
+        s.objective = d.get("text", "")
+    s.messages += 1
+    s.outcome = ""
+    s.error = ""
+
+
+def _turn_completed(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    s.turns += 1
+    _add_usage(s, d.get("usage"))
+    c = _child(s, d.get("goal", ""))
+    if c is not None:
+        c[_C_TURNS] += 1
+
+
+def _turn_cancelled(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    s.cancelled += 1
+    _add_usage(s, d.get("usage"))
+
+
+def _child_spawned(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    cid = d.get("child", "")
+    if not cid or cid in s.children:
+        return
+    s.children[cid] = len(s.fanout)
+    s.fanout.append(
+        [cid, d.get("goal", ""), d.get("text", ""), _RUNNING, 0, "", "", 0, "recording"]
+    )
+
+
+def _child_completed(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    c = _child(s, d.get("child", ""))
+    if c is None or c[_C_STATE] != _RUNNING:
+        return
+    c[_C_STATE] = "failed" if d.get("isError") else "done"
+    c[_C_RESULT] = d.get("result", "")
+    if c[_C_SEAL] == "recording":
+        s.unsealed.append(c)
+
+
+def _converged(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    if _child(s, d.get("goal", "")) is not None:
+        return
+    s.outcome = "converged"
+    s.error = ""
+    s.result = d.get("text", "")
+
+
+def _stalled(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    if _child(s, d.get("goal", "")) is not None:
+        return
+    s.outcome = "stalled"
+    s.error = d.get("error", "")
+
+
+def _settle(s: StatusFolder, d: Mapping[str, Any], state: str) -> None:
+    call = d.get("call", 0)
+    action = d.get("action", "")
+    trust = d.get("trust", "")
+    fault = d.get("fault", "")
+    if call:
+        acts = s.actions
+        for i in range(len(acts) - 1, -1, -1):
+            a = acts[i]
+            if a[_A_CALL] == call:
+                if action:
+                    a[_A_ACTION] = action
+                if trust:
+                    a[_A_TRUST] = trust
+                a[_A_STATE] = state
+                a[_A_FAULT] = fault
+                return
+    s.actions.append([call, action, trust, state, fault])
+    if len(s.actions) > MAX_ACTIONS:
+        del s.actions[0]
+
+
+def _action_admitted(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    s.admitted += 1
+    trust = d.get("trust", "")
+    if trust:
+        s.containment = trust
+        c = _child(s, d.get("goal", ""))
+        if c is not None:
+            c[_C_TRUST] = trust
+    s.actions.append([d.get("call", 0), d.get("action", ""), trust, _RUNNING, ""])
+    if len(s.actions) > MAX_ACTIONS:
+        del s.actions[0]
+
+
+def _action_completed(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    s.completed += 1
+    _settle(s, d, "done")
+
+
+def _action_rejected(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    s.rejected += 1
+    trust = d.get("trust", "")
+    if trust:
+        s.containment = trust
+    c = _child(s, d.get("goal", ""))
+    if c is not None:
+        c[_C_BLOCKED] += 1
+        if trust:
+            c[_C_TRUST] = trust
+    _settle(s, d, "blocked")
+
+
+def _egress(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    host = d.get("host")
+    if not host:
+        return
+    allowed = bool(d.get("allowed", False))
+    if allowed:
+        s.egress_allowed += 1
+    else:
+        s.egress_blocked += 1
+    s.egress.append([host, allowed, d.get("reason", "")])
+    if len(s.egress) > MAX_EGRESS:
+        del s.egress[0]
+
+
+def _record_sealed(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    if s.record == "recording":
+        s.record = "sealed"
+    if s.unsealed:
+        for c in s.unsealed:
+            c[_C_SEAL] = "sealed"
+        s.sealed_children.extend(s.unsealed)
+        s.unsealed = []
+
+
+def _record_verified(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    if s.record == "recording" or not _verification_passed(d.get("error", ""), d.get("record")):
+        return
+    s.record = "verified"
+    if s.sealed_children:
+        for c in s.sealed_children:
+            c[_C_SEAL] = "verified"
+        s.sealed_children = []
+
+
+def _properties(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    props = d.get("properties")
+    if props:
+        meta = s.metadata
+        for k, v in props.items():
+            if v is None:
+                meta.pop(k, None)
+            else:
+                meta[k] = v
+
+
+def _lifecycle(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    phase = d.get("phase")
+    if not phase:
+        return
+    if phase == "failed":
+        s.outcome = str(Outcome.FAILED)
+        s.error = d.get("error") or d.get("reason", "")
+    elif s.outcome == "failed" and phase in _REVIVING:
+        s.outcome = ""
+        s.error = ""
+    s.phase = phase
+
+
+#: The dict-path handler for each kind (the same keys as `projections.HANDLERS`).
+STATUS_HANDLERS: dict[str, FastHandler] = {
+    str(Kind.SESSION_STARTED): _session_started,
+    str(Kind.USER_MESSAGE): _user_message,
+    str(Kind.TURN_COMPLETED): _turn_completed,
+    str(Kind.TURN_CANCELLED): _turn_cancelled,
+    str(Kind.CHILD_SPAWNED): _child_spawned,
+    str(Kind.CHILD_COMPLETED): _child_completed,
+    str(Kind.CONVERGED): _converged,
+    str(Kind.STALLED): _stalled,
+    str(Kind.ACTION_ADMITTED): _action_admitted,
+    str(Kind.ACTION_COMPLETED): _action_completed,
+    str(Kind.ACTION_REJECTED): _action_rejected,
+    str(Kind.EGRESS): _egress,
+    str(Kind.RECORD_SEALED): _record_sealed,
+    str(Kind.RECORD_VERIFIED): _record_verified,
+    str(Kind.PROPERTIES): _properties,
+    str(Kind.LIFECYCLE): _lifecycle,
+}

@@ -1,0 +1,429 @@
+"""The status fold: `Projection`, `reduce` and `project`, the seed's rules point by point.
+
+Everything here is pure: no I/O, no clock, no actor. `reduce` is the single place a stream
+becomes status, shared by a live fold (event by event as they arrive) and a replay (folding
+`history`), so both compute the same value. Each kind has one small handler; a kind with no
+handler leaves the projection unchanged, so the status is stable as the vocabulary grows.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from spine import Event, Kind, Phase, Usage
+
+from ._metadata import apply_properties
+
+#: Most recent governed actions kept in `Projection.actions`; older ones fall off the front.
+MAX_ACTIONS = 32
+#: Most recent egress decisions kept in `Projection.egress`; older ones fall off the front.
+MAX_EGRESS = 32
+
+
+class RecordState(enum.StrEnum):
+    """A run's record lifecycle; it only ever moves recording -> sealed -> verified."""
+
+    RECORDING = "recording"
+    SEALED = "sealed"
+    VERIFIED = "verified"
+
+
+_RECORD_RANK: dict[str, int] = {"recording": 0, "sealed": 1, "verified": 2}
+
+
+def record_rank(state: str) -> int:
+    """The order of record states (an unknown value ranks as recording)."""
+    return _RECORD_RANK.get(str(state), 0)
+
+
+def advance_record(current: RecordState, to: RecordState) -> RecordState:
+    """``to`` if it is further along than ``current``, else ``current``: never backwards."""
+    return to if record_rank(to) > record_rank(current) else current
+
+
+class ActionState(enum.StrEnum):
+    """Where one governed action stands; every state but running is terminal."""
+
+    RUNNING = "running"
+    DONE = "done"
+    BLOCKED = "blocked"
+
+
+class FanoutState(enum.StrEnum):
+    """Where a delegated child stands; every state but running is terminal."""
+
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class Outcome(enum.StrEnum):
+    """How a run ended; the empty string (no member) means it is live."""
+
+    CONVERGED = "converged"
+    STALLED = "stalled"
+    FAILED = "failed"
+
+
+@attrs.frozen(kw_only=True)
+class ActionEntry:
+    """One governed action in the ledger; ``call`` pairs an admission with its outcome."""
+
+    call: int = 0
+    action: str = ""
+    trust: str = ""
+    state: ActionState = ActionState.RUNNING
+    fault: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class EgressEntry:
+    """One outbound-network decision: the destination, whether it was allowed, and why."""
+
+    host: str = ""
+    allowed: bool = False
+    reason: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class FanoutChild:
+    """One delegated child: its parent, objective, progress, governance and seal state.
+
+    ``parent`` is the spawning goal's id as the spawn event carried it (empty for the run's
+    root). ``seal`` stays recording while the child runs, even when a seal lands, because
+    its events are not final yet.
+    """
+
+    id: str
+    parent: str = ""
+    objective: str = ""
+    state: FanoutState = FanoutState.RUNNING
+    turns: int = 0
+    result: str = ""
+    trust: str = ""
+    blocked: int = 0
+    seal: RecordState = RecordState.RECORDING
+
+
+def _freeze_metadata(value: Mapping[str, str] | None) -> Mapping[str, str]:
+    return {} if not value else dict(value)
+
+
+@attrs.frozen(kw_only=True)
+class Projection:
+    """The current status of a run, folded from its events (see docs/projections.md).
+
+    The seed's fields: ``objective`` and ``result``; ``turns`` (every turn.completed on the
+    stream, the children's included) and cumulative ``usage``; ``record``; ``containment``
+    (trust of the latest admitted or rejected action); ``admitted``/``completed``/
+    ``rejected``; the bounded ``actions`` ledger; ``egress_allowed``/``egress_blocked`` and
+    the bounded ``egress`` ledger; ``fanout`` in spawn order; ``terminal`` and ``error``.
+
+    The session vocabulary adds ``outcome`` (why it is terminal), ``messages`` (user
+    messages), ``cancelled`` (turns cut off), ``phase`` (latest lifecycle phase) and
+    ``metadata`` (the session's properties, folded from properties events).
+    """
+
+    objective: str = ""
+    result: str = ""
+    turns: int = 0
+    usage: Usage = attrs.field(factory=Usage)
+    record: RecordState = RecordState.RECORDING
+    containment: str = ""
+    admitted: int = 0
+    completed: int = 0
+    rejected: int = 0
+    actions: tuple[ActionEntry, ...] = ()
+    egress_allowed: int = 0
+    egress_blocked: int = 0
+    egress: tuple[EgressEntry, ...] = ()
+    fanout: tuple[FanoutChild, ...] = ()
+    terminal: bool = False
+    error: str = ""
+    outcome: str = ""
+    messages: int = 0
+    cancelled: int = 0
+    phase: str = ""
+    metadata: Mapping[str, str] = attrs.field(factory=dict, converter=_freeze_metadata)
+
+    def child(self, child_id: str) -> FanoutChild | None:
+        """The fan-out child with this id, if it was spawned."""
+        for c in self.fanout:
+            if c.id == child_id:
+                return c
+        return None
+
+
+def new_projection() -> Projection:
+    """The status of a run with no events yet: recording, and otherwise zero."""
+    return Projection()
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def _child_index(p: Projection, goal: str) -> int:
+    # An event belongs to a child exactly when its goal names a spawned child; the root's
+    # own events carry no goal or the run id.
+    if not goal:
+        return -1
+    for i, c in enumerate(p.fanout):
+        if c.id == goal:
+            return i
+    return -1
+
+
+def _replace_child(p: Projection, i: int, child: FanoutChild) -> tuple[FanoutChild, ...]:
+    return (*p.fanout[:i], child, *p.fanout[i + 1 :])
+
+
+def _bounded(entries: tuple[Any, ...], bound: int) -> tuple[Any, ...]:
+    return entries[-bound:] if len(entries) > bound else entries
+
+
+def _outcome_update(p: Projection, outcome: str, error: str) -> Projection:
+    return attrs.evolve(p, terminal=bool(outcome), outcome=outcome, error=error)
+
+
+def verification_passed(ev: Event) -> bool:
+    """Whether a record.verified event reports a pass.
+
+    A verification that names a problem (``error`` set, ``record["ok"]`` false, or a
+    ``record["outcome"]`` other than a pass) does not advance the record state.
+    """
+    return _verification_passed(ev.error, ev.record)
+
+
+_PASSING = frozenset({"ok", "pass", "passed", "valid", "verified"})
+
+
+def _verification_passed(error: str, record: Any) -> bool:
+    if error:
+        return False
+    if isinstance(record, Mapping):
+        if record.get("ok", True) is False:
+            return False
+        outcome = record.get("outcome")
+        if isinstance(outcome, str) and outcome.lower() not in _PASSING:
+            return False
+    return True
+
+
+# -- handlers: one per kind ---------------------------------------------------------------
+
+Handler = Callable[[Projection, Event], Projection]
+
+
+def _session_started(p: Projection, ev: Event) -> Projection:
+    # Opening (or re-opening) the run makes it live again.
+    return attrs.evolve(p, objective=ev.text or p.objective, terminal=False, outcome="", error="")
+
+
+def _user_message(p: Projection, ev: Event) -> Projection:
+    # A chat session's first message is its objective; new input resumes a terminal run
+    # (the last result stays until the next convergence replaces it).
+    return attrs.evolve(
+        p,
+        objective=p.objective or ev.text,
+        messages=p.messages + 1,
+        terminal=False,
+        outcome="",
+        error="",
+    )
+
+
+def _turn_completed(p: Projection, ev: Event) -> Projection:
+    usage = p.usage + ev.usage if ev.usage is not None else p.usage
+    i = _child_index(p, ev.goal)
+    fanout = p.fanout
+    if i >= 0:
+        c = p.fanout[i]
+        fanout = _replace_child(p, i, attrs.evolve(c, turns=c.turns + 1))
+    return attrs.evolve(p, turns=p.turns + 1, usage=usage, fanout=fanout)
+
+
+def _turn_cancelled(p: Projection, ev: Event) -> Projection:
+    # A cut-off turn did not complete, but the tokens it spent were spent.
+    usage = p.usage + ev.usage if ev.usage is not None else p.usage
+    return attrs.evolve(p, cancelled=p.cancelled + 1, usage=usage)
+
+
+def _child_spawned(p: Projection, ev: Event) -> Projection:
+    if not ev.child or _child_index(p, ev.child) >= 0:
+        return p
+    child = FanoutChild(id=ev.child, parent=ev.goal, objective=ev.text)
+    return attrs.evolve(p, fanout=(*p.fanout, child))
+
+
+def _child_completed(p: Projection, ev: Event) -> Projection:
+    i = _child_index(p, ev.child)
+    if i < 0 or p.fanout[i].state != FanoutState.RUNNING:
+        return p
+    state = FanoutState.FAILED if ev.is_error else FanoutState.DONE
+    c = attrs.evolve(p.fanout[i], state=state, result=ev.result)
+    return attrs.evolve(p, fanout=_replace_child(p, i, c))
+
+
+def _converged(p: Projection, ev: Event) -> Projection:
+    # A child's own convergence folds back through child.completed, not here.
+    if _child_index(p, ev.goal) >= 0:
+        return p
+    return attrs.evolve(_outcome_update(p, Outcome.CONVERGED, ""), result=ev.text)
+
+
+def _stalled(p: Projection, ev: Event) -> Projection:
+    if _child_index(p, ev.goal) >= 0:
+        return p
+    return _outcome_update(p, Outcome.STALLED, ev.error)
+
+
+def _settle(p: Projection, ev: Event, state: ActionState) -> tuple[ActionEntry, ...]:
+    # An outcome updates the entry its admission created; without one in the window it
+    # is still a recent decision, so it gets its own row.
+    if ev.call:
+        for i in range(len(p.actions) - 1, -1, -1):
+            e = p.actions[i]
+            if e.call == ev.call:
+                updated = attrs.evolve(
+                    e,
+                    action=ev.action or e.action,
+                    trust=ev.trust or e.trust,
+                    state=state,
+                    fault=ev.fault,
+                )
+                return (*p.actions[:i], updated, *p.actions[i + 1 :])
+    entry = ActionEntry(call=ev.call, action=ev.action, trust=ev.trust, state=state, fault=ev.fault)
+    return _bounded((*p.actions, entry), MAX_ACTIONS)
+
+
+def _action_admitted(p: Projection, ev: Event) -> Projection:
+    entry = ActionEntry(call=ev.call, action=ev.action, trust=ev.trust)
+    fanout = p.fanout
+    i = _child_index(p, ev.goal)
+    if i >= 0 and ev.trust:
+        fanout = _replace_child(p, i, attrs.evolve(p.fanout[i], trust=ev.trust))
+    return attrs.evolve(
+        p,
+        admitted=p.admitted + 1,
+        containment=ev.trust or p.containment,
+        actions=_bounded((*p.actions, entry), MAX_ACTIONS),
+        fanout=fanout,
+    )
+
+
+def _action_completed(p: Projection, ev: Event) -> Projection:
+    return attrs.evolve(p, completed=p.completed + 1, actions=_settle(p, ev, ActionState.DONE))
+
+
+def _action_rejected(p: Projection, ev: Event) -> Projection:
+    fanout = p.fanout
+    i = _child_index(p, ev.goal)
+    if i >= 0:
+        c = p.fanout[i]
+        fanout = _replace_child(
+            p, i, attrs.evolve(c, blocked=c.blocked + 1, trust=ev.trust or c.trust)
+        )
+    return attrs.evolve(
+        p,
+        rejected=p.rejected + 1,
+        containment=ev.trust or p.containment,
+        actions=_settle(p, ev, ActionState.BLOCKED),
+        fanout=fanout,
+    )
+
+
+def _egress(p: Projection, ev: Event) -> Projection:
+    # A decision names a destination; one without a host decided nothing.
+    if not ev.host:
+        return p
+    entry = EgressEntry(host=ev.host, allowed=ev.allowed, reason=ev.reason)
+    return attrs.evolve(
+        p,
+        egress_allowed=p.egress_allowed + (1 if ev.allowed else 0),
+        egress_blocked=p.egress_blocked + (0 if ev.allowed else 1),
+        egress=_bounded((*p.egress, entry), MAX_EGRESS),
+    )
+
+
+def _record_sealed(p: Projection, ev: Event) -> Projection:
+    fanout = tuple(
+        c
+        if c.state == FanoutState.RUNNING
+        else attrs.evolve(c, seal=advance_record(c.seal, RecordState.SEALED))
+        for c in p.fanout
+    )
+    return attrs.evolve(p, record=advance_record(p.record, RecordState.SEALED), fanout=fanout)
+
+
+def _record_verified(p: Projection, ev: Event) -> Projection:
+    # Only a record that was sealed can be verified, and a failed check changes nothing.
+    if not verification_passed(ev) or p.record == RecordState.RECORDING:
+        return p
+    fanout = tuple(
+        attrs.evolve(c, seal=RecordState.VERIFIED) if c.seal == RecordState.SEALED else c
+        for c in p.fanout
+    )
+    return attrs.evolve(p, record=RecordState.VERIFIED, fanout=fanout)
+
+
+def _properties(p: Projection, ev: Event) -> Projection:
+    if not ev.properties:
+        return p
+    return attrs.evolve(p, metadata=apply_properties(p.metadata, ev.properties))
+
+
+def _lifecycle(p: Projection, ev: Event) -> Projection:
+    if not ev.phase:
+        return p
+    if ev.phase == Phase.FAILED:
+        p = _outcome_update(p, Outcome.FAILED, ev.error or ev.reason)
+    elif p.outcome == Outcome.FAILED and ev.phase in _REVIVING:
+        p = _outcome_update(p, "", "")
+    return attrs.evolve(p, phase=ev.phase)
+
+
+#: Lifecycle phases that bring a failed session back to life.
+_REVIVING = frozenset({Phase.OPENED, Phase.RESTARTED, Phase.RECOVERED})
+
+#: The status handler for each kind; kinds absent here leave the projection unchanged.
+HANDLERS: Mapping[str, Handler] = {
+    Kind.SESSION_STARTED: _session_started,
+    Kind.USER_MESSAGE: _user_message,
+    Kind.TURN_COMPLETED: _turn_completed,
+    Kind.TURN_CANCELLED: _turn_cancelled,
+    Kind.CHILD_SPAWNED: _child_spawned,
+    Kind.CHILD_COMPLETED: _child_completed,
+    Kind.CONVERGED: _converged,
+    Kind.STALLED: _stalled,
+    Kind.ACTION_ADMITTED: _action_admitted,
+    Kind.ACTION_COMPLETED: _action_completed,
+    Kind.ACTION_REJECTED: _action_rejected,
+    Kind.EGRESS: _egress,
+    Kind.RECORD_SEALED: _record_sealed,
+    Kind.RECORD_VERIFIED: _record_verified,
+    Kind.PROPERTIES: _properties,
+    Kind.LIFECYCLE: _lifecycle,
+}
+
+# Plain-string keys so that a lookup by ``ev.kind`` (a str) hashes the same way.
+_BY_KIND: dict[str, Handler] = {str(k): v for k, v in HANDLERS.items()}
+
+
+def reduce(p: Projection, ev: Event) -> Projection:
+    """Fold one event into ``p``; an unknown kind returns ``p`` itself."""
+    handler = _BY_KIND.get(ev.kind)
+    return p if handler is None else handler(p, ev)
+
+
+def project(events: Iterable[Event], start: Projection | None = None) -> Projection:
+    """Fold ``events`` into ``start`` (default `new_projection()`): replay's `reduce`."""
+    p = start if start is not None else new_projection()
+    for ev in events:
+        handler = _BY_KIND.get(ev.kind)
+        if handler is not None:
+            p = handler(p, ev)
+    return p
