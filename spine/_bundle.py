@@ -46,24 +46,43 @@ class Bundle:
         return self.first + len(self.lines) - 1
 
     def records(self) -> list[Record]:
-        """The lines as records; a line's seq is its position (the bundle's storage order)."""
-        listed = set(self.seals)
-        out = []
+        """The lines as records; a line's seq is its position (the bundle's storage order).
+
+        Seal lines are found by their kind; a seal the header lists but no line carries any
+        more (say its bytes were damaged) is checked at its listed position, so that it is
+        reported as a broken seal instead of being silently skipped.
+        """
+        kinds = [""] * len(self.lines)
+        found: set[int] = set()
         for i, line in enumerate(self.lines):
-            seq = self.first + i
-            kind = ""
-            if seq in listed:
-                kind = Kind.RECORD_SEALED
-            elif _SEALED_MARK in line:
-                # Parse only candidates: the mark can also sit inside a nested object.
-                try:
-                    d = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    d = None
-                if isinstance(d, dict) and d.get("kind") == Kind.RECORD_SEALED:
-                    kind = Kind.RECORD_SEALED
-            out.append(Record(self.stream, seq, i + 1, kind, line))
-        return out
+            # Parse only candidates: the mark can also sit inside a nested object.
+            if _SEALED_MARK not in line:
+                continue
+            try:
+                d = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(d, dict) and d.get("kind") == Kind.RECORD_SEALED:
+                kinds[i] = Kind.RECORD_SEALED
+                if isinstance(d.get("seq"), int):
+                    found.add(d["seq"])
+        for seq in self.seals:
+            i = seq - self.first
+            if (
+                seq not in found
+                and 0 <= i < len(kinds)
+                and _claimed_seq(self.lines[i])
+                in (
+                    None,
+                    seq,
+                )
+            ):
+                # Another intact event here means lines moved (found by location instead).
+                kinds[i] = Kind.RECORD_SEALED
+        return [
+            Record(self.stream, self.first + i, i + 1, kinds[i], line)
+            for i, line in enumerate(self.lines)
+        ]
 
     def keyring(self) -> Keyring:
         return Keyring(self.keys)
@@ -148,6 +167,15 @@ class Bundle:
         return cls(
             stream=stream, first=first, seals=tuple(seals), keys=tuple(keys), lines=tuple(lines)
         )
+
+
+def _claimed_seq(line: bytes) -> int | None:
+    try:
+        d = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    seq = d.get("seq") if isinstance(d, dict) else None
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
 
 
 def read_bundle(source: str | os.PathLike[str] | IO[bytes] | bytes) -> Bundle:

@@ -193,7 +193,7 @@ def _check_seal(stream: str, records: Sequence[Record], js: int, ring: Keyring) 
 
     # The range starts at the first stored seq >= first; it cannot run into its own seal
     # event, which in an intact log comes after it.
-    j = next((i for i, r in enumerate(records) if r.seq >= seal.first), len(records))
+    j = _start(records, seal.first)
     observed = records[j : min(j + seal.count, max(js, j))]
     got = leaf_hashes([r.payload for r in observed])
     expected = seal.leaf_list()
@@ -232,6 +232,19 @@ def _check_seal(stream: str, records: Sequence[Record], js: int, ring: Keyring) 
     return SealCheck(
         seal_seq=at, seal=seal, tiers=(cont, root, sig_tier, proofs), findings=(finding,)
     )
+
+
+def _start(records: Sequence[Record], first: int) -> int:
+    """Index of the first record with seq >= ``first``: direct in an intact log, else a scan."""
+    if records:
+        guess = first - records[0].seq
+        if (
+            0 <= guess < len(records)
+            and records[guess].seq == first
+            and (guess == 0 or records[guess - 1].seq < first)
+        ):
+            return guess
+    return next((i for i, r in enumerate(records) if r.seq >= first), len(records))
 
 
 def _locate(
