@@ -63,3 +63,29 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+_configured: tuple[int, str] | None = None
+
+
+def configure_actor_logging(data_dir: str) -> None:
+    """Send this process's ``vertebra.*`` records to ``vertebra.log`` in the data directory.
+
+    Actor processes inherit whatever logging the process that forked them had; writing our
+    own records straight to the file keeps them off the host's terminal and in one place.
+    """
+    global _configured
+    if _configured == (os.getpid(), data_dir):
+        return
+    lg = logging.getLogger("vertebra")
+    for h in list(lg.handlers):
+        lg.removeHandler(h)
+        h.close()
+    handler = logging.FileHandler(os.path.join(data_dir, "vertebra.log"))
+    handler.setFormatter(
+        logging.Formatter(f"%(asctime)s %(levelname)s %(name)s[{os.getpid()}] %(message)s")
+    )
+    lg.addHandler(handler)
+    lg.setLevel(logging.INFO)
+    lg.propagate = False
+    _configured = (os.getpid(), data_dir)

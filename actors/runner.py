@@ -51,9 +51,15 @@ from ._internal import (
     SessionReady,
     SessionStopping,
 )
+from ._thespian import configure_actor_logging
 from .session import SessionActor
 
-log = logging.getLogger("vertebra.runner")
+
+def _log() -> logging.Logger:
+    # Looked up at each use: Thespian re-initializes logging in actor processes after
+    # import, so a logger captured at import time may no longer be wired to anything.
+    return logging.getLogger("vertebra.runner")
+
 
 _INGRESS = (m.SendMessage, m.Interrupt, m.SetMetadata, m.SwitchSession)
 _ROUTED = (*_INGRESS, m.Subscribe, m.Unsubscribe, m.CloseSession)
@@ -123,7 +129,7 @@ class SinkRouter:
                     s.delivered += 1
                 except Exception:
                     s.failures += 1
-                    log.exception("sink %s raised; isolated, other sinks unaffected", s.sink_id)
+                    _log().exception("sink %s raised; isolated, other sinks unaffected", s.sink_id)
                 continue
             if s.pending >= s.max_pending:
                 s.dropped += 1
@@ -213,6 +219,7 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
         if self.cfg is None:
             self.cfg = cfg
             os.makedirs(cfg.data_dir, exist_ok=True)
+            configure_actor_logging(cfg.data_dir)
             self.spine = SqliteLog(spine_path(cfg.data_dir))
             if cfg.idle_timeout:
                 self.wakeupAfter(timedelta(seconds=cfg.idle_timeout / 2), "passivate")
@@ -383,7 +390,7 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
         """Replies to the Runner's own requests (close-all) need no handling."""
 
     def receiveMsg_RequestFailed(self, msg: m.RequestFailed, sender: Any) -> None:
-        log.warning("runner request %s failed: %s", msg.request_id, msg.message)
+        _log().warning("runner request %s failed: %s", msg.request_id, msg.message)
 
     # -- ingress -----------------------------------------------------------------------
 
@@ -586,13 +593,13 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
         e.total_restarts += 1
         self.counters["restarts"] += 1
         delay = min(self.cfg.backoff_max, self.cfg.backoff_initial * 2 ** (len(e.restarts) - 1))
-        log.warning("session %s died; restarting in %.3fs", e.session_id, delay)
+        _log().warning("session %s died; restarting in %.3fs", e.session_id, delay)
         self.wakeupAfter(timedelta(seconds=delay), ("restart", e.session_id, e.incarnation))
 
     def _mark_failed(self, e: _Entry) -> None:
         e.state = "failed"
         self.counters["failed"] += 1
-        log.error("session %s exceeded its restart budget; marked failed", e.session_id)
+        _log().error("session %s exceeded its restart budget; marked failed", e.session_id)
         if self.spine is not None:
             ev = Event(kind=Kind.LIFECYCLE, phase=Phase.FAILED, error="restart budget exhausted")
             try:
@@ -600,7 +607,7 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
                     e.session_id, [ev], expected_seq=self.spine.last_seq(e.session_id)
                 )
             except (ConflictError, SpineError) as exc:
-                log.error("could not record failure of %s: %s", e.session_id, exc)
+                _log().error("could not record failure of %s: %s", e.session_id, exc)
         pending, e.pending = e.pending, []
         pending.extend(e.in_flight.values())
         e.in_flight.clear()
@@ -623,7 +630,7 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
             self.sinks.failed(sender)
             return
         if not isinstance(poison, Routed):
-            log.error("poison message %r from %s", type(poison).__name__, sender)
+            _log().error("poison message %r from %s", type(poison).__name__, sender)
             return
         inner = poison.message
         sid = getattr(inner, "session_id", "")
@@ -710,6 +717,7 @@ class Guardian(ActorTypeDispatcher):  # type: ignore[misc]
     def receiveMsg_RunnerConfig(self, cfg: RunnerConfig, sender: Any) -> None:
         if self.cfg is None:
             self.cfg = cfg
+            configure_actor_logging(cfg.data_dir)
             self._start()
         self.waiting.append(("config", sender))
         self._flush()
@@ -750,5 +758,5 @@ class Guardian(ActorTypeDispatcher):  # type: ignore[misc]
         if self.exiting:
             return
         if self.runner is not None and msg.childAddress == self.runner and self.cfg is not None:
-            log.error("runner died; starting generation %d", self.generation + 1)
+            _log().error("runner died; starting generation %d", self.generation + 1)
             self._start()

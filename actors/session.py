@@ -46,10 +46,16 @@ from ._internal import (
     TurnProgress,
 )
 from ._snapshots import SNAPSHOT_EVERY, SnapshotStore
+from ._thespian import configure_actor_logging
 from .agents import AgentSpec, ScriptedFactory, TurnInput
 from .interceptors import Ingress, InterceptResult, SessionView, run_chain
 
-log = logging.getLogger("vertebra.session")
+
+def _log() -> logging.Logger:
+    # Looked up at each use: Thespian re-initializes logging in actor processes after
+    # import, so a logger captured at import time may no longer be wired to anything.
+    return logging.getLogger("vertebra.session")
+
 
 ASSISTANT_DELTA = "assistant.delta"
 BUSY_POLICIES = ("enqueue", "reject", "interrupt")
@@ -159,6 +165,7 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
         # is an orphan that a new Runner will replace, so it stops itself.
         self.ppid = os.getppid()
         self.wakeupAfter(timedelta(seconds=_ORPHAN_CHECK), "orphan-check")
+        configure_actor_logging(os.path.dirname(cfg.db_path))
         self.spine = SqliteLog(cfg.db_path)
         self.snapshots = SnapshotStore(os.path.dirname(cfg.db_path))
         base = self.snapshots.load(sid)
@@ -218,7 +225,7 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
             )
         except ConflictError:
             # Another incarnation wrote this stream: this one is stale and must not write.
-            log.error("session %s: stale incarnation, stopping", self.cfg.session_id)
+            _log().error("session %s: stale incarnation, stopping", self.cfg.session_id)
             self._stop_self("stale incarnation")
             raise
         if not res.duplicate:
@@ -569,7 +576,7 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
         if msg.payload != "orphan-check" or self.stopping:
             return
         if os.getppid() != self.ppid:
-            log.warning(
+            _log().warning(
                 "session %s: runner gone, stopping orphaned incarnation",
                 self.state.session_id if self.state else "?",
             )
