@@ -306,7 +306,15 @@ def _locate(
             f"the stored bytes of seq {first + i} differ from the sealed event",
         )
     if p > i:
-        if expected[i] in later(i):
+        rest = later(i)
+        if got[i] in rest:
+            return finding(
+                FindingKind.MODIFIED,
+                i,
+                f"the stored bytes of seq {first + i} were replaced by a copy of the event "
+                f"sealed at seq {first + p}",
+            )
+        if expected[i] in rest:
             return finding(
                 FindingKind.REORDERED,
                 i,
