@@ -132,6 +132,12 @@ class SinkRouter:
                     _log().exception("sink %s raised; isolated, other sinks unaffected", s.sink_id)
                 continue
             if s.pending >= s.max_pending:
+                if s.dropped == 0:
+                    _log().warning(
+                        "sink %s has %d unacknowledged batches; dropping until it catches up",
+                        s.sink_id,
+                        s.pending,
+                    )
                 s.dropped += 1
                 continue
             s.pending += 1

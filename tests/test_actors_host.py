@@ -262,3 +262,60 @@ def test_a_poison_message_is_answered_as_an_error_and_the_session_keeps_serving(
         assert h.stats()["poisoned"] == 1
     finally:
         h.close()
+
+
+def test_a_stalled_conduit_sink_is_bounded_and_does_not_hold_back_others(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """A conduit that never acknowledges gets max_pending batches, then drops are counted,
+    while another sink sees every event."""
+    from actors import messages as msgs
+
+    h = Host(tmp_path, base="multiprocTCPBase", timeout=20)
+    try:
+        with h._asys.private() as stalled:
+            reply = stalled.ask(h._runner, msgs.AddSink(request_id="stall", max_pending=2), 10)
+            assert isinstance(reply, msgs.SinkReply)
+            done = threading.Event()
+            count = [0]
+
+            def sink(sid: str, ev, live) -> None:  # type: ignore[no-untyped-def]
+                if ev is not None and ev.kind == Kind.TURN_COMPLETED:
+                    count[0] += 1
+                    if count[0] == 5:
+                        done.set()
+
+            h.add_sink(sink)
+            sid = h.create()
+            for i in range(5):
+                a = h.send(sid, f"m{i}")
+                h.wait_turn(sid, a.seq)
+            assert done.wait(20)
+            stats = h.stats()
+            assert stats["sink_dropped"] > 0
+    finally:
+        h.close()
+
+
+def test_the_host_is_usable_from_asyncio_through_an_executor(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """Concurrent coroutines drive several sessions through run_in_executor."""
+    import asyncio
+
+    h = Host(tmp_path, base="multiprocTCPBase", timeout=20)
+    try:
+
+        async def chat(loop: asyncio.AbstractEventLoop, n: int) -> str:
+            sid = await loop.run_in_executor(None, h.create)
+            ack = await loop.run_in_executor(None, h.send, sid, f"hi {n}")
+            ev = await loop.run_in_executor(None, h.wait_turn, sid, ack.seq)
+            return str(ev.kind)
+
+        async def main() -> list[str]:
+            loop = asyncio.get_running_loop()
+            return list(await asyncio.gather(*(chat(loop, n) for n in range(4))))
+
+        assert asyncio.run(main()) == [Kind.TURN_COMPLETED] * 4
+    finally:
+        h.close()
