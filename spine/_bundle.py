@@ -20,7 +20,7 @@ from ._keys import Keyring, KeysLike, PublicKey
 from ._log import Log, Record
 from ._seal_errors import BundleError, MalformedSealError, SealError, UnknownKeyError
 from ._seal_verify import VerifyReport, verify_records
-from ._sealing import Seal, parse_seal_event, read_range
+from ._sealing import Seal, parse_seal_event
 
 BUNDLE_FORMAT = "vertebra-seal-bundle"
 BUNDLE_VERSION = 1
@@ -206,8 +206,7 @@ def build_bundle(log: Log, stream: str, keys: KeysLike) -> Bundle:
     validate_session_id(stream)
     ring = Keyring.of(keys)
     found: list[Seal] = []
-    end = log.last_seq(stream)
-    records = read_range(log, stream, 1, end) if end else []
+    records = log.read(stream, 0, None)
     for r in records:
         if r.kind == Kind.RECORD_SEALED:
             try:

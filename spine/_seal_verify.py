@@ -30,7 +30,7 @@ from ._keys import Keyring, KeysLike
 from ._log import Log, Record
 from ._merkle import leaf_hash, leaf_hashes, merkle_root
 from ._seal_errors import MalformedSealError
-from ._sealing import Seal, parse_seal_event, read_range
+from ._sealing import Seal, parse_seal_event
 
 
 class FindingKind(enum.StrEnum):
@@ -346,11 +346,11 @@ def verify_stream(
 ) -> VerifyReport:
     """Verify every seal of ``stream``; on success append a ``record.verified`` event.
 
-    The stream is read once, up to its end. ``append=False`` checks without writing.
+    The stream is read whole in one read, in storage order, without trusting the log's own
+    idea of its last seq. ``append=False`` checks without writing.
     """
     validate_session_id(stream)
-    end = log.last_seq(stream)
-    records = read_range(log, stream, 1, end) if end else []
+    records = log.read(stream, 0, None)
     report = verify_records(stream, records, keys)
     if not (report.ok and append):
         return report
