@@ -152,6 +152,7 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
         self.stopping = False
         self.snapshots: SnapshotStore | None = None
         self.snap_seq = 0
+        self._key_reported = False
 
     # -- start -------------------------------------------------------------------------
 
@@ -259,6 +260,8 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
                         session_id=self.cfg.session_id, subscription_id=sub.sub_id, records=out
                     ),
                 )
+        if key:
+            self._key_reported = True
         self._tell_runner(recs, live, (key,) if key else ())
 
     def _tell_runner(
@@ -304,6 +307,15 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
         )
 
     def receiveMsg_Routed(self, routed: Routed, sender: Any) -> None:
+        self._key_reported = False
+        self._handle(routed)
+        key = getattr(routed.message, "key", "")
+        if key and not self._key_reported and not self.stopping and self.cfg is not None:
+            # Answered without a new append (a duplicate, a consumed command, a refusal):
+            # tell the Runner so it stops tracking the key for redelivery.
+            self._tell_runner((), (), (key,))
+
+    def _handle(self, routed: Routed) -> None:
         msg, reply_to = routed.message, routed.reply_to
         if self.state is not None and self.state.closed and not isinstance(msg, m.Subscribe):
             if isinstance(msg, m.CloseSession):

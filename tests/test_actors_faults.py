@@ -242,3 +242,22 @@ def test_a_long_session_restarts_from_a_snapshot_with_the_same_state(mp: Host) -
         assert [e.turn for e in mp.history(sid) if e.kind == Kind.TURN_STARTED] == [1, 2]
     finally:
         store.close()
+
+
+def test_ingress_answered_without_an_append_is_not_tracked_for_redelivery(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """A refused command, an idle interrupt and a duplicate leave nothing in flight, so the
+    session still passivates and a later crash redelivers none of them."""
+    h = Host(tmp_path, base="multiprocTCPBase", idle_timeout=0.3, timeout=20)
+    try:
+        sid = h.create()
+        h.send(sid, "/temperature 99")
+        h.interrupt(sid)
+        a = h.send(sid, "x", key="same")
+        h.wait_turn(sid, a.seq)
+        h.send(sid, "x", key="same")
+        wait_for(lambda: h.stats()["passivated"] >= 1, timeout=20)
+        assert h.stats()["redelivered"] == 0
+    finally:
+        h.close()
