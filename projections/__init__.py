@@ -6,6 +6,7 @@ turn tree; `metadata_from` its properties; `SessionsIndex` lists every session; 
 whole log. See docs/projections.md.
 """
 
+from ._actor import ProjectionActor
 from ._errors import CheckpointError, FoldError, ProjectionError
 from ._fast import StatusFolder
 from ._index import (
@@ -31,6 +32,7 @@ from ._metadata import (
 from ._policy import Fail, FailurePolicy, RetryThenFail, Skip
 from ._reducer import (
     DEFAULT_BATCH,
+    DEFAULT_REBUILD_COMMIT,
     STATUS_VERSION,
     FailureInfo,
     Progress,
@@ -58,11 +60,32 @@ from ._status import (
 )
 from ._store import CheckpointStore, Generation
 from ._thread import ACTIVATES, EDITS, REGENERATES, Thread, Turn, thread_from, turns
+from .messages import (
+    DEFAULT_POLL_FLOOR,
+    FoldMore,
+    IndexReply,
+    ProgressReply,
+    ProjectionFailed,
+    QueryIndex,
+    QueryProgress,
+    QueryStatus,
+    Rebuild,
+    RebuildCompleted,
+    Rebuilding,
+    RebuildProgress,
+    RebuildStartedReply,
+    StartedReply,
+    StartProjection,
+    StatusReply,
+    Wake,
+)
 
 __all__ = [
     "ACTIVATES",
     "CLOSED",
     "DEFAULT_BATCH",
+    "DEFAULT_POLL_FLOOR",
+    "DEFAULT_REBUILD_COMMIT",
     "EDITS",
     "HANDLERS",
     "MAX_ACTIONS",
@@ -84,23 +107,40 @@ __all__ = [
     "FanoutChild",
     "FanoutState",
     "FoldError",
+    "FoldMore",
     "Generation",
+    "IndexReply",
     "InfoFolder",
     "ModelSettings",
     "Outcome",
     "Progress",
+    "ProgressReply",
     "Projection",
+    "ProjectionActor",
     "ProjectionError",
+    "ProjectionFailed",
+    "QueryIndex",
+    "QueryProgress",
+    "QueryStatus",
+    "Rebuild",
+    "RebuildCompleted",
+    "RebuildProgress",
+    "RebuildStartedReply",
+    "Rebuilding",
     "RecordState",
     "RetryThenFail",
     "SessionInfo",
     "SessionsIndex",
     "Skip",
+    "StartProjection",
+    "StartedReply",
     "StatusFolder",
     "StatusReducer",
+    "StatusReply",
     "StepResult",
     "Thread",
     "Turn",
+    "Wake",
     "advance_record",
     "apply_properties",
     "index_from",

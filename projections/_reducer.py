@@ -395,6 +395,9 @@ class StatusReducer:
         streams = list(map(itemgetter(0), rows))
         lasts = dict(zip(streams, rows, strict=True))
         counts = Counter(streams)
+        # Marked before folding, so that a failure mid-page rolls back every session it
+        # may have touched.
+        dirty.update(lasts)
         fresh = [s for s in lasts if s not in sessions]
         if fresh:
             firsts = dict(zip(reversed(streams), reversed(rows), strict=True))
@@ -418,7 +421,6 @@ class StatusReducer:
         for s, last in lasts.items():
             d = loads(last[5])
             sessions[s].info.feed_tail(d, d, last[2], counts[s])
-            dirty.add(s)
 
     @staticmethod
     def _fold_row(sessions: dict[str, _Acc], row: Row, d: dict[str, Any], dirty: set[str]) -> None:

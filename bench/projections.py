@@ -1,0 +1,262 @@
+"""Projection benchmarks: rebuild of the status projection, and live lag.
+
+Run ``python bench/projections.py`` (``--events``/``--sessions`` to scale). It prints each
+figure with its ratio to the raw baseline measured in the same run:
+
+- rebuild: `StatusReducer` folding every stored event from position 0 (status projection,
+  sessions index, checkpoint commits per batch) against a baseline that only reads the
+  same rows from SQLite and decodes their JSON;
+- live lag: append -> the projection actor reflects the event (wake message, then a status
+  query answered after the fold), p50 and p99, on ``multiprocTCPBase``.
+
+Files live in a temporary directory that is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import shutil
+import socket
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from projections import StatusReducer
+from spine import SCHEMA_VERSION, Event, Kind, SqliteLog
+
+PAGE = 20_000
+
+# One session's arc, repeated: (kind, fields) with the mix a chatty governed run produces.
+_ARC: list[tuple[str, dict[str, Any]]] = [
+    (Kind.USER_MESSAGE, {"text": "please summarise the quarterly report"}),
+    (Kind.TURN_STARTED, {"turn": 1}),
+    (Kind.ACTION_ADMITTED, {"action": "model", "trust": "sandboxed"}),
+    (Kind.ASSISTANT, {"turn": 1, "text": "Reading the report now; one moment."}),
+    (Kind.TOOL_CALL, {"turn": 1, "tool": "read_file", "toolUseID": "t1",
+                      "input": {"path": "report.pdf"}}),
+    (Kind.ACTION_ADMITTED, {"action": "read_file", "trust": "workspace"}),
+    (Kind.EGRESS, {"host": "203.0.113.7", "allowed": True, "reason": "public"}),
+    (Kind.ACTION_COMPLETED, {"action": "read_file", "trust": "workspace"}),
+    (Kind.TOOL_RESULT, {"turn": 1, "tool": "read_file", "toolUseID": "t1",
+                        "result": "Q3 revenue rose 12% ..."}),
+    (Kind.ACTION_COMPLETED, {"action": "model", "trust": "sandboxed"}),
+    (Kind.TURN_COMPLETED, {"turn": 1, "stopReason": "end_turn",
+                           "usage": {"inputTokens": 1200, "outputTokens": 300,
+                                     "cacheReadTokens": 800}}),
+    (Kind.ACTION_REJECTED, {"action": "send_mail", "trust": "workspace",
+                            "fault": "needs_approval"}),
+    (Kind.EGRESS, {"host": "10.0.0.5", "allowed": False, "reason": "private address"}),
+    (Kind.PROPERTIES, {"properties": {"model.name": "m-large", "model.temperature": "0.2"}}),
+    (Kind.CHILD_SPAWNED, {"child": "c", "text": "check the figures"}),
+    (Kind.TURN_COMPLETED, {"goal": "c", "turn": 1,
+                           "usage": {"inputTokens": 300, "outputTokens": 40}}),
+    (Kind.CHILD_COMPLETED, {"child": "c", "result": "figures check out"}),
+    (Kind.CONVERGED, {"text": "Revenue rose 12%."}),
+    (Kind.LIFECYCLE, {"phase": "done"}),
+    (Kind.RECORD_SEALED, {"record": {"first": 1, "last": 19, "root": "ab" * 16}}),
+]  # fmt: skip
+_CALLED = {Kind.ACTION_ADMITTED, Kind.ACTION_COMPLETED, Kind.ACTION_REJECTED}
+
+
+def _time_text(pos: int) -> bytes:
+    # One event per millisecond from 2026-01-01, formatted as the spine's format_time does.
+    ms = pos
+    s, ms = divmod(ms, 1000)
+    m, s = divmod(s, 60)
+    h, m = divmod(m, 60)
+    d, h = divmod(h, 24)
+    return b"2026-01-%02dT%02d:%02d:%02d.%03d000Z" % (d + 1, h, m, s, ms)
+
+
+def generate(path: str, events: int, sessions: int, seed: int = 7) -> None:
+    """Write ``events`` stored rows over ``sessions`` streams, interleaved.
+
+    Rows are built as the spine stores them (same schema and payload shape, checked against
+    the codec below) from prebuilt payload pieces and inserted with executemany: building
+    them through `append` would take minutes.
+    """
+    SqliteLog(path).close()  # create the schema
+    rng = random.Random(seed)
+    names = [f"s{i:05d}" for i in range(sessions)]
+    seqs = [0] * sessions
+    calls = [0] * sessions
+    first_pos: dict[str, int] = {}
+    last_pos: dict[str, int] = {}
+    # Each arc step as (kind, JSON object body without its braces).
+    pieces = [(str(k), orjson.dumps(f)[1:-1]) for k, f in _ARC]
+    c = sqlite3.connect(path, isolation_level=None)
+    c.execute("PRAGMA synchronous = OFF")
+    c.execute("BEGIN")
+    rows: list[tuple[int, str, int, str, int, bytes]] = []
+    for pos in range(1, events + 1):
+        i = rng.randrange(sessions)
+        name = names[i]
+        seqs[i] += 1
+        seq = seqs[i]
+        last_pos[name] = pos
+        if seq == 1:
+            first_pos[name] = pos
+            kind = str(Kind.SESSION_STARTED)
+            body = b'"text":"objective of %b"' % name.encode()
+        else:
+            kind, body = pieces[(seq - 2) % len(pieces)]
+            if kind in _CALLED:
+                if kind == Kind.ACTION_ADMITTED:
+                    calls[i] += 1
+                body = b'"call":%d,%b' % (calls[i], body)
+            if b'"c"' in body:
+                child = b"%b-c%d" % (name.encode(), seq // len(_ARC))
+                body = body.replace(b'"c"', b'"%b"' % child)
+        payload = b'{"seq":%d,"time":"%b","kind":"%b",%b}' % (
+            seq,
+            _time_text(pos),
+            kind.encode(),
+            body,
+        )
+        rows.append((pos, name, seq, kind, SCHEMA_VERSION, payload))
+        if len(rows) >= 100_000:
+            c.executemany(_INSERT, rows)
+            rows.clear()
+    c.executemany(_INSERT, rows)
+    c.executemany(
+        "INSERT INTO streams (stream, last_seq, last_position, first_position) VALUES (?,?,?,?)",
+        [(n, seqs[i], last_pos[n], first_pos[n]) for i, n in enumerate(names) if n in first_pos],
+    )
+    c.execute("COMMIT")
+    c.close()
+    # The rows must be exactly what the codec reads (seq, time and kind included).
+    with SqliteLog(path) as log:
+        for r in log.read_all(0, 200):
+            ev = r.event()
+            assert ev.seq == r.seq and ev.kind == r.kind and ev.time is not None
+
+
+_INSERT = "INSERT INTO events (position, stream, seq, kind, version, payload) VALUES (?,?,?,?,?,?)"
+
+
+def baseline(path: str) -> float:
+    """Seconds to read every row in pages and decode its JSON, nothing else."""
+    c = sqlite3.connect(path)
+    loads = orjson.loads
+    t = time.perf_counter()
+    after = 0
+    n = 0
+    while True:
+        rows = c.execute(
+            "SELECT stream, seq, position, kind, version, payload FROM events "
+            "WHERE position>? ORDER BY position LIMIT ?",
+            (after, PAGE),
+        ).fetchall()
+        if not rows:
+            break
+        for r in rows:
+            loads(r[5])
+        n += len(rows)
+        after = rows[-1][2]
+    dt = time.perf_counter() - t
+    c.close()
+    return dt
+
+
+def rebuild(path: str, checkpoint: str) -> tuple[float, StatusReducer, SqliteLog]:
+    """Seconds for a reducer to fold the whole log from 0 with per-batch checkpoints."""
+    log = SqliteLog(path)
+    t = time.perf_counter()
+    r = StatusReducer(log, checkpoint, batch=PAGE)
+    r.catch_up()
+    dt = time.perf_counter() - t
+    assert not r.rebuilding and r.failure is None
+    return dt, r, log
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def live_lag(directory: str, samples: int) -> tuple[float, float]:
+    """p50 and p99 milliseconds from append to a status reply that reflects it."""
+    from thespian.actors import ActorSystem
+
+    from projections import ProjectionActor, QueryStatus, StartProjection, StatusReply, Wake
+
+    logdefs = {
+        "version": 1,
+        "handlers": {"null": {"class": "logging.NullHandler"}},
+        "root": {"handlers": ["null"], "level": logging.CRITICAL},
+    }
+    path = os.path.join(directory, "live.db")
+    log = SqliteLog(path)
+    asys = ActorSystem(
+        "multiprocTCPBase", {"Admin Port": _free_port()}, transientUnique=True, logDefs=logdefs
+    )
+    try:
+        actor = asys.createActor(ProjectionActor)
+        asys.ask(
+            actor,
+            StartProjection(log_path=path, checkpoint_path=os.path.join(directory, "live.ckpt")),
+            10,
+        )
+        lags: list[float] = []
+        for i in range(samples):
+            t = time.perf_counter()
+            res = log.append("live", [Event(kind=Kind.USER_MESSAGE, text=f"m{i}")])
+            asys.tell(actor, Wake())
+            while True:
+                reply = asys.ask(actor, QueryStatus(session="live"), 10)
+                info = reply.info if isinstance(reply, StatusReply) else None
+                if info is not None and info.last_seq >= res.last_seq:
+                    break
+            lags.append((time.perf_counter() - t) * 1000)
+        lags.sort()
+        return statistics.median(lags), lags[int(len(lags) * 0.99) - 1]
+    finally:
+        asys.shutdown()
+        log.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--sessions", type=int, default=1_000)
+    ap.add_argument("--samples", type=int, default=500)
+    ap.add_argument("--no-live", action="store_true")
+    args = ap.parse_args()
+    directory = tempfile.mkdtemp(prefix="vertebra-bench-")
+    try:
+        path = os.path.join(directory, "spine.db")
+        t = time.perf_counter()
+        generate(path, args.events, args.sessions)
+        print(f"generated {args.events:,} events over {args.sessions:,} sessions "
+              f"in {time.perf_counter() - t:.1f} s")  # fmt: skip
+        base = baseline(path)
+        dt, reducer, log = rebuild(path, os.path.join(directory, "status.ckpt"))
+        n = args.events
+        print(f"raw baseline (read rows + decode JSON): {n / base:12,.0f} events/s  {base:.2f} s")
+        print(
+            f"rebuild (status + index + checkpoints): {n / dt:12,.0f} events/s  {dt:.2f} s"
+            f"  ratio {base / dt:.2f}x baseline (target >= 0.5x)"
+        )
+        assert len(reducer.index()) == args.sessions
+        reducer.close()
+        log.close()
+        if not args.no_live:
+            p50, p99 = live_lag(directory, args.samples)
+            print(f"live lag append -> reflected: p50 {p50:.2f} ms  p99 {p99:.2f} ms")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""`ProjectionActor`: the thin Thespian shell around `StatusReducer`.
+
+It folds one page per message and sends itself `FoldMore` while there is more, so queries
+interleave with a long catch-up or rebuild instead of waiting behind it. A `Wake` (sent by
+whoever appended) folds at once; a ``wakeupAfter`` poll floor keeps it correct when wakes
+are lost. Queries read only the reducer's complete state. The reducer reads the spine
+through plain reads and writes only its own checkpoint file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+from thespian.actors import ActorExitRequest, ActorTypeDispatcher, WakeupMessage
+
+from spine import SqliteLog
+
+from ._reducer import STATUS_VERSION, StatusReducer
+from .messages import (
+    FoldMore,
+    IndexReply,
+    ProgressReply,
+    ProjectionFailed,
+    QueryIndex,
+    QueryProgress,
+    QueryStatus,
+    Rebuild,
+    RebuildCompleted,
+    Rebuilding,
+    RebuildProgress,
+    RebuildStartedReply,
+    StartedReply,
+    StartProjection,
+    StatusReply,
+    Wake,
+)
+
+log = logging.getLogger("projections")
+
+#: Least time between two `RebuildProgress` reports to one requester.
+PROGRESS_EVERY = 0.1
+
+
+class ProjectionActor(ActorTypeDispatcher):  # type: ignore[misc]
+    """Folds the log into session statuses and the sessions index; answers queries."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._reducer: StatusReducer | None = None
+        self._log: SqliteLog | None = None
+        self._config: StartProjection | None = None
+        self._scheduled = False
+        # Who asked for a rebuild, and when it started: they get progress reports.
+        self._watchers: list[Any] = []
+        self._rebuild_started = 0.0
+        self._last_report = 0.0
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def receiveMsg_StartProjection(self, msg: StartProjection, sender: Any) -> None:
+        if self._reducer is not None and self._config is not None:
+            if (msg.log_path, msg.checkpoint_path) == (
+                self._config.log_path,
+                self._config.checkpoint_path,
+            ):
+                self.send(sender, StartedReply(progress=self._reducer.progress(), pid=os.getpid()))
+            else:
+                self.send(sender, ProjectionFailed(reason="already started on other files"))
+            return
+        try:
+            self._log = SqliteLog(msg.log_path)
+            self._reducer = StatusReducer(
+                self._log,
+                msg.checkpoint_path,
+                policy=msg.policy,
+                batch=msg.batch,
+                rebuild_commit_every=msg.rebuild_commit_every,
+                version=msg.version or STATUS_VERSION,
+            )
+        except Exception as exc:
+            self._close()
+            self.send(sender, ProjectionFailed(reason=f"{type(exc).__name__}: {exc}"))
+            return
+        self._config = msg
+        if self._reducer.rebuilding:
+            self._rebuild_started = time.monotonic()
+        self.send(sender, StartedReply(progress=self._reducer.progress(), pid=os.getpid()))
+        self._schedule()
+        self.wakeupAfter(timedelta(seconds=msg.poll_floor))
+
+    def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        if self._reducer is not None:
+            self._reducer.close()
+        if self._log is not None:
+            self._log.close()
+        self._reducer = None
+        self._log = None
+
+    # -- folding -------------------------------------------------------------------------
+
+    def _schedule(self) -> None:
+        # At most one FoldMore in flight: a burst of wakes collapses into one read.
+        if not self._scheduled and self._reducer is not None:
+            self._scheduled = True
+            self.send(self.myAddress, FoldMore())
+
+    def receiveMsg_Wake(self, msg: Wake, sender: Any) -> None:
+        self._schedule()
+
+    def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: Any) -> None:
+        if self._reducer is None or self._config is None:
+            return
+        self._schedule()
+        self.wakeupAfter(timedelta(seconds=self._config.poll_floor))
+
+    def receiveMsg_FoldMore(self, msg: FoldMore, sender: Any) -> None:
+        self._scheduled = False
+        r = self._reducer
+        if r is None:
+            return
+        try:
+            res = r.step()
+        except Exception:
+            # A storage hiccup: the checkpoint is intact; the poll floor tries again.
+            log.exception("projection fold step failed; retrying at the next poll")
+            return
+        if res.rebuilt:
+            self._report_done()
+        elif r.rebuilding:
+            self._report_progress()
+        if res.more:
+            self._schedule()
+
+    def _report_progress(self) -> None:
+        now = time.monotonic()
+        if self._watchers and now - self._last_report >= PROGRESS_EVERY and self._reducer:
+            self._last_report = now
+            p = self._reducer.progress()
+            for w in self._watchers:
+                self.send(w, RebuildProgress(progress=p))
+
+    def _report_done(self) -> None:
+        assert self._reducer is not None
+        p = self._reducer.progress()
+        seconds = time.monotonic() - self._rebuild_started
+        for w in self._watchers:
+            self.send(w, RebuildCompleted(progress=p, seconds=seconds))
+        self._watchers = []
+
+    def receiveMsg_Rebuild(self, msg: Rebuild, sender: Any) -> None:
+        r = self._reducer
+        if r is None:
+            self.send(sender, ProjectionFailed(reason="the projection is not started"))
+            return
+        r.request_rebuild()
+        self._rebuild_started = time.monotonic()
+        self._last_report = 0.0
+        if not any(w == sender for w in self._watchers):
+            self._watchers.append(sender)
+        self.send(sender, RebuildStartedReply(progress=r.progress()))
+        self._schedule()
+
+    # -- queries -------------------------------------------------------------------------
+
+    def receiveMsg_QueryStatus(self, msg: QueryStatus, sender: Any) -> None:
+        r = self._reducer
+        if r is None:
+            self.send(sender, ProjectionFailed(reason="the projection is not started"))
+        elif not r.ready:
+            self.send(sender, Rebuilding(progress=r.progress()))
+        else:
+            self.send(
+                sender,
+                StatusReply(
+                    session=msg.session,
+                    status=r.status(msg.session),
+                    info=r.info(msg.session),
+                    progress=r.progress(),
+                ),
+            )
+
+    def receiveMsg_QueryIndex(self, msg: QueryIndex, sender: Any) -> None:
+        r = self._reducer
+        if r is None:
+            self.send(sender, ProjectionFailed(reason="the projection is not started"))
+        elif not r.ready:
+            self.send(sender, Rebuilding(progress=r.progress()))
+        else:
+            self.send(sender, IndexReply(index=r.index(), progress=r.progress()))
+
+    def receiveMsg_QueryProgress(self, msg: QueryProgress, sender: Any) -> None:
+        r = self._reducer
+        if r is None:
+            self.send(sender, ProjectionFailed(reason="the projection is not started"))
+        else:
+            self.send(sender, ProgressReply(progress=r.progress(), pid=os.getpid()))

@@ -1,0 +1,127 @@
+"""Messages of the projection actor (frozen attrs, module level, so they pickle).
+
+Commands are imperative, replies end in ``Reply``; `Rebuilding` tells a query that no
+complete state exists yet. Every reply carries the reducer's `Progress`.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ._index import SessionInfo, SessionsIndex
+from ._policy import Fail, FailurePolicy
+from ._reducer import DEFAULT_BATCH, DEFAULT_REBUILD_COMMIT, Progress
+from ._status import Projection
+
+#: How often the actor re-reads the log when no wake arrives (the seed's subscriber floor).
+DEFAULT_POLL_FLOOR = 0.25
+
+
+@attrs.frozen(kw_only=True)
+class StartProjection:
+    """Open the log and the checkpoint file and start folding; answered by `StartedReply`.
+
+    ``log_path`` is the spine's SQLite file, ``checkpoint_path`` the reducer's own. A
+    ``version`` other than the default forces the code version (tests use it to trigger
+    the automatic rebuild). Sending it again with the same paths only answers.
+    """
+
+    log_path: str
+    checkpoint_path: str
+    policy: FailurePolicy = attrs.field(factory=Fail)
+    batch: int = DEFAULT_BATCH
+    rebuild_commit_every: int = DEFAULT_REBUILD_COMMIT
+    poll_floor: float = DEFAULT_POLL_FLOOR
+    version: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class StartedReply:
+    progress: Progress
+    pid: int
+
+
+@attrs.frozen
+class Wake:
+    """A hint that the log has new events: fold now rather than at the next poll."""
+
+
+@attrs.frozen(kw_only=True)
+class QueryStatus:
+    """Ask for one session's status; answered by `StatusReply` or `Rebuilding`."""
+
+    session: str
+
+
+@attrs.frozen(kw_only=True)
+class StatusReply:
+    """The session's status and index entry (both ``None`` for an unknown session),
+    from the last complete state; ``progress.stale`` when a rebuild is replacing it."""
+
+    session: str
+    status: Projection | None
+    info: SessionInfo | None
+    progress: Progress
+
+
+@attrs.frozen
+class QueryIndex:
+    """Ask for the sessions index; answered by `IndexReply` or `Rebuilding`."""
+
+
+@attrs.frozen(kw_only=True)
+class IndexReply:
+    index: SessionsIndex
+    progress: Progress
+
+
+@attrs.frozen(kw_only=True)
+class Rebuilding:
+    """No complete state exists yet (first build, or a rebuild from an empty checkpoint)."""
+
+    progress: Progress
+
+
+@attrs.frozen
+class Rebuild:
+    """Drop the state and fold from position 0. Answered by `RebuildStartedReply`; the
+    sender then gets `RebuildProgress` as it goes and `RebuildCompleted` at the end."""
+
+
+@attrs.frozen(kw_only=True)
+class RebuildStartedReply:
+    progress: Progress
+
+
+@attrs.frozen(kw_only=True)
+class RebuildProgress:
+    progress: Progress
+
+
+@attrs.frozen(kw_only=True)
+class RebuildCompleted:
+    progress: Progress
+    seconds: float
+
+
+@attrs.frozen
+class QueryProgress:
+    """Ask where the reducer stands; answered by `ProgressReply`."""
+
+
+@attrs.frozen(kw_only=True)
+class ProgressReply:
+    progress: Progress
+    pid: int
+
+
+@attrs.frozen(kw_only=True)
+class ProjectionFailed:
+    """The request could not be served (not started, or the log cannot be opened)."""
+
+    reason: str
+
+
+@attrs.frozen
+class FoldMore:
+    """The actor's note to itself to fold the next page, so queries interleave."""

@@ -1,0 +1,271 @@
+"""The projection actor on Thespian: queries, wakes, rebuilds, and surviving a SIGKILL."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import pickle
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import wait_for
+from test_projections_reducer import fill
+from thespian.actors import ActorExitRequest, ActorSystem
+
+from projections import (
+    Fail,
+    FoldMore,
+    IndexReply,
+    ProgressReply,
+    ProjectionActor,
+    ProjectionFailed,
+    QueryIndex,
+    QueryProgress,
+    QueryStatus,
+    Rebuild,
+    RebuildCompleted,
+    Rebuilding,
+    RebuildProgress,
+    RebuildStartedReply,
+    RetryThenFail,
+    Skip,
+    StartedReply,
+    StartProjection,
+    StatusReply,
+    Wake,
+    index_from,
+    project,
+)
+from spine import Event, Kind, SqliteLog, history
+
+LOGDEFS = {
+    "version": 1,
+    "handlers": {"null": {"class": "logging.NullHandler"}},
+    "root": {"handlers": ["null"], "level": logging.CRITICAL},
+}
+ASK = 10.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def simple() -> Iterator[ActorSystem]:
+    asys = ActorSystem("simpleSystemBase", transientUnique=True, logDefs=LOGDEFS)
+    try:
+        yield asys
+    finally:
+        asys.shutdown()
+
+
+@pytest.fixture
+def multiproc(no_leftover_processes: None) -> Iterator[ActorSystem]:
+    asys = ActorSystem(
+        "multiprocTCPBase", {"Admin Port": free_port()}, transientUnique=True, logDefs=LOGDEFS
+    )
+    try:
+        yield asys
+    finally:
+        asys.shutdown()
+
+
+@pytest.fixture
+def log(db_path: pathlib.Path) -> Iterator[SqliteLog]:
+    with SqliteLog(db_path) as lg:
+        yield lg
+
+
+def start(asys: ActorSystem, db: pathlib.Path, ck: pathlib.Path, **kw: Any) -> tuple[Any, int]:
+    actor = asys.createActor(ProjectionActor)
+    reply = asys.ask(actor, StartProjection(log_path=str(db), checkpoint_path=str(ck), **kw), ASK)
+    assert isinstance(reply, StartedReply), reply
+    return actor, reply.pid
+
+
+def ask_for(asys: ActorSystem, actor: Any, msg: Any, cls: type, others: list[Any]) -> Any:
+    """Ask, setting aside other messages (rebuild reports) that arrive before the reply."""
+    reply = asys.ask(actor, msg, ASK)
+    deadline = time.monotonic() + ASK
+    while not isinstance(reply, cls):
+        assert reply is not None and time.monotonic() < deadline, (reply, others)
+        others.append(reply)
+        reply = asys.listen(ASK)
+    return reply
+
+
+def caught_up(asys: ActorSystem, actor: Any, log: SqliteLog) -> bool:
+    r = asys.ask(actor, QueryProgress(), ASK)
+    assert isinstance(r, ProgressReply), r
+    p = r.progress
+    return p.ready and not p.rebuilding and p.position == log.last_position()
+
+
+def assert_state_equals_fold_from_zero(asys: ActorSystem, actor: Any, log: SqliteLog) -> None:
+    for info in log.streams():
+        r = asys.ask(actor, QueryStatus(session=info.stream), ASK)
+        assert isinstance(r, StatusReply), r
+        assert r.status == project(history(log, info.stream))
+        assert r.info is not None and r.info.last_seq == info.last_seq
+    idx = asys.ask(actor, QueryIndex(), ASK)
+    assert isinstance(idx, IndexReply)
+    assert idx.index == index_from(log.read_all(0, None))
+
+
+def test_every_message_pickles() -> None:
+    """Messages cross processes on multiproc bases, so each must survive pickling."""
+    from projections import messages
+
+    for name in dir(messages):
+        cls = getattr(messages, name)
+        if isinstance(cls, type) and cls.__module__ == messages.__name__:
+            fields = getattr(cls, "__attrs_attrs__", ())
+            if not fields:
+                obj = cls()
+                assert pickle.loads(pickle.dumps(obj)) == obj
+    msg = StartProjection(log_path="a", checkpoint_path="b", policy=RetryThenFail(attempts=2))
+    assert pickle.loads(pickle.dumps(msg)) == msg
+    assert pickle.loads(pickle.dumps(Skip())) == Skip() and Fail() != Skip()
+
+
+def test_queries_are_answered_from_the_folded_log_on_simple_base(
+    simple: ActorSystem, log: SqliteLog, db_path: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """After start the actor answers status and index equal to the pure folds; a wake folds."""
+    fill(log, 300, 5)
+    actor, _ = start(simple, db_path, tmp_path / "ck.db", batch=64)
+    wait_for(lambda: caught_up(simple, actor, log))
+    assert_state_equals_fold_from_zero(simple, actor, log)
+    log.append("s1", [Event(kind=Kind.USER_MESSAGE, text="new")])
+    simple.tell(actor, Wake())
+    wait_for(lambda: caught_up(simple, actor, log))
+    assert_state_equals_fold_from_zero(simple, actor, log)
+    unknown = simple.ask(actor, QueryStatus(session="nobody"), ASK)
+    assert isinstance(unknown, StatusReply) and unknown.status is None and unknown.info is None
+
+
+def test_queries_before_start_and_before_a_first_build_are_refused_clearly(
+    simple: ActorSystem, log: SqliteLog, db_path: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """Not started: ProjectionFailed. No complete state yet: Rebuilding, never partial state."""
+    actor = simple.createActor(ProjectionActor)
+    assert isinstance(simple.ask(actor, QueryStatus(session="s0"), ASK), ProjectionFailed)
+    fill(log, 2000, 4)
+    simple.ask(
+        actor,
+        StartProjection(log_path=str(db_path), checkpoint_path=str(tmp_path / "c"), batch=10),
+        ASK,
+    )
+    first = simple.ask(actor, QueryIndex(), ASK)
+    assert isinstance(first, Rebuilding) and first.progress.target == log.last_position()
+    wait_for(lambda: caught_up(simple, actor, log))
+    assert isinstance(simple.ask(actor, QueryIndex(), ASK), IndexReply)
+
+
+def test_a_rebuild_reports_progress_and_queries_meanwhile_see_the_last_complete_state(
+    simple: ActorSystem, log: SqliteLog, db_path: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """Rebuild: started reply, progress reports, completion; queries read the old state."""
+    fill(log, 3000, 5)
+    actor, _ = start(simple, db_path, tmp_path / "ck.db", batch=50)
+    wait_for(lambda: caught_up(simple, actor, log))
+    before = simple.ask(actor, QueryStatus(session="s2"), ASK)
+    assert isinstance(before, StatusReply)
+    reports: list[Any] = []
+    started = ask_for(simple, actor, Rebuild(), RebuildStartedReply, reports)
+    assert started.progress.rebuilding
+    during = ask_for(simple, actor, QueryStatus(session="s2"), StatusReply, reports)
+    assert during.progress.rebuilding and during.status == before.status
+    deadline = time.monotonic() + 30
+    while not any(isinstance(m, RebuildCompleted) for m in reports):
+        assert time.monotonic() < deadline, reports
+        m = simple.listen(1.0)
+        if m is not None:
+            reports.append(m)
+    done = reports[-1]
+    assert done.progress.position == log.last_position() and not done.progress.rebuilding
+    assert all(isinstance(m, RebuildProgress) for m in reports[:-1])
+    assert_state_equals_fold_from_zero(simple, actor, log)
+
+
+def test_an_actor_stopped_mid_fold_is_replaced_by_one_that_resumes_on_simple_base(
+    simple: ActorSystem, log: SqliteLog, db_path: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """Stop the actor mid-rebuild, start another on the same files: it equals a fold from 0."""
+    fill(log, 4000, 8)
+    ck = tmp_path / "ck.db"
+    actor, _ = start(simple, db_path, ck, batch=40, rebuild_commit_every=200)
+
+    def mid_fold() -> bool:
+        p = simple.ask(actor, QueryProgress(), ASK).progress
+        return 400 < p.rebuild_position < log.last_position()
+
+    wait_for(mid_fold)
+    simple.tell(actor, ActorExitRequest())
+    second, _ = start(simple, db_path, ck, batch=500)
+    p = simple.ask(second, QueryProgress(), ASK).progress
+    assert p.rebuilding and p.rebuild_position > 0  # resumed, not restarted
+    wait_for(lambda: caught_up(simple, second, log))
+    assert_state_equals_fold_from_zero(simple, second, log)
+
+
+def test_a_projection_sigkilled_mid_fold_restarts_to_the_fold_from_zero_on_multiproc(
+    multiproc: ActorSystem, log: SqliteLog, db_path: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """SIGKILL the actor's process mid-rebuild; a new actor on the same files converges."""
+    fill(log, 6000, 10)
+    ck = tmp_path / "ck.db"
+    actor, pid = start(multiproc, db_path, ck, batch=50, rebuild_commit_every=300)
+    assert pid != os.getpid()
+
+    def mid_fold() -> bool:
+        r = multiproc.ask(actor, QueryProgress(), ASK)
+        assert isinstance(r, ProgressReply), r
+        return 600 < r.progress.rebuild_position < log.last_position() - 1000
+
+    wait_for(mid_fold, timeout=30, interval=0.001)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or _zombie(pid))
+    second, pid2 = start(multiproc, db_path, ck, batch=500)
+    assert pid2 != pid
+    log.append("s3", [Event(kind=Kind.USER_MESSAGE, text="after the crash")])
+    multiproc.tell(second, Wake())
+    wait_for(lambda: caught_up(multiproc, second, log), timeout=30)
+    assert_state_equals_fold_from_zero(multiproc, second, log)
+    multiproc.tell(second, ActorExitRequest())
+
+
+def test_a_live_projection_on_multiproc_is_woken_by_appends_and_by_its_poll_floor(
+    multiproc: ActorSystem, log: SqliteLog, db_path: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """A Wake folds at once; with no wake the poll floor still picks the append up."""
+    fill(log, 50, 2)
+    actor, _ = start(multiproc, db_path, tmp_path / "ck.db", poll_floor=0.05)
+    wait_for(lambda: caught_up(multiproc, actor, log))
+    log.append("s0", [Event(kind=Kind.USER_MESSAGE, text="woken")])
+    multiproc.tell(actor, Wake())
+    wait_for(lambda: caught_up(multiproc, actor, log))
+    log.append("s1", [Event(kind=Kind.USER_MESSAGE, text="no wake sent")])
+    wait_for(lambda: caught_up(multiproc, actor, log), timeout=5)
+    assert_state_equals_fold_from_zero(multiproc, actor, log)
+    multiproc.tell(actor, ActorExitRequest())
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
+def test_fold_more_is_an_internal_note() -> None:
+    """FoldMore carries nothing, so any number of them collapse into one fold."""
+    assert FoldMore() == FoldMore()
