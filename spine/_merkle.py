@@ -27,18 +27,33 @@ def node_hash(left: bytes, right: bytes) -> bytes:
     return _sha256(_NODE + left + right).digest()
 
 
+# Copying a hash object already fed the prefix costs less than building ``prefix + data``
+# for every call; these loops are the whole cost of sealing (see docs/performance.md).
+_LEAF_CTX = _sha256(_LEAF)
+_NODE_CTX = _sha256(_NODE)
+
+
 def leaf_hashes(payloads: Sequence[bytes]) -> list[bytes]:
-    """Leaf hashes of ``payloads`` in order (the hot loop of sealing, kept tight)."""
-    sha = _sha256
-    leaf = _LEAF
-    return [sha(leaf + p).digest() for p in payloads]
+    """Leaf hashes of ``payloads`` in order."""
+    new = _LEAF_CTX.copy
+    out: list[bytes] = []
+    append = out.append
+    for p in payloads:
+        h = new()
+        h.update(p)
+        append(h.digest())
+    return out
 
 
 def _next_level(level: Sequence[bytes]) -> list[bytes]:
-    sha = _sha256
-    node = _NODE
+    new = _NODE_CTX.copy
+    out: list[bytes] = []
+    append = out.append
     it = iter(level)
-    out = [sha(node + a + b).digest() for a, b in zip(it, it)]
+    for a, b in zip(it, it):
+        h = new()
+        h.update(a + b)
+        append(h.digest())
     if len(level) & 1:
         out.append(level[-1])
     return out

@@ -151,10 +151,12 @@ def verify_records(
 ) -> VerifyReport:
     """Verify every seal among ``records`` (one stream, in storage order)."""
     ring = Keyring.of(keys)
-    checks = []
-    for j, r in enumerate(records):
-        if r.kind == Kind.RECORD_SEALED:
-            checks.append(_check_seal(stream, records, j, ring))
+    sealed = str(Kind.RECORD_SEALED)
+    checks = [
+        _check_seal(stream, records, j, ring)
+        for j, kind in enumerate([r.kind for r in records])
+        if kind == sealed
+    ]
     findings = sorted(
         (f for c in checks for f in c.findings),
         key=lambda f: (f.seq, f.kind != FindingKind.SEAL),
@@ -169,13 +171,15 @@ def _not_run(name: str) -> Tier:
 def _check_seal(stream: str, records: Sequence[Record], js: int, ring: Keyring) -> SealCheck:
     at = records[js].seq
     seal: Seal | None = None
+    expected: list[bytes] = []
     try:
         parsed = parse_seal_event(stream, records[js])
     except MalformedSealError as exc:
         problem: str | None = exc.problem
     else:
         seal = parsed
-        problem = parsed.signature_problem(ring) or parsed.index_problem()
+        expected = parsed.leaf_list()
+        problem = parsed.signature_problem(ring) or parsed.index_problem(expected)
     if problem is not None or seal is None:
         detail = f"the seal stored at seq {at} is forged, edited or untrusted: {problem}"
         return SealCheck(
@@ -196,12 +200,12 @@ def _check_seal(stream: str, records: Sequence[Record], js: int, ring: Keyring) 
     j = _start(records, seal.first)
     observed = records[j : min(j + seal.count, max(js, j))]
     got = leaf_hashes([r.payload for r in observed])
-    expected = seal.leaf_list()
 
-    bad_seq = next(
-        (i for i, r in enumerate(observed) if r.seq != seal.first + i),
-        None if len(observed) == seal.count else len(observed),
-    )
+    bad_seq: int | None = None
+    if [r.seq for r in observed] != list(range(seal.first, seal.last + 1)):
+        bad_seq = next(
+            (i for i, r in enumerate(observed) if r.seq != seal.first + i), len(observed)
+        )
     if bad_seq is None:
         cont = Tier(name="contiguity", ok=True, detail=f"seqs {seal.first}..{seal.last}")
     else:

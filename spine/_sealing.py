@@ -127,11 +127,14 @@ class Seal:
             return f"its signature does not verify with key {self.key_id}"
         return None
 
-    def index_problem(self) -> str | None:
-        """Why the leaf index is not authentic, or None when it reproduces the root."""
+    def index_problem(self, leaf_list: Sequence[bytes] | None = None) -> str | None:
+        """Why the leaf index is not authentic, or None when it reproduces the root.
+
+        ``leaf_list`` may pass `leaf_list()` when the caller already has it.
+        """
         if len(self.leaves) != self.count * HASH_SIZE:
             return f"its leaf index holds {len(self.leaves) // HASH_SIZE} leaves, not {self.count}"
-        if merkle_root(self.leaf_list()) != self.root:
+        if merkle_root(self.leaf_list() if leaf_list is None else leaf_list) != self.root:
             return "its leaf index does not reproduce the signed root (the index was edited)"
         return None
 
@@ -405,14 +408,11 @@ def seal_stream(
             f"cannot seal up to seq {hi}: stream {stream!r} ends at seq {end}"
         )
     records = read_range(log, stream, lo, hi)
-    for i, r in enumerate(records):
-        if r.seq != lo + i:
-            raise SealError(
-                f"stream {stream!r} is not contiguous at seq {lo + i} (found seq {r.seq}); "
-                "refusing to seal a damaged range"
-            )
-    if len(records) != hi - lo + 1:
-        raise SealError(f"stream {stream!r} is missing seq {lo + len(records)}; not sealing")
+    if [r.seq for r in records] != list(range(lo, hi + 1)):
+        bad = next((lo + i for i, r in enumerate(records) if r.seq != lo + i), lo + len(records))
+        raise SealError(
+            f"stream {stream!r} is not contiguous at seq {bad}; refusing to seal a damaged range"
+        )
     when = datetime.now(UTC) if time is None else time
     s = compute_seal(stream, lo, [r.payload for r in records], key, time=when)
     res = log.append(
