@@ -31,8 +31,8 @@ import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from projections import StatusReducer
-from spine import SCHEMA_VERSION, Event, Kind, SqliteLog
+from projections import Projection, StatusReducer, new_projection, project, reduce
+from spine import SCHEMA_VERSION, Event, Kind, SqliteLog, history
 
 PAGE = 20_000
 
@@ -168,15 +168,43 @@ def baseline(path: str) -> float:
     return dt
 
 
-def rebuild(path: str, checkpoint: str) -> tuple[float, StatusReducer, SqliteLog]:
-    """Seconds for a reducer to fold the whole log from 0 with per-batch checkpoints."""
-    log = SqliteLog(path)
-    t = time.perf_counter()
-    r = StatusReducer(log, checkpoint, batch=PAGE)
-    r.catch_up()
-    dt = time.perf_counter() - t
-    assert not r.rebuilding and r.failure is None
-    return dt, r, log
+def rebuild(path: str, checkpoint: str, *, prefetch: bool = False) -> float:
+    """Seconds for a reducer to fold the whole log from 0 with its checkpoint commits.
+
+    The result is checked against the pure Event-path fold for a sample of sessions.
+    """
+    for f in (checkpoint, checkpoint + "-wal", checkpoint + "-shm"):
+        if os.path.exists(f):
+            os.remove(f)
+    with SqliteLog(path) as log:
+        t = time.perf_counter()
+        r = StatusReducer(log, checkpoint, batch=PAGE, prefetch=prefetch)
+        r.catch_up()
+        dt = time.perf_counter() - t
+        assert not r.rebuilding and r.failure is None
+        for info in log.streams()[:5]:
+            assert r.status(info.stream) == project(history(log, info.stream))
+        r.close()
+    return dt
+
+
+def event_path(path: str, limit: int) -> float:
+    """Events/s folding the first ``limit`` rows through full `Event` objects and `reduce`."""
+    with SqliteLog(path) as log:
+        t = time.perf_counter()
+        states: dict[str, Projection] = {}
+        after = 0
+        n = 0
+        while n < limit:
+            page = log.read_all(after, min(PAGE, limit - n))
+            if not page:
+                break
+            for rec in page:
+                p = states.get(rec.stream)
+                states[rec.stream] = reduce(p if p is not None else new_projection(), rec.event())
+            n += len(page)
+            after = page[-1].position
+        return n / (time.perf_counter() - t)
 
 
 def _free_port() -> int:
@@ -193,6 +221,7 @@ def live_lag(directory: str, samples: int) -> tuple[float, float]:
 
     logdefs = {
         "version": 1,
+        "disable_existing_loggers": False,
         "handlers": {"null": {"class": "logging.NullHandler"}},
         "root": {"handlers": ["null"], "level": logging.CRITICAL},
     }
@@ -231,6 +260,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--sessions", type=int, default=1_000)
     ap.add_argument("--samples", type=int, default=500)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-live", action="store_true")
     args = ap.parse_args()
     directory = tempfile.mkdtemp(prefix="vertebra-bench-")
@@ -240,17 +270,29 @@ def main() -> None:
         generate(path, args.events, args.sessions)
         print(f"generated {args.events:,} events over {args.sessions:,} sessions "
               f"in {time.perf_counter() - t:.1f} s")  # fmt: skip
-        base = baseline(path)
-        dt, reducer, log = rebuild(path, os.path.join(directory, "status.ckpt"))
         n = args.events
+        # Best of a few interleaved rounds: the ratio is what matters, and other load on
+        # the machine hits both sides unevenly within one round.
+        ck = os.path.join(directory, "status.ckpt")
+        base = baseline(path)  # also warms the page cache for both sides
+        rounds = [(baseline(path), rebuild(path, ck)) for _ in range(args.rounds)]
+        base = min([base, *(b for b, _ in rounds)])
+        dt = min(r for _, r in rounds)
         print(f"raw baseline (read rows + decode JSON): {n / base:12,.0f} events/s  {base:.2f} s")
         print(
             f"rebuild (status + index + checkpoints): {n / dt:12,.0f} events/s  {dt:.2f} s"
             f"  ratio {base / dt:.2f}x baseline (target >= 0.5x)"
         )
-        assert len(reducer.index()) == args.sessions
-        reducer.close()
-        log.close()
+        pf = min(rebuild(path, ck, prefetch=True) for _ in range(args.rounds))
+        print(
+            f"rebuild with read-ahead thread:         {n / pf:12,.0f} events/s  {pf:.2f} s"
+            f"  ratio {base / pf:.2f}x baseline"
+        )
+        ev = event_path(path, min(n, 100_000))
+        print(
+            f"fold through Event objects (first 100k): {ev:11,.0f} events/s"
+            f"  ratio {ev / (n / base):.2f}x baseline"
+        )
         if not args.no_live:
             p50, p99 = live_lag(directory, args.samples)
             print(f"live lag append -> reflected: p50 {p50:.2f} ms  p99 {p99:.2f} ms")

@@ -14,7 +14,7 @@ fields without re-validating their types.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Self
 
 import orjson
 
@@ -162,7 +162,7 @@ class StatusFolder:
         )
 
     @classmethod
-    def thaw(cls, p: Projection) -> StatusFolder:
+    def thaw(cls, p: Projection) -> Self:
         """A folder that continues from ``p``."""
         s = cls()
         s.objective = p.objective
@@ -231,7 +231,7 @@ class StatusFolder:
         }
 
     @classmethod
-    def load(cls, d: Mapping[str, Any]) -> StatusFolder:
+    def load(cls, d: Mapping[str, Any]) -> Self:
         """The folder a `dump` describes."""
         s = cls()
         s.objective = d["objective"]
@@ -343,9 +343,8 @@ def _settle(s: StatusFolder, d: Mapping[str, Any], state: str) -> None:
     trust = d.get("trust", "")
     fault = d.get("fault", "")
     if call:
-        acts = s.actions
-        for i in range(len(acts) - 1, -1, -1):
-            a = acts[i]
+        # Newest first: an outcome usually follows its admission closely.
+        for a in reversed(s.actions):
             if a[_A_CALL] == call:
                 if action:
                     a[_A_ACTION] = action

@@ -18,6 +18,7 @@ import pathlib
 import sqlite3
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from operator import itemgetter
 from typing import Any
 
@@ -39,7 +40,7 @@ log = logging.getLogger("projections")
 #: Records folded (and, when live, committed) per step unless the caller says otherwise.
 DEFAULT_BATCH = 5000
 #: A rebuild commits its generation after at least this many records.
-DEFAULT_REBUILD_COMMIT = 250_000
+DEFAULT_REBUILD_COMMIT = 500_000
 
 #: A stored row as the reducer reads it: stream, seq, position, kind, version, payload.
 Row = tuple[str, int, int, str, int, bytes]
@@ -106,24 +107,54 @@ class StepResult:
     rebuilt: bool = False
 
 
-class _Acc:
-    __slots__ = ("info", "status")
+class _Acc(StatusFolder):
+    """One session's folds: the status (the folder itself, so that the status handlers
+    take it directly in the hot loop) and its index entry."""
 
-    def __init__(self, status: StatusFolder, info: InfoFolder) -> None:
-        self.status = status
-        self.info = info
+    __slots__ = ("info",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.info = InfoFolder("")
+
+    @property
+    def status(self) -> StatusFolder:
+        return self
 
     @classmethod
     def new(cls, stream: str) -> _Acc:
-        return cls(StatusFolder(), InfoFolder(stream))
+        acc = cls()
+        acc.info = InfoFolder(stream)
+        return acc
 
     def body(self) -> bytes:
-        return orjson.dumps({"s": self.status.view(), "i": self.info.dump()})
+        return orjson.dumps({"s": self.view(), "i": self.info.dump()})
 
     @classmethod
     def from_body(cls, body: bytes) -> _Acc:
         d = orjson.loads(body)
-        return cls(StatusFolder.load(d["s"]), InfoFolder.load(d["i"]))
+        acc = cls.load(d["s"])
+        acc.info = InfoFolder.load(d["i"])
+        return acc
+
+
+RowHandler = Callable[[_Acc, Mapping[str, Any]], None]
+
+
+def _with_state(h: Callable[[StatusFolder, Mapping[str, Any]], None] | None) -> RowHandler:
+    def both(acc: _Acc, d: Mapping[str, Any]) -> None:
+        if h is not None:
+            h(acc, d)
+        acc.info.feed_state(d)
+
+    return both
+
+
+#: Per kind, everything a stored row of that kind changes (status, then index state).
+ROW_HANDLERS: dict[str, RowHandler] = {
+    **STATUS_HANDLERS,
+    **{k: _with_state(STATUS_HANDLERS.get(k)) for k in STATE_KINDS},
+}
 
 
 class _State:
@@ -208,6 +239,7 @@ class StatusReducer:
         batch: int = DEFAULT_BATCH,
         rebuild_commit_every: int = DEFAULT_REBUILD_COMMIT,
         version: str = STATUS_VERSION,
+        prefetch: bool = False,
     ) -> None:
         if batch <= 0 or rebuild_commit_every <= 0:
             raise ValueError("batch and rebuild_commit_every must be positive")
@@ -227,6 +259,11 @@ class StatusReducer:
         # Pages up to this position are folded event by event (after a fast-path failure).
         self._careful_until = 0
         self._read = _row_reader(log)
+        # Separate reader for the prefetch thread: one connection per thread.
+        self._read_ahead = _row_reader(log)
+        self._prefetch = prefetch
+        self._pool: ThreadPoolExecutor | None = None
+        self._ahead: tuple[tuple[int, int], Future[list[Row]]] | None = None
         self._live: _State | None = None
         self._build: _State | None = None
         cur = self._store.current()
@@ -290,7 +327,7 @@ class StatusReducer:
         if self._failure is not None:
             return StepResult(folded=0, position=st.position, more=False)
         n = limit or self.batch
-        rows, folded, failure = self._fold(st, self._read(st.position, n), n)
+        rows, folded, failure = self._fold(st, self._next_page(st.position, n), n)
         if folded:
             st.position = rows[folded - 1][2]
             self._uncommitted += folded
@@ -318,6 +355,21 @@ class StatusReducer:
             rebuilt=rebuilt,
         )
 
+    def _next_page(self, after: int, n: int) -> list[Row]:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == (after, n):
+            rows = ahead[1].result()
+        else:
+            rows = self._read(after, n)
+        if len(rows) == n and self._prefetch:
+            # A full page means more is likely: read the next one on a worker thread while
+            # this one folds (SQLite releases the GIL while it steps through the table).
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="projection-read")
+            key = (rows[-1][2], n)
+            self._ahead = (key, self._pool.submit(self._read_ahead, *key))
+        return rows
+
     def _commit(self, st: _State, *, complete: bool) -> None:
         dirty = self._dirty
         self._store.commit(
@@ -343,6 +395,10 @@ class StatusReducer:
         return total
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self._ahead = None
         self._store.close()
 
     # -- folding -------------------------------------------------------------------------
@@ -406,18 +462,11 @@ class StatusReducer:
                 acc = sessions[s] = _Acc.new(s)
                 acc.info.first_position = first[2]
                 acc.info.created = loads(first[5]).get("time")
-        handlers = STATUS_HANDLERS
-        state_kinds = STATE_KINDS
+        handlers = ROW_HANDLERS
         for stream, _seq, _position, kind, _version, payload in rows:
             h = handlers.get(kind)
-            if h is None and kind not in state_kinds:
-                continue
-            acc = sessions[stream]
-            d = loads(payload)
             if h is not None:
-                h(acc.status, d)
-            if kind in state_kinds:
-                acc.info.feed_state(d)
+                h(sessions[stream], loads(payload))
         for s, last in lasts.items():
             d = loads(last[5])
             sessions[s].info.feed_tail(d, d, last[2], counts[s])

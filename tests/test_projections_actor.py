@@ -45,6 +45,7 @@ from spine import Event, Kind, SqliteLog, history
 
 LOGDEFS = {
     "version": 1,
+    "disable_existing_loggers": False,
     "handlers": {"null": {"class": "logging.NullHandler"}},
     "root": {"handlers": ["null"], "level": logging.CRITICAL},
 }

@@ -219,6 +219,8 @@ def test_skip_policy_logs_and_folds_past_the_bad_event(
     _insert_bad_row(db_path, "s0", b'{"seq": "one"}')
     log.append("s1", [Event(kind=Kind.USER_MESSAGE, text="after")])
     r = StatusReducer(log, tmp_path / "ck.db", policy=Skip(), batch=1000)
+    # Another test's logging.config may have disabled loggers that existed before it.
+    logging.getLogger("projections").disabled = False
     with caplog.at_level(logging.ERROR, logger="projections"):
         r.catch_up()
     assert r.failure is None and r.progress().skipped == 1
