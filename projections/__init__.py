@@ -30,6 +30,7 @@ from ._metadata import (
     reduce_metadata,
 )
 from ._policy import Fail, FailurePolicy, RetryThenFail, Skip
+from ._reader import LogReader, SqliteLogReader
 from ._reducer import (
     DEFAULT_BATCH,
     DEFAULT_REBUILD_COMMIT,
@@ -111,6 +112,7 @@ __all__ = [
     "Generation",
     "IndexReply",
     "InfoFolder",
+    "LogReader",
     "ModelSettings",
     "Outcome",
     "Progress",
@@ -132,6 +134,7 @@ __all__ = [
     "SessionInfo",
     "SessionsIndex",
     "Skip",
+    "SqliteLogReader",
     "StartProjection",
     "StartedReply",
     "StatusFolder",

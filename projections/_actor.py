@@ -17,8 +17,7 @@ from typing import Any
 
 from thespian.actors import ActorExitRequest, ActorTypeDispatcher, WakeupMessage
 
-from spine import SqliteLog
-
+from ._reader import SqliteLogReader
 from ._reducer import STATUS_VERSION, StatusReducer
 from .messages import (
     FoldMore,
@@ -51,7 +50,7 @@ class ProjectionActor(ActorTypeDispatcher):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._reducer: StatusReducer | None = None
-        self._log: SqliteLog | None = None
+        self._log: SqliteLogReader | None = None
         self._config: StartProjection | None = None
         self._scheduled = False
         # Who asked for a rebuild, and when it started: they get progress reports.
@@ -72,7 +71,7 @@ class ProjectionActor(ActorTypeDispatcher):  # type: ignore[misc]
                 self.send(sender, ProjectionFailed(reason="already started on other files"))
             return
         try:
-            self._log = SqliteLog(msg.log_path)
+            self._log = SqliteLogReader(msg.log_path)
             self._reducer = StatusReducer(
                 self._log,
                 msg.checkpoint_path,

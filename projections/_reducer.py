@@ -25,13 +25,14 @@ from typing import Any
 import attrs
 import orjson
 
-from spine import SCHEMA_VERSION, Log, Record, SqliteLog, StorageError, event_to_dict
+from spine import SCHEMA_VERSION, Record, SqliteLog, StorageError, event_to_dict
 
 from . import _fast, _index, _metadata, _status
 from ._errors import FoldError
 from ._fast import STATUS_HANDLERS, StatusFolder
 from ._index import STATE_KINDS, InfoFolder, SessionInfo, SessionsIndex
 from ._policy import Fail, FailurePolicy, RetryThenFail, Skip
+from ._reader import LogReader, SqliteLogReader, connect_read_only
 from ._status import Projection
 from ._store import CheckpointStore
 
@@ -175,16 +176,15 @@ def _record(row: Row) -> Record:
     return Record(stream, seq, position, kind, payload, version)
 
 
-def _row_reader(log: Log) -> Callable[[int, int], list[Row]]:
+def _row_reader(log: LogReader) -> Callable[[int, int], list[Row]]:
     """A page reader over the all-streams log: ``read(after_position, limit)``.
 
     On a SQLite log it reads the rows as plain tuples through its own read-only
     connection (no `Record` per row; a read never takes the log's write lock); any other
     log goes through `Log.read_all`.
     """
-    if isinstance(log, SqliteLog):
-        uri = pathlib.Path(log.path).resolve().as_uri() + "?mode=ro"
-        conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+    if isinstance(log, SqliteLog | SqliteLogReader):
+        conn = connect_read_only(log.path)
 
         def read(after: int, limit: int) -> list[Row]:
             try:
@@ -222,17 +222,22 @@ def _stored_dict(r: Record) -> dict[str, Any]:
 
 
 class StatusReducer:
-    """Folds a `Log` into per-session `Projection`s and the `SessionsIndex`, checkpointed.
+    """Folds a log into per-session `Projection`s and the `SessionsIndex`, checkpointed.
+
+    ``log`` is any `LogReader`: every `Log`, or a read-only `SqliteLogReader`.
 
     ``checkpoint`` is the reducer's own SQLite file. ``policy`` says what to do with an
     event that cannot be folded. ``version`` defaults to `STATUS_VERSION`; a checkpoint of
-    another version is served (marked stale) while a rebuild replaces it. One owner only:
-    the reducer is not thread-safe.
+    another version is served (marked stale) while a rebuild replaces it. ``prefetch``
+    reads the next page on a worker thread while one folds; it is off by default because
+    on a busy two-core machine the hand-offs of the interpreter lock cost about what the
+    overlap saves (see docs/performance.md). One owner only: the reducer is not
+    thread-safe.
     """
 
     def __init__(
         self,
-        log: Log,
+        log: LogReader,
         checkpoint: str | os.PathLike[str] | CheckpointStore,
         *,
         policy: FailurePolicy | None = None,
@@ -276,6 +281,7 @@ class StatusReducer:
                 self._build = self._load(
                     pending.gen, pending.version, pending.position, pending.skipped
                 )
+                self._target = self._log.last_position()
             else:
                 self._start_build()
 

@@ -158,6 +158,11 @@ def test_queries_before_start_and_before_a_first_build_are_refused_clearly(
     """Not started: ProjectionFailed. No complete state yet: Rebuilding, never partial state."""
     actor = simple.createActor(ProjectionActor)
     assert isinstance(simple.ask(actor, QueryStatus(session="s0"), ASK), ProjectionFailed)
+    missing = StartProjection(
+        log_path=str(tmp_path / "none.db"), checkpoint_path=str(tmp_path / "c")
+    )
+    failed = simple.ask(actor, missing, ASK)
+    assert isinstance(failed, ProjectionFailed) and "does not exist" in failed.reason
     fill(log, 2000, 4)
     simple.ask(
         actor,

@@ -17,11 +17,12 @@ from projections import (
     Fail,
     RetryThenFail,
     Skip,
+    SqliteLogReader,
     StatusReducer,
     index_from,
     project,
 )
-from spine import Event, Kind, Log, MemoryLog, Phase, SqliteLog, Usage, history
+from spine import Event, Kind, Log, MemoryLog, Phase, SqliteLog, StorageError, Usage, history
 
 _KINDS = [
     (Kind.USER_MESSAGE, {"text": "hi"}),
@@ -273,3 +274,27 @@ def test_any_sequence_of_crashes_and_batch_sizes_ends_in_the_fold_from_zero(
         r.catch_up()
         assert_equals_fold_from_zero(r, mem)
         r.close()
+
+
+def test_the_reducer_folds_while_another_process_holds_the_logs_write_lock(
+    log: SqliteLog, db_path: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """It only reads the spine (read-only connection), so a held write lock never blocks it."""
+    fill(log, 200, 3)
+    writer = sqlite3.connect(db_path, isolation_level=None, timeout=0.1)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        with SqliteLogReader(db_path) as reader:
+            r = StatusReducer(reader, tmp_path / "ck.db", batch=64)
+            r.catch_up()
+            assert_equals_fold_from_zero(r, log)
+            r.close()
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+
+
+def test_a_read_only_reader_refuses_a_missing_spine_file(tmp_path: pathlib.Path) -> None:
+    """The projection never creates the log: a missing file is a clear StorageError."""
+    with pytest.raises(StorageError, match="does not exist"):
+        SqliteLogReader(tmp_path / "nope.db")
