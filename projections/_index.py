@@ -7,7 +7,7 @@ rule; `SessionsIndex` holds one `SessionInfo` per stream in order of first appea
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -200,18 +200,9 @@ class InfoFolder:
 
     def feed_state(self, d: Mapping[str, Any]) -> None:
         """The part of `feed` that only rows of `STATE_KINDS` need."""
-        kind = d["kind"]
-        if kind == _CHILD_SPAWNED:
-            c = d.get("child")
-            if c:
-                self.children.add(c)
-            return
-        phase = d.get("phase", "")
-        self.terminal = _terminal_after(
-            self.terminal, kind, d.get("goal", ""), phase, self.children
-        )
-        if kind == _LIFECYCLE and phase:
-            self.phase = phase
+        h = INFO_STATE_HANDLERS.get(d["kind"])
+        if h is not None:
+            h(self, d)
 
     def feed_tail(
         self, first: Mapping[str, Any], last: Mapping[str, Any], position: int, n: int
@@ -274,3 +265,41 @@ class InfoFolder:
         f.phase = d["phase"]
         f.children = set(d["children"])
         return f
+
+
+# -- the index's state rule per kind, on dicts (the row path) -----------------------------
+
+
+def _new_input(f: InfoFolder, d: Mapping[str, Any]) -> None:
+    f.terminal = ""
+
+
+def _run_end(end: str) -> Callable[[InfoFolder, Mapping[str, Any]], None]:
+    def h(f: InfoFolder, d: Mapping[str, Any]) -> None:
+        goal = d.get("goal")
+        if not goal or goal not in f.children:
+            f.terminal = end
+
+    return h
+
+
+def _lifecycle(f: InfoFolder, d: Mapping[str, Any]) -> None:
+    phase = d.get("phase", "")
+    f.terminal = _terminal_after(f.terminal, _LIFECYCLE, "", phase, f.children)
+    if phase:
+        f.phase = phase
+
+
+def _child_spawned(f: InfoFolder, d: Mapping[str, Any]) -> None:
+    c = d.get("child")
+    if c:
+        f.children.add(c)
+
+
+#: For each of `STATE_KINDS`, what a row of that kind changes in an `InfoFolder`.
+INFO_STATE_HANDLERS: dict[str, Callable[[InfoFolder, Mapping[str, Any]], None]] = {
+    **{k: _new_input for k in _NEW_INPUT},
+    **{k: _run_end(end) for k, end in _RUN_END.items()},
+    _LIFECYCLE: _lifecycle,
+    _CHILD_SPAWNED: _child_spawned,
+}

@@ -30,7 +30,7 @@ from spine import SCHEMA_VERSION, Record, SqliteLog, StorageError, event_to_dict
 from . import _fast, _index, _metadata, _status
 from ._errors import FoldError
 from ._fast import STATUS_HANDLERS, StatusFolder
-from ._index import STATE_KINDS, InfoFolder, SessionInfo, SessionsIndex
+from ._index import INFO_STATE_HANDLERS, InfoFolder, SessionInfo, SessionsIndex
 from ._policy import Fail, FailurePolicy, RetryThenFail, Skip
 from ._reader import LogReader, SqliteLogReader, connect_read_only
 from ._status import Projection
@@ -142,11 +142,14 @@ class _Acc(StatusFolder):
 RowHandler = Callable[[_Acc, Mapping[str, Any]], None]
 
 
-def _with_state(h: Callable[[StatusFolder, Mapping[str, Any]], None] | None) -> RowHandler:
+def _with_state(
+    h: Callable[[StatusFolder, Mapping[str, Any]], None] | None,
+    ih: Callable[[InfoFolder, Mapping[str, Any]], None],
+) -> RowHandler:
     def both(acc: _Acc, d: Mapping[str, Any]) -> None:
         if h is not None:
             h(acc, d)
-        acc.info.feed_state(d)
+        ih(acc.info, d)
 
     return both
 
@@ -154,7 +157,7 @@ def _with_state(h: Callable[[StatusFolder, Mapping[str, Any]], None] | None) -> 
 #: Per kind, everything a stored row of that kind changes (status, then index state).
 ROW_HANDLERS: dict[str, RowHandler] = {
     **STATUS_HANDLERS,
-    **{k: _with_state(STATUS_HANDLERS.get(k)) for k in STATE_KINDS},
+    **{k: _with_state(STATUS_HANDLERS.get(k), ih) for k, ih in INFO_STATE_HANDLERS.items()},
 }
 
 
@@ -472,7 +475,12 @@ class StatusReducer:
         for stream, _seq, _position, kind, _version, payload in rows:
             h = handlers.get(kind)
             if h is not None:
-                h(sessions[stream], loads(payload))
+                d = loads(payload)
+                # The one check the fast path makes: a row that is not an object of its
+                # own kind goes to the careful path, which names the problem.
+                if d["kind"] != kind:
+                    raise ValueError(f"payload kind differs from the stored kind {kind!r}")
+                h(sessions[stream], d)
         for s, last in lasts.items():
             d = loads(last[5])
             sessions[s].info.feed_tail(d, d, last[2], counts[s])
