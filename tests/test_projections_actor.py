@@ -275,3 +275,24 @@ def _zombie(pid: int) -> bool:
 def test_fold_more_is_an_internal_note() -> None:
     """FoldMore carries nothing, so any number of them collapse into one fold."""
     assert FoldMore() == FoldMore()
+
+
+def test_a_new_code_version_rebuilds_automatically_and_serves_the_old_state_meanwhile(
+    simple: ActorSystem, log: SqliteLog, db_path: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """Started with another version, the actor rebuilds; queries read the stale complete state."""
+    fill(log, 2000, 4)
+    ck = tmp_path / "ck.db"
+    old, _ = start(simple, db_path, ck, version="v1")
+    wait_for(lambda: caught_up(simple, old, log))
+    before = simple.ask(old, QueryStatus(session="s1"), ASK)
+    simple.tell(old, ActorExitRequest())
+    new, _ = start(simple, db_path, ck, version="v2", batch=20)
+    during = simple.ask(new, QueryStatus(session="s1"), ASK)
+    assert isinstance(during, StatusReply), during
+    assert during.progress.rebuilding and during.progress.stale
+    assert during.status == before.status
+    wait_for(lambda: caught_up(simple, new, log))
+    after = simple.ask(new, QueryProgress(), ASK).progress
+    assert after.version == "v2" and not after.stale
+    assert_state_equals_fold_from_zero(simple, new, log)
