@@ -53,7 +53,8 @@ _ANSWERS = frozenset(
 
 @attrs.frozen(kw_only=True)
 class Turn:
-    """One turn: a user message (``id`` is its seq) and the answer it got.
+    """One turn: a user message (``id`` is its seq; negative for an event not yet stored)
+    and the answer it got.
 
     ``parent`` is the turn it follows (0 for the first). ``reply`` joins the assistant's
     text (a cancelled turn keeps its partial text); ``answers`` are the seqs of the events
@@ -160,21 +161,25 @@ class Thread:
             if activates in self._turns:
                 self.active = self._latest_leaf(activates)
             return
-        if ev.seq in self._turns:
+        tid = ev.seq
+        if tid <= 0:
+            # Not stored yet (no seq): a fresh negative id keeps it distinct from the root.
+            tid = min(0, *self._turns) - 1 if self._turns else -1
+        elif tid in self._turns:
             # A replayed event this thread has already folded.
             return
         edits = _ref(ev.extra, EDITS)
         regen = _ref(ev.extra, REGENERATES)
         if edits and edits in self._turns:
             parent = self._turns[edits].parent
-            self._add(Turn(id=ev.seq, parent=parent, text=ev.text, edit_of=edits))
+            self._add(Turn(id=tid, parent=parent, text=ev.text, edit_of=edits))
         elif regen and regen in self._turns:
             base = self._turns[regen]
             self._add(
-                Turn(id=ev.seq, parent=base.parent, text=ev.text or base.text, regenerate_of=regen)
+                Turn(id=tid, parent=base.parent, text=ev.text or base.text, regenerate_of=regen)
             )
         else:
-            self._add(Turn(id=ev.seq, parent=self.active, text=ev.text))
+            self._add(Turn(id=tid, parent=self.active, text=ev.text))
 
     def _latest_leaf(self, node: int) -> int:
         while self._children.get(node):

@@ -316,3 +316,11 @@ def test_the_index_folded_live_equals_the_index_folded_from_the_log(
     for r in records:
         folders.setdefault(r.stream, InfoFolder(r.stream)).feed(orjson.loads(r.payload), r.position)
     assert {s: f.freeze() for s, f in folders.items()} == dict(live.sessions)
+
+
+def test_messages_not_yet_stored_still_form_a_chain() -> None:
+    """Events without a seq (before append) get distinct negative ids, never the root's 0."""
+    evs = [Event(kind=Kind.USER_MESSAGE, text="a"), Event(kind=Kind.USER_MESSAGE, text="b")]
+    path = turns(evs)
+    assert [(t.text, t.id) for t in path] == [("a", -1), ("b", -2)]
+    assert path[1].parent == -1
