@@ -16,7 +16,7 @@ import cattrs
 import orjson
 
 from ._errors import DecodeError, InvalidArgumentError
-from ._event import Event, Usage
+from ._event import Event, Usage, build_event
 
 #: Version of the stored JSON shape. Stored rows carry the version they were written with;
 #: older rows pass through the registered upcasters on read.
@@ -211,49 +211,69 @@ def encode_events(
     return out
 
 
+# How each known JSON field is checked on decode: the attribute it fills and its shape.
+_STR, _INT, _BOOL, _TIME, _INPUT, _USAGE, _PROPS, _RECORD, _KIND = range(9)
+_DECODE: dict[str, tuple[str, int]] = {}
+for _attr, _key in _FIELDS:
+    _DECODE[_key] = (
+        _attr,
+        _STR if _key in _STR_FIELDS
+        else _INT if _key in _INT_FIELDS
+        else _BOOL if _key in _BOOL_FIELDS
+        else {"time": _TIME, "input": _INPUT, "usage": _USAGE, "properties": _PROPS,
+              "record": _RECORD, "kind": _KIND}[_key],
+    )  # fmt: skip
+
+
 def event_from_dict(d: Any, *, stream: str | None = None, seq: int | None = None) -> Event:
     """Build an event from a decoded JSON object; unknown fields go to ``extra``."""
-    if not isinstance(d, dict):
+    if type(d) is not dict:
         raise DecodeError("the payload is not a JSON object", stream=stream, seq=seq)
     kwargs: dict[str, Any] = {}
     extra: dict[str, Any] | None = None
+    spec = _DECODE
     try:
         for key, v in d.items():
-            attr = _JSON_TO_ATTR.get(key)
-            if attr is None:
+            s = spec.get(key)
+            if s is None:
                 if extra is None:
                     extra = {}
                 extra[key] = v
                 continue
-            if key in _STR_FIELDS:
-                if not isinstance(v, str):
+            attr, shape = s
+            # Exact type checks: JSON only yields these exact types, and bool is an int.
+            if shape == _STR:
+                if type(v) is not str:
                     raise TypeError(f"field {key!r} must be a string")
-            elif key in _INT_FIELDS:
-                if not isinstance(v, int) or isinstance(v, bool):
+                if not v:
+                    continue
+            elif shape == _INT:
+                if type(v) is not int:
                     raise TypeError(f"field {key!r} must be an integer")
-            elif key in _BOOL_FIELDS:
-                if not isinstance(v, bool):
+            elif shape == _KIND:
+                if type(v) is not str or not v:
+                    raise TypeError("field 'kind' must be a non-empty string")
+            elif shape == _BOOL:
+                if type(v) is not bool:
                     raise TypeError(f"field {key!r} must be a boolean")
-            elif key == "time":
-                if not isinstance(v, str):
+            elif shape == _TIME:
+                if type(v) is not str:
                     raise TypeError("field 'time' must be an RFC 3339 string")
                 v = datetime.fromisoformat(v)
                 if v.tzinfo is None:
                     raise TypeError("field 'time' has no time zone")
-            elif key == "input":
+            elif shape == _INPUT:
+                # Compact JSON from the parsed value: what `Event` would canonicalise to.
                 v = orjson.dumps(v).decode()
-            elif key == "usage":
+            elif shape == _USAGE:
                 v = usage_from_dict(v)
-            elif key == "properties":
-                if not isinstance(v, dict) or not all(
-                    isinstance(x, str) or x is None for x in v.values()
-                ):
+                if v.is_zero():
+                    continue
+            elif shape == _PROPS:
+                if type(v) is not dict or not all(type(x) is str or x is None for x in v.values()):
                     raise TypeError("field 'properties' must map keys to strings or null")
-            elif key == "record":
-                if not isinstance(v, dict):
-                    raise TypeError("field 'record' must be an object")
-            elif key == "kind" and (not isinstance(v, str) or not v):
-                raise TypeError("field 'kind' must be a non-empty string")
+            elif shape == _RECORD and type(v) is not dict:
+                raise TypeError("field 'record' must be an object")
             kwargs[attr] = v
     except (TypeError, ValueError) as exc:
         raise DecodeError(str(exc), stream=stream, seq=seq) from None
@@ -261,7 +281,7 @@ def event_from_dict(d: Any, *, stream: str | None = None, seq: int | None = None
         raise DecodeError("the event has no 'kind'", stream=stream, seq=seq)
     if extra is not None:
         kwargs["extra"] = extra
-    return Event(**kwargs)
+    return build_event(**kwargs)
 
 
 def decode_event(

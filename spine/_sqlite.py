@@ -23,6 +23,7 @@ from ._log import (
     check_kinds,
     check_page,
     encode_batch,
+    gc_paused,
     make_record,
 )
 
@@ -71,6 +72,7 @@ _UPSERT_STREAM = (
     "last_position = excluded.last_position"
 )
 _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+_REPLAY_PAGE = 2000
 
 
 class SqliteLog:
@@ -265,13 +267,26 @@ class SqliteLog:
         return list(map(make_record, rows))
 
     def read_events(self, stream: str, after_seq: int = 0) -> list[Event]:
-        """Every event of ``stream`` after ``after_seq``, decoded: the replay fast path."""
+        """Every event of ``stream`` after ``after_seq``, decoded: the replay fast path.
+
+        One statement, so the events come from one consistent snapshot of the stream.
+        """
         check_page(after_seq, None, "after_seq")
-        rows = self._query(
-            "SELECT seq, version, payload FROM events WHERE stream=? AND seq>? ORDER BY seq",
-            (stream, after_seq),
-        )
-        return [decode_event(b, stream=stream, seq=s, version=v) for s, v, b in rows]
+        out: list[Event] = []
+        try:
+            cur = self._reader().execute(
+                "SELECT seq, version, payload FROM events WHERE stream=? AND seq>? ORDER BY seq",
+                (stream, after_seq),
+            )
+            # Decode page by page so rows do not pile up next to the events made from them.
+            with gc_paused():
+                while rows := cur.fetchmany(_REPLAY_PAGE):
+                    out.extend(
+                        [decode_event(b, stream=stream, seq=s, version=v) for s, v, b in rows]
+                    )
+        except sqlite3.Error as exc:
+            raise StorageError(f"read from {self.path!r} failed: {exc}") from exc
+        return out
 
     def read_all(
         self,
