@@ -295,6 +295,11 @@ class StatusReducer:
         return st
 
     def _start_build(self) -> None:
+        # Whatever a previous build had not committed belongs to a generation that is gone.
+        self._dirty.clear()
+        self._uncommitted = 0
+        self._careful_until = 0
+        self._ahead = None
         g = self._store.begin_generation(self.version)
         self._build = _State(g.gen, g.version, 0)
         self._target = self._log.last_position()

@@ -252,22 +252,27 @@ def test_retry_then_fail_rereads_the_event_before_failing(
     assert len(reads) == 2
 
 
-_runs = st.lists(st.tuples(st.integers(1, 40), st.integers(0, 3)), min_size=1, max_size=8)
+_runs = st.lists(
+    st.tuples(st.integers(1, 40), st.integers(0, 3), st.booleans()), min_size=1, max_size=8
+)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 300), st.integers(1, 6), _runs)
 def test_any_sequence_of_crashes_and_batch_sizes_ends_in_the_fold_from_zero(
-    events: int, sessions: int, runs: list[tuple[int, int]]
+    events: int, sessions: int, runs: list[tuple[int, int, bool]]
 ) -> None:
-    """Reducers restarted after crashes at arbitrary steps, with arbitrary batches, converge."""
+    """Reducers restarted after crashes at arbitrary steps (with arbitrary batches, and
+    rebuilds requested at arbitrary points) converge on the fold from zero."""
     with tempfile.TemporaryDirectory() as d:
         mem = MemoryLog()
         fill(mem, events, sessions, seed=events)
         ck = pathlib.Path(d) / "ck.db"
-        for batch, steps in runs:
+        for batch, steps, rebuild in runs:
             r = StatusReducer(mem, ck, batch=batch, rebuild_commit_every=batch * 2)
-            for _ in range(steps):
+            for i in range(steps):
+                if rebuild and i == steps // 2:
+                    r.request_rebuild()
                 r.step()
             r.close()
         r = StatusReducer(mem, ck)
