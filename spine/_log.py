@@ -6,13 +6,13 @@ import contextlib
 import functools
 import gc
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import UTC, datetime
 from typing import NamedTuple, Protocol, runtime_checkable
 
 import attrs
 
-from ._codec import SCHEMA_VERSION, decode_event, encode_events, format_time
+from ._codec import SCHEMA_VERSION, decode_event, encode_events
 from ._errors import InvalidArgumentError
 from ._event import EPHEMERAL_KINDS, Event
 from ._ids import validate_session_id
@@ -240,8 +240,24 @@ def gc_paused() -> Iterator[None]:
                 gc.enable()
 
 
+_stamp: tuple[int, str] = (-1, "")
+
+
 def _now() -> str:
-    return format_time(datetime.now(UTC))
+    """Now as `format_time` writes it (always with microseconds), for the log's stamps.
+
+    Every append without a writer-set time stamps one, so the date part is formatted once
+    a second instead of through ``datetime`` each time.
+    """
+    global _stamp
+    sec, us = divmod(time.time_ns() // 1000, 1_000_000)
+    # One tuple, read and replaced whole, so racing threads never pair a second with
+    # another second's text.
+    last, prefix = _stamp
+    if sec != last:
+        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
+        _stamp = (sec, prefix)
+    return f"{prefix}.{us:06d}Z"
 
 
 def encode_batch(events: Sequence[Event], first_seq: int) -> list[tuple[int, str, bytes]]:
