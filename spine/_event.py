@@ -10,6 +10,8 @@ from typing import Any
 import attrs
 import orjson
 
+from ._errors import InvalidArgumentError
+
 
 class Kind(enum.StrEnum):
     """Every event kind the runtime writes.
@@ -110,7 +112,7 @@ def _canonical_json(value: str) -> str:
     try:
         return orjson.dumps(orjson.loads(value)).decode()
     except orjson.JSONDecodeError as exc:
-        raise ValueError(f"input is not valid JSON: {exc}") from None
+        raise InvalidArgumentError(f"input is not valid JSON: {exc}") from None
 
 
 def _usage_or_none(value: Usage | None) -> Usage | None:

@@ -1,0 +1,106 @@
+"""The log contract for MemoryLog and SqliteLog, and what only the SQLite file adds."""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+import sqlite3
+from collections.abc import Callable
+
+import pytest
+from log_contract import DurableLogContract, LogContract, ev, snapshot
+
+from spine import Log, MemoryLog, SqliteLog, StorageError
+
+
+class TestMemoryLog(LogContract):
+    """MemoryLog keeps the whole contract in one process."""
+
+    def new_log(self, tmp_path: pathlib.Path) -> Log:
+        return MemoryLog()
+
+
+class TestSqliteLog(DurableLogContract):
+    """SqliteLog keeps the contract in a real file, across threads and processes."""
+
+    def new_log(self, tmp_path: pathlib.Path) -> Log:
+        return SqliteLog(tmp_path / "spine.db")
+
+    def reopen(self, log: Log, tmp_path: pathlib.Path) -> Log:
+        return SqliteLog(tmp_path / "spine.db")
+
+    def opener(self, tmp_path: pathlib.Path) -> Callable[[], Log]:
+        return functools.partial(SqliteLog, str(tmp_path / "spine.db"))
+
+    def test_stored_events_cannot_be_rewritten_or_removed(
+        self, log: Log, db_path: pathlib.Path
+    ) -> None:
+        """The file refuses UPDATE and DELETE on events: sealed bytes stay as sealed."""
+        log.append("s", [ev("a")])
+        raw = sqlite3.connect(str(pathlib.Path(log.path)))  # type: ignore[attr-defined]
+        try:
+            with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+                raw.execute("UPDATE events SET payload = x'00'")
+            with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+                raw.execute("DELETE FROM events")
+        finally:
+            raw.close()
+        assert [r.event().text for r in log.read("s")] == ["a"]
+
+    def test_the_file_is_in_wal_mode_with_the_chosen_durability(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        """The log puts the file in WAL and applies the synchronous setting it was given."""
+        with SqliteLog(tmp_path / "full.db", synchronous="full") as log:
+            conn = log._w  # the writer connection: where the setting matters
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+
+    def test_an_unknown_synchronous_setting_is_refused(self, tmp_path: pathlib.Path) -> None:
+        """Only SQLite's own synchronous levels are accepted."""
+        with pytest.raises(ValueError, match="synchronous"):
+            SqliteLog(tmp_path / "x.db", synchronous="sometimes")
+
+    def test_a_file_that_is_not_a_database_is_refused_untouched(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        """Opening a non-database file raises StorageError and leaves its bytes alone."""
+        path = tmp_path / "notes.txt"
+        path.write_bytes(b"not a database, just notes\n" * 100)
+        with pytest.raises(StorageError, match="not a database"):
+            SqliteLog(path)
+        assert path.read_bytes() == b"not a database, just notes\n" * 100
+
+    def test_a_file_of_another_spine_format_is_refused(self, tmp_path: pathlib.Path) -> None:
+        """A database marked with an unknown spine format is not appended to."""
+        path = tmp_path / "future.db"
+        SqliteLog(path).close()
+        raw = sqlite3.connect(str(path))
+        raw.execute("UPDATE spine_meta SET value = 'vertebra-spine-99' WHERE key = 'format'")
+        raw.commit()
+        raw.close()
+        with pytest.raises(StorageError, match="unknown spine format"):
+            SqliteLog(path)
+
+    def test_a_closed_log_refuses_appends_and_reads(self, tmp_path: pathlib.Path) -> None:
+        """After close, append and read raise StorageError instead of touching the file."""
+        log = SqliteLog(tmp_path / "c.db")
+        log.append("s", [ev("a")])
+        log.close()
+        log.close()  # closing twice is harmless
+        with pytest.raises(StorageError, match="closed"):
+            log.append("s", [ev("b")])
+        with SqliteLog(tmp_path / "c.db") as again:
+            assert [r.event().text for r in again.read("s")] == ["a"]
+
+    def test_readers_in_other_threads_see_committed_appends(self, log: Log) -> None:
+        """Each thread reads through its own connection and sees every commit."""
+        import threading
+
+        log.append("s", [ev("a")])
+        seen: list[int] = []
+        t = threading.Thread(target=lambda: seen.append(len(log.read("s"))))
+        t.start()
+        t.join(10)
+        assert seen == [1]
+        assert snapshot(log)[0].stream == "s"
