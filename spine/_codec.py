@@ -259,7 +259,10 @@ def event_from_dict(d: Any, *, stream: str | None = None, seq: int | None = None
             elif shape == _TIME:
                 if type(v) is not str:
                     raise TypeError("field 'time' must be an RFC 3339 string")
-                v = datetime.fromisoformat(v)
+                try:
+                    v = datetime.fromisoformat(v)
+                except ValueError:
+                    raise TypeError(f"field 'time' is not an RFC 3339 time: {v!r}") from None
                 if v.tzinfo is None:
                     raise TypeError("field 'time' has no time zone")
             elif shape == _INPUT:

@@ -1,0 +1,311 @@
+"""The JSON codec: the seed's field names, omitted empties, raw input, preservation, errors."""
+
+from __future__ import annotations
+
+import pathlib
+import sqlite3
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import KNOWN_FIELDS, event_json, events, raw_json
+
+from spine import (
+    SCHEMA_VERSION,
+    DecodeError,
+    Event,
+    InvalidArgumentError,
+    Kind,
+    Record,
+    SpineError,
+    SqliteLog,
+    Usage,
+    _codec,
+    converter,
+    decode_event,
+    encode_event,
+    event_from_dict,
+    event_to_dict,
+    history,
+    register_upcaster,
+)
+
+WHEN = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
+
+
+def full_event() -> Event:
+    """An event with every field set to something non-empty."""
+    return Event(
+        kind=Kind.TURN_COMPLETED,
+        seq=7,
+        time=WHEN,
+        actor="agent",
+        goal="g-1",
+        child="c-1",
+        turn=3,
+        text="done",
+        tool="grep",
+        tool_use_id="toolu_9",
+        input='{"q":"x"}',
+        result="3 matches",
+        is_error=True,
+        stop_reason="end_turn",
+        usage=Usage(
+            input_tokens=10,
+            output_tokens=20,
+            cache_read_tokens=30,
+            cache_write_tokens=40,
+            reasoning_tokens=50,
+        ),
+        error="boom",
+        action="write_file",
+        call=12,
+        trust="sandboxed",
+        fault="denied",
+        host="10.0.0.1",
+        allowed=True,
+        reason="policy",
+        phase="opened",
+        session="other",
+        severity="warn",
+        properties={"model": "m"},
+        record={"root": "ab"},
+    )
+
+
+def test_every_field_is_written_under_the_seeds_json_name() -> None:
+    """Field names are exactly the seed's: toolUseID, isError, stopReason, error, usage.*."""
+    d = orjson.loads(encode_event(full_event()))
+    assert list(d) == [
+        "seq", "time", "kind", "actor", "goal", "child", "turn", "text", "tool", "toolUseID",
+        "input", "result", "isError", "stopReason", "usage", "error", "action", "call", "trust",
+        "fault", "host", "allowed", "reason", "phase", "session", "severity", "properties",
+        "record",
+    ]  # fmt: skip
+    assert d["toolUseID"] == "toolu_9" and d["isError"] is True
+    assert d["stopReason"] == "end_turn" and d["error"] == "boom"
+    assert d["usage"] == {
+        "inputTokens": 10,
+        "outputTokens": 20,
+        "cacheReadTokens": 30,
+        "cacheWriteTokens": 40,
+        "reasoningTokens": 50,
+    }
+    assert d["time"] == "2026-03-04T05:06:07.890123Z"
+    assert set(d) == KNOWN_FIELDS
+
+
+def test_empty_fields_are_omitted() -> None:
+    """Zero, empty, false and absent fields do not appear in the JSON at all."""
+    assert encode_event(Event(kind="x")) == b'{"kind":"x"}'
+    assert orjson.loads(encode_event(Event(kind="x", usage=Usage(), turn=0, text=""))) == {
+        "kind": "x"
+    }
+    partial = orjson.loads(encode_event(Event(kind="x", usage=Usage(output_tokens=5))))
+    assert partial == {"kind": "x", "usage": {"outputTokens": 5}}
+
+
+def test_a_zero_usage_is_no_usage() -> None:
+    """Usage() and None are one value on an event, as they are one stored form."""
+    assert Event(kind="x", usage=Usage()) == Event(kind="x")
+    assert Event(kind="x", usage=Usage()).usage is None
+
+
+def test_the_log_supplies_seq_and_time_first() -> None:
+    """encode_event(seq=, time=) writes the log's seq and time ahead of the event's fields."""
+    b = encode_event(Event(kind="x", seq=99, text="t"), seq=3, time="2026-01-01T00:00:00Z")
+    assert b == b'{"seq":3,"time":"2026-01-01T00:00:00Z","kind":"x","text":"t"}'
+
+
+def test_input_is_embedded_as_raw_json_not_as_a_string() -> None:
+    """A tool's input is stored as JSON (compacted, key order kept) and read back as text."""
+    e = Event(kind=Kind.TOOL_CALL, input='{ "b": 1,\n  "a": [true, null, 2.5] }')
+    assert e.input == '{"b":1,"a":[true,null,2.5]}'
+    b = encode_event(e)
+    assert b == b'{"kind":"tool.call","input":{"b":1,"a":[true,null,2.5]}}'
+    assert decode_event(b).input == '{"b":1,"a":[true,null,2.5]}'
+    assert decode_event(b'{"kind":"tool.call","input":"a string"}').input == '"a string"'
+    assert decode_event(b'{"kind":"tool.call","input":null}').input == "null"
+
+
+def test_input_that_is_not_json_is_refused_when_the_event_is_built() -> None:
+    """Event(input=...) requires JSON text, so a bad input never reaches the log."""
+    with pytest.raises(InvalidArgumentError, match="input is not valid JSON"):
+        Event(kind=Kind.TOOL_CALL, input="{not json")
+
+
+def test_unknown_kinds_and_fields_survive_a_round_trip_byte_for_byte() -> None:
+    """A newer writer's kind and fields are kept in kind and extra, and written back as is."""
+    b = b'{"seq":4,"kind":"agent.dreamed","text":"t","mood":{"level":3},"tags":["a",1]}'
+    e = decode_event(b, stream="s", seq=4)
+    assert e.kind == "agent.dreamed" and e.text == "t"
+    assert e.extra == {"mood": {"level": 3}, "tags": ["a", 1]}
+    assert encode_event(e) == b
+
+
+def test_a_newer_schema_version_reads_with_its_unknown_fields_kept() -> None:
+    """A row from a newer writer decodes without upcasting; new fields land in extra."""
+    b = b'{"seq":1,"kind":"x","brandNew":true}'
+    e = decode_event(b, stream="s", seq=1, version=SCHEMA_VERSION + 1)
+    assert e.extra == {"brandNew": True}
+
+
+def test_a_registered_upcaster_brings_an_old_row_up_to_date(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows stored with an older schema version pass through the upcaster hook on read."""
+    monkeypatch.setattr(_codec, "_upcasters", {})
+
+    def v0_to_v1(d: dict[str, Any]) -> dict[str, Any]:
+        d = dict(d)
+        d["toolUseID"] = d.pop("tool_use_id")
+        return d
+
+    register_upcaster(SCHEMA_VERSION - 1, v0_to_v1)
+    old = b'{"seq":2,"kind":"tool.call","tool_use_id":"toolu_1"}'
+    assert Record("s", 2, 9, "tool.call", old, SCHEMA_VERSION - 1).event().tool_use_id == "toolu_1"
+
+
+def test_an_old_row_without_an_upcaster_is_a_named_decode_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without an upcaster for its version an old row fails naming stream, seq and version."""
+    monkeypatch.setattr(_codec, "_upcasters", {})
+    with pytest.raises(DecodeError, match="no upcaster registered from schema version 0") as info:
+        Record("s", 2, 9, "x", b'{"seq":2,"kind":"x"}', 0).event()
+    assert (info.value.stream, info.value.seq) == ("s", 2)
+
+
+def test_an_upcaster_must_start_below_the_current_version() -> None:
+    """Registering an upcaster from the current (or a future) version is misuse."""
+    with pytest.raises(InvalidArgumentError, match="below the current schema version"):
+        register_upcaster(SCHEMA_VERSION, lambda d: d)
+
+
+def test_sqlite_stores_the_schema_version_of_each_row(tmp_path: pathlib.Path) -> None:
+    """Every stored row carries the schema version it was written with."""
+    with SqliteLog(tmp_path / "v.db") as log:
+        log.append("s", [Event(kind="x")])
+        assert log.read("s")[0].version == SCHEMA_VERSION
+    raw = sqlite3.connect(str(tmp_path / "v.db"))
+    try:
+        assert raw.execute("SELECT version FROM events").fetchall() == [(SCHEMA_VERSION,)]
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize(
+    ("payload", "problem"),
+    [
+        (b'{"seq":5,"kind":"x"', "invalid JSON"),
+        (b"[1,2,3]", "not a JSON object"),
+        (b'{"seq":5,"text":"no kind"}', "has no 'kind'"),
+        (b'{"seq":5,"kind":""}', "'kind' must be a non-empty string"),
+        (b'{"seq":5,"kind":"x","turn":"3"}', "'turn' must be an integer"),
+        (b'{"seq":5,"kind":"x","turn":true}', "'turn' must be an integer"),
+        (b'{"seq":5,"kind":"x","text":7}', "'text' must be a string"),
+        (b'{"seq":5,"kind":"x","isError":"yes"}', "'isError' must be a boolean"),
+        (b'{"seq":5,"kind":"x","time":"yesterday"}', "'time' is not an RFC 3339 time"),
+        (b'{"seq":5,"kind":"x","time":"2026-01-01T00:00:00"}', "no time zone"),
+        (b'{"seq":5,"kind":"x","usage":{"inputTokens":"many"}}', "usage.inputTokens"),
+        (b'{"seq":5,"kind":"x","usage":[1]}', "usage must be an object"),
+        (b'{"seq":5,"kind":"x","properties":{"k":1}}', "'properties'"),
+        (b'{"seq":5,"kind":"x","record":"sealed"}', "'record' must be an object"),
+        (b'{"seq":6,"kind":"x"}', "payload carries seq 6 but is stored at seq 5"),
+    ],
+)
+def test_a_malformed_payload_raises_a_decode_error_naming_stream_seq_and_problem(
+    payload: bytes, problem: str
+) -> None:
+    """Bad stored JSON raises DecodeError whose message and fields say where and what."""
+    with pytest.raises(DecodeError) as info:
+        Record("chat-1", 5, 40, "x", payload).event()
+    err = info.value
+    assert isinstance(err, SpineError)
+    assert (err.stream, err.seq) == ("chat-1", 5)
+    assert problem in err.problem
+    assert "stream 'chat-1'" in str(err) and "seq 5" in str(err)
+
+
+def test_incoming_json_without_a_place_still_names_the_problem() -> None:
+    """Decoding JSON that has no stream or seq yet still explains what is wrong."""
+    with pytest.raises(DecodeError, match="malformed event: invalid JSON"):
+        decode_event(b"{")
+    with pytest.raises(DecodeError, match="not a JSON object"):
+        event_from_dict(["kind", "x"])
+
+
+def test_a_corrupt_stored_row_fails_its_reader_but_nothing_else(tmp_path: pathlib.Path) -> None:
+    """A malformed row is named on read; other streams and later appends are unaffected."""
+    path = tmp_path / "corrupt.db"
+    with SqliteLog(path) as log:
+        log.append("good", [Event(kind="x", text="fine")])
+        log.append("bad", [Event(kind="x", text="first")])
+    raw = sqlite3.connect(str(path))
+    raw.execute(
+        "INSERT INTO events (stream, seq, position, kind, payload, version) "
+        "VALUES ('bad', 2, 3, 'x', x'7b2273657122', 1)"
+    )
+    raw.execute("UPDATE streams SET last_seq = 2, last_position = 3 WHERE stream = 'bad'")
+    raw.commit()
+    raw.close()
+    with SqliteLog(path) as log:
+        with pytest.raises(DecodeError, match="stream 'bad', seq 2") as info:
+            history(log, "bad")
+        assert (info.value.stream, info.value.seq) == ("bad", 2)
+        assert [e.text for e in history(log, "good")] == ["fine"]
+        assert log.read("bad")[0].event().text == "first"
+        log.append("good", [Event(kind="x", text="after")], expected_seq=1)
+        assert [e.text for e in history(log, "good")] == ["fine", "after"]
+
+
+def test_a_naive_time_is_refused_on_encode() -> None:
+    """Times must be timezone-aware; a naive one is misuse, not silently taken as local."""
+    with pytest.raises(InvalidArgumentError, match="timezone-aware"):
+        encode_event(Event(kind="x", time=datetime(2026, 1, 1)))
+
+
+def test_times_are_written_in_utc_whatever_their_zone() -> None:
+    """A time in another zone is stored as the same instant in UTC with a Z suffix."""
+    t = datetime(2026, 1, 1, 12, 0, tzinfo=timezone(timedelta(hours=-5)))
+    d = orjson.loads(encode_event(Event(kind="x", time=t)))
+    assert d["time"] == "2026-01-01T17:00:00Z"
+    assert decode_event(encode_event(Event(kind="x", time=t))).time == t
+
+
+def test_the_converter_speaks_the_same_shape() -> None:
+    """converter.unstructure/structure agree with event_to_dict/event_from_dict."""
+    e = full_event()
+    assert converter.unstructure(e).keys() == event_to_dict(e).keys()
+    assert converter.structure(orjson.loads(encode_event(e)), Event) == e
+    assert converter.unstructure(Usage(input_tokens=1)) == {"inputTokens": 1}
+    assert converter.structure({"outputTokens": 2}, Usage) == Usage(output_tokens=2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events())
+def test_any_event_survives_encode_and_decode(e: Event) -> None:
+    """decode(encode(e)) == e for every field combination, kind and extra field."""
+    assert decode_event(encode_event(e)) == e
+
+
+@settings(max_examples=200, deadline=None)
+@given(event_json())
+def test_stored_bytes_are_a_fixed_point_of_decode_and_encode(payload: bytes) -> None:
+    """Decoding any canonical-shape JSON and encoding it again gives a stable form."""
+    once = encode_event(decode_event(payload))
+    assert encode_event(decode_event(once)) == once
+    assert decode_event(once) == decode_event(payload)
+
+
+@settings(max_examples=100, deadline=None)
+@given(raw_json, st.booleans())
+def test_any_json_input_is_kept_as_the_same_json_value(text: str, stored: bool) -> None:
+    """Input is kept as JSON: the stored value parses to what the writer gave."""
+    e = Event(kind=Kind.TOOL_CALL, input=text)
+    back = decode_event(encode_event(e)) if stored else e
+    assert orjson.loads(back.input) == orjson.loads(text)
+    assert orjson.loads(encode_event(e))["input"] == orjson.loads(text)
