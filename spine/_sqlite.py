@@ -335,7 +335,19 @@ class SqliteLog:
         with self._watch_lock:
             self._watchers += 1
             if self._watch_thread is None and not self._closed:
-                t = threading.Thread(target=self._watch_loop, name="spine-watch", daemon=True)
+                # Take the baseline here, before returning: a subscriber reads the log after
+                # watch(), so every commit it has not read is one the watcher will notice.
+                # A baseline taken later in the thread could swallow a commit made between.
+                c = self._connect()
+                try:
+                    last = c.execute("PRAGMA data_version").fetchone()[0]
+                except sqlite3.Error as exc:
+                    c.close()
+                    self._watchers -= 1
+                    raise StorageError(f"cannot watch {self.path!r}: {exc}") from exc
+                t = threading.Thread(
+                    target=self._watch_loop, args=(c, last), name="spine-watch", daemon=True
+                )
                 self._watch_thread = t
                 t.start()
 
@@ -343,10 +355,11 @@ class SqliteLog:
         with self._watch_lock:
             self._watchers = max(0, self._watchers - 1)
 
-    def _watch_loop(self) -> None:
-        c = self._connect()
+    def _watch_loop(self, c: sqlite3.Connection, last: int) -> None:
+        # data_version changes when another connection (another process, or this one's
+        # writer) commits; that is the cross-process wake. It is only a hint: subscribers
+        # re-read the log and keep their poll floor.
         try:
-            last = c.execute("PRAGMA data_version").fetchone()[0]
             while True:
                 with self._watch_lock:
                     if self._watchers == 0 or self._closed:

@@ -1,0 +1,453 @@
+"""Catch-up subscriptions: backlog then live, exactly once, in order, whatever the wakes do."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import pathlib
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spine import (
+    AllSubscription,
+    Event,
+    InvalidArgumentError,
+    InvalidStreamIdError,
+    Kind,
+    Log,
+    MemoryLog,
+    Record,
+    SqliteLog,
+    StreamSubscription,
+    SubscriptionClosedError,
+    Wakeup,
+    subscribe,
+    subscribe_all,
+)
+
+WAIT = 10.0  # the bound on every wait; a broken wake fails the test instead of hanging
+NEVER = 3600.0  # a poll floor that never fires within a test: delivery must come by wake
+
+
+def ev(text: str, kind: str = Kind.ASSISTANT) -> Event:
+    return Event(kind=kind, text=text)
+
+
+class _DeafWakeup(Wakeup):
+    """A wake signal that is never raised: every wake is lost."""
+
+    def bump(self) -> None:
+        pass
+
+
+def _deaf(log: Any) -> Any:
+    log.wakeup = _DeafWakeup()
+    return log
+
+
+BACKENDS: dict[str, Callable[[pathlib.Path], Log]] = {
+    "memory": lambda _p: MemoryLog(),
+    "sqlite": lambda p: SqliteLog(p / "spine.db"),
+}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def log(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Log]:
+    log = BACKENDS[request.param](tmp_path)
+    try:
+        yield log
+    finally:
+        log.close()
+
+
+def take(sub: StreamSubscription | AllSubscription, n: int) -> list[Any]:
+    """The next ``n`` items, each awaited at most WAIT seconds."""
+    out = []
+    for _ in range(n):
+        item = sub.get(timeout=WAIT)
+        assert item is not None, f"item {len(out) + 1} of {n} did not arrive within {WAIT}s"
+        out.append(item)
+    return out
+
+
+def _text(item: Event | Record) -> str:
+    return item.text if isinstance(item, Event) else item.event().text
+
+
+def in_thread(fn: Callable[[], object]) -> threading.Thread:
+    t = threading.Thread(target=fn, daemon=True)
+    t.start()
+    return t
+
+
+# -- stream subscriptions ------------------------------------------------------------
+
+
+def test_a_subscription_delivers_the_backlog_then_live_events(log: Log) -> None:
+    """Events already stored come first, then events appended later, each once, in order."""
+    log.append("s", [ev("1"), ev("2"), ev("3")])
+    with subscribe(log, "s", after_seq=0, poll_floor=NEVER) as sub:
+        assert [e.text for e in take(sub, 3)] == ["1", "2", "3"]
+        t = in_thread(lambda: log.append("s", [ev("4"), ev("5")]))
+        assert [(e.seq, e.text) for e in take(sub, 2)] == [(4, "4"), (5, "5")]
+        t.join(WAIT)
+        assert sub.drain() == []
+        assert sub.last_seq == 5
+
+
+def test_a_subscription_starts_after_the_seq_it_joined_at(log: Log) -> None:
+    """subscribe(after_seq=k) delivers seq k+1 onward and nothing before it."""
+    log.append("s", [ev(str(i)) for i in range(1, 8)])
+    with subscribe(log, "s", after_seq=4) as sub:
+        assert [e.seq for e in sub.drain()] == [5, 6, 7]
+
+
+def test_a_subscription_sees_only_its_own_stream(log: Log) -> None:
+    """Appends to other streams are neither delivered nor counted."""
+    log.append("other", [ev("x")])
+    log.append("s", [ev("a")])
+    log.append("other", [ev("y")])
+    with subscribe(log, "s") as sub:
+        assert [e.text for e in sub.drain()] == ["a"]
+
+
+def test_a_kinds_filter_delivers_only_those_kinds(log: Log) -> None:
+    """subscribe(kinds=...) skips other kinds, live and backlog; no kinds means all."""
+    log.append("s", [ev("u1", Kind.USER_MESSAGE), ev("a1"), ev("t1", Kind.TOOL_CALL)])
+    with (
+        subscribe(log, "s", kinds=[Kind.USER_MESSAGE, Kind.TOOL_CALL], poll_floor=NEVER) as sub,
+        subscribe(log, "s", kinds=[]) as everything,
+    ):
+        assert [e.text for e in take(sub, 2)] == ["u1", "t1"]
+        log.append("s", [ev("a2"), ev("u2", Kind.USER_MESSAGE)])
+        assert [(e.seq, e.text) for e in take(sub, 1)] == [(5, "u2")]
+        assert sub.drain() == []
+        assert len(everything.drain()) == 5
+
+
+def test_iteration_blocks_for_live_events_and_ends_when_closed(log: Log) -> None:
+    """`for e in sub` yields events as they come and stops once the subscription closes."""
+    sub = subscribe(log, "s", poll_floor=NEVER)
+    got: list[str] = []
+    first = threading.Event()
+
+    def consume() -> None:
+        for e in sub:
+            got.append(e.text)
+            first.set()
+
+    t = in_thread(consume)
+    log.append("s", [ev("a")])
+    assert first.wait(WAIT)
+    sub.close()
+    t.join(WAIT)
+    assert not t.is_alive() and got == ["a"]
+
+
+def test_closing_wakes_a_reader_blocked_without_a_deadline(log: Log) -> None:
+    """A reader waiting with no timeout and no poll floor in sight returns when closed."""
+    sub = subscribe(log, "s", poll_floor=NEVER)
+    outcome: list[BaseException] = []
+    waiting = threading.Event()
+
+    def block() -> None:
+        waiting.set()
+        try:
+            sub.get()
+        except BaseException as exc:
+            outcome.append(exc)
+
+    t = in_thread(block)
+    assert waiting.wait(WAIT)
+    sub.close()
+    t.join(WAIT)
+    assert not t.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], SubscriptionClosedError)
+    assert sub.closed
+
+
+def test_a_closed_subscription_refuses_reads(log: Log) -> None:
+    """get() after close raises SubscriptionClosedError; closing again is harmless."""
+    log.append("s", [ev("a")])
+    sub = subscribe(log, "s")
+    sub.close()
+    sub.close()
+    with pytest.raises(SubscriptionClosedError):
+        sub.get(timeout=0)
+    assert list(sub) == []
+
+
+def test_get_record_hands_out_stored_bytes_without_decoding(log: Log) -> None:
+    """get_record() gives the stored Record, for passing on as bytes."""
+    res = log.append("s", [ev("a")])
+    with subscribe(log, "s") as sub:
+        assert sub.get_record(timeout=WAIT) == res.records[0]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda log: subscribe(log, "bad id"),
+        lambda log: subscribe(log, "s", after_seq=-1),
+        lambda log: subscribe(log, "s", poll_floor=0),
+        lambda log: subscribe(log, "s", kinds="user.message"),
+        lambda log: subscribe_all(log, after_position=-2),
+    ],
+)
+def test_a_subscription_with_bad_arguments_is_refused(
+    log: Log, call: Callable[[Log], object]
+) -> None:
+    """Invalid ids, negative starts, a non-positive poll floor or a bare kind are misuse."""
+    with pytest.raises(InvalidArgumentError):
+        call(log)
+
+
+def test_a_subscription_to_an_invalid_id_names_the_problem(log: Log) -> None:
+    """The refusal says why the id is unusable."""
+    with pytest.raises(InvalidStreamIdError, match="wildcard"):
+        subscribe(log, "chat-*")
+
+
+# -- wakes are hints -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_delivery_stays_exactly_once_and_in_order_when_every_wake_is_lost(
+    backend: str, tmp_path: pathlib.Path
+) -> None:
+    """With no wake ever raised, the poll floor alone still delivers everything, in order."""
+    log = _deaf(BACKENDS[backend](tmp_path))
+    try:
+        with subscribe(log, "s", poll_floor=0.005) as sub:
+            t = in_thread(
+                lambda: [log.append("s", [ev(f"{b}-{i}") for i in range(3)]) for b in range(10)]
+            )
+            got = take(sub, 30)
+            t.join(WAIT)
+            assert [e.seq for e in got] == list(range(1, 31))
+            assert [e.text for e in got] == [f"{b}-{i}" for b in range(10) for i in range(3)]
+            assert sub.drain() == []
+    finally:
+        log.close()
+
+
+def test_a_closed_subscription_with_lost_wakes_ends_by_its_poll_floor(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Even the close wake may be lost: the blocked reader notices at its next poll."""
+    log = _deaf(MemoryLog())
+    sub = subscribe(log, "s", poll_floor=0.005)
+    result: list[BaseException] = []
+    t = in_thread(lambda: result.extend(_raises(sub.get)))
+    sub.close()
+    t.join(WAIT)
+    assert not t.is_alive() and isinstance(result[0], SubscriptionClosedError)
+
+
+def _raises(fn: Callable[[], object]) -> list[BaseException]:
+    try:
+        fn()
+    except BaseException as exc:
+        return [exc]
+    return []
+
+
+def _remote_appender(path: str, n: int, go: Any) -> None:
+    """Child process: once told, append ``n`` events to stream ``s``, one commit each."""
+    with SqliteLog(path) as log:
+        if not go.wait(WAIT * 3):
+            raise RuntimeError("never told to append")
+        for i in range(n):
+            log.append("s", [ev(f"remote-{i}")])
+
+
+def test_appends_from_another_process_wake_a_subscriber_here(tmp_path: pathlib.Path) -> None:
+    """A writer in another OS process wakes this process's subscriber (no poll floor used)."""
+    path = str(tmp_path / "spine.db")
+    ctx = mp.get_context("spawn")
+    go = ctx.Event()
+    p = ctx.Process(target=_remote_appender, args=(path, 20, go))
+    p.start()
+    try:
+        with SqliteLog(path) as log, subscribe(log, "s", poll_floor=NEVER) as sub:
+            assert sub.drain() == []
+            go.set()
+            got = take(sub, 20)
+            assert [(e.seq, e.text) for e in got] == [(i + 1, f"remote-{i}") for i in range(20)]
+        p.join(WAIT * 3)
+        assert p.exitcode == 0
+    finally:
+        if p.is_alive():
+            p.kill()
+
+
+def test_a_slow_subscriber_holds_back_only_itself(log: Log) -> None:
+    """One subscriber not reading blocks neither appends nor a fast subscriber."""
+    n = 2500  # more than a page, so the slow one's bounded buffer is exceeded
+    with (
+        subscribe(log, "s", poll_floor=NEVER) as slow,
+        subscribe(log, "s", poll_floor=NEVER) as fast,
+    ):
+        assert slow.get(timeout=0) is None
+        done = threading.Event()
+
+        def write() -> None:
+            for b in range(0, n, 100):
+                log.append("s", [ev(str(i)) for i in range(b, b + 100)])
+            done.set()
+
+        t = in_thread(write)
+        got = take(fast, n)
+        assert done.wait(WAIT)
+        t.join(WAIT)
+        assert [e.seq for e in got] == list(range(1, n + 1))
+        late = slow.drain()
+        assert [e.seq for e in late] == list(range(1, n + 1))
+
+
+# -- subscriptions over all streams --------------------------------------------------
+
+
+def test_subscribe_all_delivers_every_stream_in_commit_order(log: Log) -> None:
+    """subscribe_all yields records of all streams by global position, backlog then live."""
+    log.append("a", [ev("1")])
+    log.append("b", [ev("2"), ev("3")])
+    with subscribe_all(log, poll_floor=NEVER) as sub:
+        assert [(r.stream, r.position) for r in take(sub, 3)] == [("a", 1), ("b", 2), ("b", 3)]
+        in_thread(lambda: (log.append("c", [ev("4")]), log.append("a", [ev("5")])))
+        live = take(sub, 2)
+        assert [(r.stream, r.seq, r.position) for r in live] == [("c", 1, 4), ("a", 2, 5)]
+        assert sub.position == 5
+
+
+def test_subscribe_all_starts_after_a_position_and_filters_kinds(log: Log) -> None:
+    """after_position skips what a reader already folded; kinds filters across streams."""
+    log.append("a", [ev("1", Kind.USER_MESSAGE), ev("2")])
+    log.append("b", [ev("3", Kind.USER_MESSAGE), ev("4", Kind.USER_MESSAGE)])
+    with subscribe_all(log, after_position=3, kinds=[Kind.USER_MESSAGE]) as sub:
+        assert [r.position for r in sub.drain()] == [4]
+    with subscribe_all(log, kinds=[Kind.USER_MESSAGE]) as sub:
+        assert [_text(r) for r in sub.drain()] == ["1", "3", "4"]
+
+
+# -- exactly once, in order, under any interleaving ----------------------------------
+
+
+def test_concurrent_writers_reach_every_subscriber_exactly_once_in_order(log: Log) -> None:
+    """Writer threads on two streams; subscribers joined at different seqs all see their tail."""
+    writers, batches, size = 3, 30, 2
+    log.append("a", [ev("pre-1"), ev("pre-2"), ev("pre-3")])
+    total_a = 3 + writers * batches * size
+    subs = {k: subscribe(log, "a", after_seq=k, poll_floor=NEVER) for k in (0, 2, 3)}
+    every = subscribe_all(log, poll_floor=NEVER)
+    start = threading.Barrier(writers + 1, timeout=WAIT)
+
+    def write(w: int) -> None:
+        start.wait()
+        for b in range(batches):
+            log.append("a", [ev(f"{w}:{b}:{i}") for i in range(size)])
+            log.append("b", [ev(f"{w}:{b}")])
+
+    threads = [in_thread(lambda w=w: write(w)) for w in range(writers)]
+    start.wait()
+    # One more subscriber joins while the writers run, at whatever seq the stream is at.
+    joined_at = log.last_seq("a")
+    subs[joined_at] = subs.get(joined_at) or subscribe(log, "a", joined_at, poll_floor=NEVER)
+    try:
+        results = {k: take(s, total_a - k) for k, s in subs.items()}
+        all_records = take(every, total_a + writers * batches)
+        for t in threads:
+            t.join(WAIT)
+        stored = log.read("a", 0, None)
+        for k, got in results.items():
+            assert [e.seq for e in got] == list(range(k + 1, total_a + 1))
+            assert [e.text for e in got] == [r.event().text for r in stored[k:]]
+            assert subs[k].drain() == []
+        assert [r.position for r in all_records] == list(range(1, len(all_records) + 1))
+        assert every.drain() == []
+    finally:
+        for s in subs.values():
+            s.close()
+        every.close()
+
+
+_ops = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("append"),
+            st.sampled_from(["a", "b"]),
+            st.integers(1, 3),
+            st.sampled_from([Kind.ASSISTANT, Kind.USER_MESSAGE]),
+        ),
+        st.tuples(st.just("join"), st.integers(0, 30), st.booleans(), st.booleans()),
+        st.tuples(st.just("take"), st.integers(0, 7), st.integers(1, 4)),
+    ),
+    max_size=30,
+)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(backend=st.sampled_from(sorted(BACKENDS)), ops=_ops)
+def test_any_interleaving_reaches_each_subscriber_exactly_once_in_order(
+    backend: str, ops: list[tuple[Any, ...]]
+) -> None:
+    """Appends, joins at any seq and partial reads, interleaved any way: each subscriber
+    ends with exactly the stored events after its start, in order, filtered by its kinds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        log = BACKENDS[backend](pathlib.Path(tmp))
+        subs: list[tuple[StreamSubscription | AllSubscription, int, list[str] | None]] = []
+        got: list[list[Any]] = []
+        counter = 0
+        try:
+            for op in ops:
+                if op[0] == "append":
+                    _, stream, size, kind = op
+                    log.append(stream, [ev(f"e{counter + i}", kind) for i in range(size)])
+                    counter += size
+                elif op[0] == "join":
+                    _, at, over_all, filtered = op
+                    kinds = [Kind.USER_MESSAGE] if filtered else None
+                    if over_all:
+                        start = min(at, log.last_position())
+                        subs.append(
+                            (subscribe_all(log, start, kinds, poll_floor=NEVER), start, kinds)
+                        )
+                    else:
+                        start = min(at, log.last_seq("a"))
+                        subs.append(
+                            (subscribe(log, "a", start, kinds, poll_floor=NEVER), start, kinds)
+                        )
+                    got.append([])
+                elif subs:
+                    _, which, n = op
+                    i = which % len(subs)
+                    for _ in range(n):
+                        item = subs[i][0].get(timeout=0)
+                        if item is None:
+                            break
+                        got[i].append(item)
+            for i, (sub, start, kinds) in enumerate(subs):
+                got[i].extend(sub.drain())
+                if isinstance(sub, AllSubscription):
+                    want = log.read_all(start, None, kinds)
+                    assert [(r.stream, r.position) for r in got[i]] == [
+                        (r.stream, r.position) for r in want
+                    ]
+                else:
+                    want = log.read("a", start, None, kinds)
+                    assert [(e.seq, e.text) for e in got[i]] == [
+                        (r.seq, r.event().text) for r in want
+                    ]
+        finally:
+            for sub, _, _ in subs:
+                sub.close()
+            log.close()
