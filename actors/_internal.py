@@ -98,8 +98,11 @@ class TurnProgress:
 
 @attrs.frozen(kw_only=True)
 class TurnFinished:
+    """The turn's end, with the text the worker had not yet handed over."""
+
     run_id: str
     stop_reason: str
+    text: str = ""
     error: str = ""
     usage: Usage | None = None
 

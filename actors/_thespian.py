@@ -89,3 +89,24 @@ def configure_actor_logging(data_dir: str) -> None:
     lg.setLevel(logging.INFO)
     lg.propagate = False
     _configured = (os.getpid(), data_dir)
+
+
+def processes_in_session(sid: int) -> list[int]:
+    """Live (non-zombie) processes whose session id is ``sid``.
+
+    Thespian's admin starts a new session when it daemonizes, and every actor process it
+    forks inherits it, so the session id names exactly one actor system's processes.
+    """
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        rest = stat[stat.rindex(")") + 2 :].split()
+        if rest[0] != "Z" and int(rest[3]) == sid:
+            out.append(int(name))
+    return out

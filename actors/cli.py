@@ -66,8 +66,18 @@ def _serve(args: argparse.Namespace) -> int:
     host = Host(args.data, admin_port=args.port, idle_timeout=args.idle_timeout)
     info_path = os.path.join(args.data, DAEMON_FILE)
     try:
-        with open(info_path, "w") as f:
-            json.dump({"pid": os.getpid(), "admin_port": host.admin_port}, f)
+        tmp_path = info_path + ".tmp"
+        with open(tmp_path, "w") as f:
+            json.dump(
+                {
+                    "pid": os.getpid(),
+                    "admin_port": host.admin_port,
+                    "system_session": host.system_session,
+                },
+                f,
+            )
+        # Clients must never see a half-written file.
+        os.replace(tmp_path, info_path)
         if not args.quiet:
             host.add_sink(lambda sid, ev, live: print(_line(sid, ev), flush=True) if ev else None)
         print(

@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -34,7 +36,7 @@ from spine import (
 
 from . import messages as m
 from ._internal import GetRunner, Ping, Pong, RunnerAddress, RunnerConfig, SessionPid
-from ._thespian import free_port, log_defs, loopback_only
+from ._thespian import free_port, log_defs, loopback_only, processes_in_session
 from .errors import ERRORS, ActorsError, HostTimeout, InvalidRequest
 from .interceptors import SlashCommands
 from .runner import Guardian, spine_path
@@ -44,6 +46,11 @@ log = logging.getLogger("vertebra.host")
 GUARDIAN_NAME = "vertebra.guardian"
 #: Seconds between checks, while a request waits, that the Runner is still the same one.
 RUNNER_CHECK = 0.25
+#: Seconds `Host.close` gives the actor processes to exit before it kills them.
+SHUTDOWN_GRACE = 10.0
+
+#: Session ids of the actor systems Hosts of this process started (tests check them).
+SYSTEM_SESSIONS: set[int] = set()
 BASES = ("multiprocTCPBase", "simpleSystemBase")
 
 SinkFn = Callable[[str, Event | None, tuple[str, str, str] | None], None]
@@ -92,6 +99,7 @@ class Host:
         self._ctx_lock = threading.Lock()
         self._sinks: dict[str, tuple[frozenset[str], SinkFn]] = {}
         self._sink_failures = 0
+        self._sinks_logged: set[Any] = set()
         self._pump: threading.Thread | None = None
         self._pump_stop = threading.Event()
         self._sink_ready = threading.Event()
@@ -129,8 +137,17 @@ class Host:
             if not isinstance(reply, RunnerAddress):
                 raise HostTimeout(f"the runtime did not start within {timeout}s")
             self._runner, self._generation = reply.address, reply.generation
+            self.system_session = 0
+            if not self._simple and not attach:
+                rid = _rid()
+                pong = self._raw_ask(self._guardian, Ping(request_id=rid), rid, timeout)
+                self.system_session = os.getsid(pong.pid)
+                SYSTEM_SESSIONS.add(self.system_session)
             if self._simple:
                 self._start_pump()
+            # Keep the spine's cross-process watcher running for the Host's life, so that
+            # every subscription (wait_turn opens one per call) is woken from its first read.
+            self._log.watch()
         except BaseException:
             self._shutdown_system()
             raise
@@ -395,8 +412,18 @@ class Host:
                 try:
                     fn(batch.session_id, ev, live)
                 except Exception:
+                    # Logged once per sink: a sink that fails on every event must not
+                    # flood the log; the count keeps the rest.
                     self._sink_failures += 1
-                    log.exception("sink raised; isolated")
+                    if fn not in self._sinks_logged:
+                        self._sinks_logged.add(fn)
+                        # Formatted here rather than passed as exc_info: a kept log record
+                        # would pin the pump's frame and with it its actor-system endpoint.
+                        log.error(
+                            "sink %r raised; isolated, others unaffected\n%s",
+                            fn,
+                            traceback.format_exc(),
+                        )
 
     def _start_pump(self) -> None:
         self._pump = threading.Thread(target=self._pump_loop, name="vertebra-pump", daemon=True)
@@ -443,6 +470,7 @@ class Host:
         self._pump_stop.set()
         if self._pump is not None:
             self._pump.join(timeout=5)
+        self._log.unwatch()
         self._log.close()
         self._shutdown_system()
 
@@ -455,6 +483,21 @@ class Host:
         if not self._attach:
             with self._lock:
                 self._asys.shutdown()
+            sid = getattr(self, "system_session", 0)
+            if sid:
+                self._reap(sid)
+
+    def _reap(self, sid: int) -> None:
+        """Make sure no process of our actor system outlives the shutdown."""
+        deadline = time.monotonic() + SHUTDOWN_GRACE
+        left = processes_in_session(sid)
+        while left and time.monotonic() < deadline:
+            time.sleep(0.02)
+            left = processes_in_session(sid)
+        for pid in left:
+            log.warning("actor process %d outlived the shutdown; killing it", pid)
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
     def __enter__(self) -> Host:
         return self

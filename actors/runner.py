@@ -129,7 +129,8 @@ class SinkRouter:
                     s.delivered += 1
                 except Exception:
                     s.failures += 1
-                    _log().exception("sink %s raised; isolated, other sinks unaffected", s.sink_id)
+                    if s.failures == 1:
+                        _log().exception("sink %s raised; isolated, others unaffected", s.sink_id)
                 continue
             if s.pending >= s.max_pending:
                 if s.dropped == 0:
@@ -759,6 +760,9 @@ class Guardian(ActorTypeDispatcher):  # type: ignore[misc]
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
         self.exiting = True
+
+    def receiveMsg_Ping(self, msg: Ping, sender: Any) -> None:
+        self.send(sender, Pong(request_id=msg.request_id, pid=os.getpid()))
 
     def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
         if self.exiting:

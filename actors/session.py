@@ -62,6 +62,9 @@ BUSY_POLICIES = ("enqueue", "reject", "interrupt")
 #: Metadata key that overrides the Runner's mid-turn policy for one session.
 BUSY_POLICY_KEY = "session.busy_policy"
 _ORPHAN_CHECK = 0.5
+#: Seconds a session gathers news for the Runner before sending it in one message.
+NOTIFY_INTERVAL = 0.005
+NOTIFY_MAX_RECORDS = 500
 
 
 @attrs.define
@@ -130,10 +133,16 @@ class _Output:
         self._usage = usage
 
     def finish(self, stop_reason: str, error: str) -> None:
-        self.flush()
+        # The last text rides on the finish message: one hand-back fewer per turn.
+        text = "".join(self._buf)
+        self._buf.clear()
         self._send(
             TurnFinished(
-                run_id=self._run_id, stop_reason=stop_reason, error=error, usage=self._usage
+                run_id=self._run_id,
+                stop_reason=stop_reason,
+                text=text,
+                error=error,
+                usage=self._usage,
             )
         )
 
@@ -153,6 +162,10 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
         self.snapshots: SnapshotStore | None = None
         self.snap_seq = 0
         self._key_reported = False
+        self._out_recs: list[tuple[int, str, bytes]] = []
+        self._out_live: list[tuple[str, str, str]] = []
+        self._out_keys: list[str] = []
+        self._notify_scheduled = False
 
     # -- start -------------------------------------------------------------------------
 
@@ -270,23 +283,46 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
         live: tuple[tuple[str, str, str], ...],
         keys: tuple[str, ...],
     ) -> None:
-        assert self.cfg is not None and self.state is not None
+        """Queue news for the Runner (sinks, committed keys, the busy flag).
+
+        Notifications are coalesced over `NOTIFY_INTERVAL`: one message per append would
+        queue up behind Thespian's one-in-flight-per-pair transport and cost more CPU than
+        the turn itself. Late is safe: sinks are live views, and a key cleared late at most
+        makes a redelivery that the idempotency key turns into a duplicate.
+        """
+        self._out_recs.extend(recs)
+        self._out_live.extend(live)
+        self._out_keys.extend(keys)
+        if len(self._out_recs) >= NOTIFY_MAX_RECORDS:
+            self._notify()
+        elif not self._notify_scheduled:
+            self._notify_scheduled = True
+            self.wakeupAfter(timedelta(seconds=NOTIFY_INTERVAL), "notify")
+
+    def _notify(self) -> None:
+        if self.cfg is None or not (self._out_recs or self._out_live or self._out_keys):
+            return
+        assert self.state is not None
         busy = self.run is not None or bool(self.state.pending)
         self.send(
             self.runner,
             Appended(
                 session_id=self.cfg.session_id,
                 incarnation=self.cfg.incarnation,
-                records=recs,
-                live=live,
-                keys=keys,
+                records=tuple(self._out_recs),
+                live=tuple(self._out_live),
+                keys=tuple(self._out_keys),
                 busy=busy,
             ),
         )
+        self._out_recs.clear()
+        self._out_live.clear()
+        self._out_keys.clear()
 
     def _stop_self(self, reason: str) -> None:
         if self.stopping or self.cfg is None:
             return
+        self._notify()
         self.stopping = True
         if self.run is not None:
             self.run.cancel.set()
@@ -585,6 +621,10 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
         self.send(sender, Pong(request_id=msg.request_id, pid=os.getpid()))
 
     def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: Any) -> None:
+        if msg.payload == "notify":
+            self._notify_scheduled = False
+            self._notify()
+            return
         if msg.payload != "orphan-check" or self.stopping:
             return
         if os.getppid() != self.ppid:
@@ -667,6 +707,10 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
             return
         self.run = None
         usage = msg.usage if msg.usage is not None and not msg.usage.is_zero() else None
+        live: tuple[tuple[str, str, str], ...] = ()
+        if msg.text:
+            run.text.append(msg.text)
+            live = ((ASSISTANT_DELTA, "", msg.text),)
         text = "".join(run.text)
         events: list[Event] = []
         if msg.stop_reason == "cancelled" or run.cancel.is_set():
@@ -692,12 +736,13 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
                 )
             )
         events.append(Event(kind=Kind.LIFECYCLE, phase=Phase.DONE, turn=run.turn))
-        self._append(events)
+        self._append(events, live=live)
         self._maybe_start_turn()
 
     # -- stop --------------------------------------------------------------------------
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
+        self._notify()
         if self.run is not None:
             self.run.cancel.set()
         if self.spine is not None:

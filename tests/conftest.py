@@ -53,15 +53,29 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.01):  # type:
 
 @pytest.fixture
 def no_leftover_processes():  # type: ignore[no-untyped-def]
-    """Fail the test if actor processes it started outlive it."""
+    """Fail the test if processes it started outlive it: its own children, and every
+    process of each actor system a Host of this test started (found by session id, since
+    Thespian's admin detaches from its parent)."""
     import os
 
-    before = set(descendants(os.getpid()))
-    yield
+    from actors._thespian import processes_in_session
+    from actors.host import SYSTEM_SESSIONS
+
+    before_children = set(descendants(os.getpid()))
+    before_systems = set(SYSTEM_SESSIONS)
+    extra_systems: list[int] = []
+    yield extra_systems
+
+    def leftovers() -> set[int]:
+        left = set(descendants(os.getpid())) - before_children
+        for sid in (SYSTEM_SESSIONS - before_systems) | set(extra_systems):
+            left.update(processes_in_session(sid))
+        return left
+
     try:
-        wait_for(lambda: not (set(descendants(os.getpid())) - before), timeout=10)
+        wait_for(lambda: not leftovers(), timeout=15)
     except AssertionError:
-        left = set(descendants(os.getpid())) - before
+        left = leftovers()
         for pid in left:
             try:
                 os.kill(pid, 9)

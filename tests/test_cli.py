@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import signal
@@ -36,6 +37,8 @@ def test_the_daemon_serves_clients_that_attach_through_the_data_directory(
     try:
         wait_for(lambda: (data / "daemon.json").exists() or daemon.poll() is not None, 30)
         assert daemon.poll() is None, daemon.stderr.read() if daemon.stderr else ""
+        info = json.loads(wait_for(lambda: (data / "daemon.json").read_text() or None, 10))
+        no_leftover_processes.append(info["system_session"])
         out = _run(data, "send", "chat-1", "hello daemon", "--create")
         assert out.returncode == 0, out.stderr
         assert "[scripted] hello daemon" in out.stdout
