@@ -497,6 +497,11 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
                     f"session {e.session_id} is {e.state}",
                     e.session_id,
                 )
+        if e.state in ("closed", "failed") and e.address is not None:
+            # A closed or failed session only came back to answer (a replay, a refusal):
+            # its process is not needed once it has.
+            e.stop_reason = e.state
+            self.send(e.address, ActorExitRequest())
 
     def receiveMsg_Pong(self, msg: Pong, sender: Any) -> None:
         """Pongs to the Runner's own pings carry nothing it needs."""
@@ -534,7 +539,7 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
         e.address = None
         if e.stop_reason:
             reason, e.stop_reason = e.stop_reason, ""
-            e.state = "closed" if reason == "closed" else "passivated"
+            e.state = reason if reason in ("closed", "failed") else "passivated"
             if reason == "passivate":
                 self.counters["passivated"] += 1
             # Whatever was in flight reached a session that stopped on purpose after
@@ -542,7 +547,8 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
             for routed in e.in_flight.values():
                 e.pending.insert(0, routed)
             e.in_flight.clear()
-            if e.pending and e.state == "passivated":
+            if e.pending and e.state != "failed":
+                # A closed session comes back too: it answers replays and refuses the rest.
                 self._spawn(e)
             elif e.pending:
                 self._drain_closed(e)
@@ -550,6 +556,8 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
         self._crashed(e)
 
     def _drain_closed(self, e: _Entry) -> None:
+        """Answer what waited for a session that will not serve again."""
+        err = "SessionClosed" if e.state == "closed" else "SessionFailed"
         pending, e.pending = e.pending, []
         for item in pending:
             if isinstance(item, tuple):
@@ -559,8 +567,8 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
                 self._fail(
                     item.reply_to,
                     item.message.request_id,
-                    "SessionClosed",
-                    f"session {e.session_id} is closed",
+                    err,
+                    f"session {e.session_id} is {e.state}",
                     e.session_id,
                 )
 

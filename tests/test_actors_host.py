@@ -319,3 +319,37 @@ def test_the_host_is_usable_from_asyncio_through_an_executor(
         assert asyncio.run(main()) == [Kind.TURN_COMPLETED] * 4
     finally:
         h.close()
+
+
+def test_a_closed_session_can_still_be_replayed_through_the_protocol(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """Subscribe to a closed session: its backlog then a final closed batch; its process
+    then stops again."""
+    from actors import messages as msgs
+    from actors._thespian import processes_in_session
+    from conftest import wait_for
+
+    h = Host(tmp_path, base="multiprocTCPBase", timeout=20)
+    try:
+        base_processes = len(processes_in_session(h.system_session))
+        sid = h.create()
+        a = h.send(sid, "hi")
+        h.wait_turn(sid, a.seq)
+        h.close_session(sid)
+        n = len(h.history(sid))
+        with h._asys.private() as ctx:
+            reply = ctx.ask(h._runner, msgs.Subscribe(request_id="r", session_id=sid), 10)
+            assert isinstance(reply, msgs.SubscribeReply)
+            seqs: list[int] = []
+            closed = False
+            while not closed:
+                batch = ctx.listen(10)
+                assert isinstance(batch, msgs.EventBatch), batch
+                seqs.extend(r[0] for r in batch.records)
+                closed = batch.closed
+        assert seqs == list(range(1, n + 1))
+        wait_for(lambda: len(processes_in_session(h.system_session)) == base_processes, 10)
+        assert h.get(sid).state == "closed"
+    finally:
+        h.close()
