@@ -192,7 +192,7 @@ def baseline(path: str) -> float:
     return dt
 
 
-def rebuild(path: str, checkpoint: str, *, prefetch: bool = False) -> float:
+def rebuild(path: str, checkpoint: str) -> float:
     """Seconds for a reducer to fold the whole log from 0 with its checkpoint commits.
 
     The result is checked against the pure Event-path fold for a sample of sessions.
@@ -202,7 +202,7 @@ def rebuild(path: str, checkpoint: str, *, prefetch: bool = False) -> float:
             os.remove(f)
     with SqliteLog(path) as log:
         t = time.perf_counter()
-        r = StatusReducer(log, checkpoint, batch=PAGE, prefetch=prefetch)
+        r = StatusReducer(log, checkpoint, batch=PAGE)
         r.catch_up()
         dt = time.perf_counter() - t
         assert not r.rebuilding and r.failure is None
@@ -311,11 +311,6 @@ def main() -> None:
                 f"  {dt:.2f} s  ratio {base / dt:.2f}x baseline (target >= 0.5x)"
             )
             if mix == args.mix[0]:
-                pf = min(rebuild(path, ck, prefetch=True) for _ in range(max(1, args.rounds - 1)))
-                print(
-                    f"[{mix}] rebuild with read-ahead thread:         {n / pf:10,.0f} events/s"
-                    f"  {pf:.2f} s  ratio {base / pf:.2f}x baseline"
-                )
                 ev = event_path(path, min(n, 100_000))
                 print(
                     f"[{mix}] fold through Event objects (first 100k): {ev:9,.0f} events/s"

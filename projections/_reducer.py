@@ -18,7 +18,6 @@ import pathlib
 import sqlite3
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from operator import itemgetter
 from typing import Any
 
@@ -231,11 +230,8 @@ class StatusReducer:
 
     ``checkpoint`` is the reducer's own SQLite file. ``policy`` says what to do with an
     event that cannot be folded. ``version`` defaults to `STATUS_VERSION`; a checkpoint of
-    another version is served (marked stale) while a rebuild replaces it. ``prefetch``
-    reads the next page on a worker thread while one folds; it is off by default because
-    on a busy two-core machine the hand-offs of the interpreter lock cost about what the
-    overlap saves (see docs/performance.md). One owner only: the reducer is not
-    thread-safe.
+    another version is served (marked stale) while a rebuild replaces it. One owner only:
+    the reducer is not thread-safe.
     """
 
     def __init__(
@@ -247,7 +243,6 @@ class StatusReducer:
         batch: int = DEFAULT_BATCH,
         rebuild_commit_every: int = DEFAULT_REBUILD_COMMIT,
         version: str = STATUS_VERSION,
-        prefetch: bool = False,
     ) -> None:
         if batch <= 0 or rebuild_commit_every <= 0:
             raise ValueError("batch and rebuild_commit_every must be positive")
@@ -267,11 +262,6 @@ class StatusReducer:
         # Pages up to this position are folded event by event (after a fast-path failure).
         self._careful_until = 0
         self._read = _row_reader(log)
-        # Separate reader for the prefetch thread: one connection per thread.
-        self._read_ahead = _row_reader(log)
-        self._prefetch = prefetch
-        self._pool: ThreadPoolExecutor | None = None
-        self._ahead: tuple[tuple[int, int], Future[list[Row]]] | None = None
         self._live: _State | None = None
         self._build: _State | None = None
         cur = self._store.current()
@@ -299,7 +289,6 @@ class StatusReducer:
         self._dirty.clear()
         self._uncommitted = 0
         self._careful_until = 0
-        self._ahead = None
         g = self._store.begin_generation(self.version)
         self._build = _State(g.gen, g.version, 0)
         self._target = self._log.last_position()
@@ -341,7 +330,7 @@ class StatusReducer:
         if self._failure is not None:
             return StepResult(folded=0, position=st.position, more=False)
         n = limit or self.batch
-        rows, folded, failure = self._fold(st, self._next_page(st.position, n), n)
+        rows, folded, failure = self._fold(st, self._read(st.position, n), n)
         if folded:
             st.position = rows[folded - 1][2]
             self._uncommitted += folded
@@ -369,21 +358,6 @@ class StatusReducer:
             rebuilt=rebuilt,
         )
 
-    def _next_page(self, after: int, n: int) -> list[Row]:
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None and ahead[0] == (after, n):
-            rows = ahead[1].result()
-        else:
-            rows = self._read(after, n)
-        if len(rows) == n and self._prefetch:
-            # A full page means more is likely: read the next one on a worker thread while
-            # this one folds (SQLite releases the GIL while it steps through the table).
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="projection-read")
-            key = (rows[-1][2], n)
-            self._ahead = (key, self._pool.submit(self._read_ahead, *key))
-        return rows
-
     def _commit(self, st: _State, *, complete: bool) -> None:
         dirty = self._dirty
         self._store.commit(
@@ -409,10 +383,6 @@ class StatusReducer:
         return total
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-        self._ahead = None
         self._store.close()
 
     # -- folding -------------------------------------------------------------------------
