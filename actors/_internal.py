@@ -51,6 +51,7 @@ class Routed:
     message: Any
     reply_to: Any
     restarts: int = 0
+    session_id: str = ""
 
 
 @attrs.frozen(kw_only=True)

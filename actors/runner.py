@@ -291,7 +291,7 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
         if e is None:
             self._fail(reply_to, msg.request_id, "SessionNotFound", f"session {sid} not found", sid)
             return
-        routed = Routed(message=msg, reply_to=reply_to)
+        routed = Routed(message=msg, reply_to=reply_to, session_id=sid)
         if e.state == "closed":
             if isinstance(msg, m.CloseSession):
                 self.send(reply_to, m.Done(request_id=msg.request_id))
@@ -349,7 +349,12 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
             )
             return
         if e.state == "live":
-            self._forward(e, Routed(message=msg, reply_to=sender, restarts=e.total_restarts))
+            self._forward(
+                e,
+                Routed(
+                    message=msg, reply_to=sender, restarts=e.total_restarts, session_id=e.session_id
+                ),
+            )
             return
         if e.state in ("closed", "failed"):
             self.send(sender, m.SessionReply(request_id=msg.request_id, info=e.info()))
@@ -421,6 +426,10 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
 
     def receiveMsg_CloseSession(self, msg: m.CloseSession, sender: Any) -> None:
         self._route(msg.session_id, msg, sender)
+
+    def receiveMsg_Routed(self, routed: Routed, sender: Any) -> None:
+        """Ingress bounced by a session incarnation that is stopping: route it again."""
+        self._route(routed.session_id, routed.message, routed.reply_to)
 
     def receiveMsg_SessionPid(self, msg: SessionPid, sender: Any) -> None:
         self._route(msg.session_id, Ping(request_id=msg.request_id), sender)

@@ -360,6 +360,11 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
                 sid = self.state.session_id
                 self._fail(reply_to, msg.request_id, "SessionClosed", f"session {sid} is closed")
             return
+        if self.stopping and self.runner is not None:
+            # This incarnation is on its way out; the Runner learned that before this
+            # bounce arrives (same sender, ordered), so it queues it for the next one.
+            self.send(self.runner, routed)
+            return
         if self.cfg is None or self.state is None or self.stopping:
             self._fail(reply_to, msg.request_id, "SessionNotFound", "session is not serving")
             return

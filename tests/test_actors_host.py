@@ -340,7 +340,7 @@ def test_a_closed_session_can_still_be_replayed_through_the_protocol(
         n = len(h.history(sid))
         with h._asys.private() as ctx:
             reply = ctx.ask(h._runner, msgs.Subscribe(request_id="r", session_id=sid), 10)
-            assert isinstance(reply, msgs.SubscribeReply)
+            assert isinstance(reply, msgs.SubscribeReply), reply
             seqs: list[int] = []
             closed = False
             while not closed:
