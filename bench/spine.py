@@ -176,34 +176,43 @@ def _median_rounds(rounds: int, fns: dict[str, Callable[[], float]]) -> dict[str
 
 
 def bench_append(tmp: str, per_commit: int, commits: int, rounds: int) -> dict[str, float]:
-    """Events per second through append, ``per_commit`` events per transaction."""
+    """Events per second through append, ``per_commit`` events per transaction.
+
+    Each round opens a fresh file for each side and alternates them in chunks of commits,
+    so both sides meet the same moments of a shared machine; the round's figure is the
+    total events over the total time of each side, and the result the median round.
+    """
     events = [_append_event(i) for i in range(per_commit)]
     dicts = [_append_dict(i) for i in range(per_commit)]
-
-    def raw() -> float:
-        log = RawLog(_fresh(tmp, "raw.db"))
+    chunks = 10
+    per_chunk = commits // chunks
+    samples: dict[str, list[float]] = {"raw": [], "spine": []}
+    for _ in range(rounds):
+        raw_log = RawLog(_fresh(tmp, "raw.db"))
+        spine_log = SqliteLog(_fresh(tmp, "spine.db"))
+        spent = {"raw": 0.0, "spine": 0.0}
+        raw_last = spine_last = 0
         try:
-            t0 = time.perf_counter()
-            last = 0
-            for n in range(commits):
-                last = log.append(STREAM, dicts, last, f"k{n}")
-            dt = time.perf_counter() - t0
+            for c in range(chunks):
+                keys = [f"k{c * per_chunk + n}" for n in range(per_chunk)]
+                t0 = time.perf_counter()
+                for key in keys:
+                    raw_last = raw_log.append(STREAM, dicts, raw_last, key)
+                t1 = time.perf_counter()
+                for key in keys:
+                    spine_last = spine_log.append(
+                        STREAM, events, expected_seq=spine_last, idempotency_key=key
+                    ).last_seq
+                t2 = time.perf_counter()
+                spent["raw"] += t1 - t0
+                spent["spine"] += t2 - t1
         finally:
-            log.close()
-        return commits * per_commit / dt
-
-    def spine() -> float:
-        with SqliteLog(_fresh(tmp, "spine.db")) as log:
-            t0 = time.perf_counter()
-            last = 0
-            for n in range(commits):
-                last = log.append(
-                    STREAM, events, expected_seq=last, idempotency_key=f"k{n}"
-                ).last_seq
-            dt = time.perf_counter() - t0
-        return commits * per_commit / dt
-
-    return _median_rounds(rounds, {"raw": raw, "spine": spine})
+            raw_log.close()
+            spine_log.close()
+        assert raw_last == spine_last == chunks * per_chunk * per_commit
+        for k, dt in spent.items():
+            samples[k].append(raw_last / dt)
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def bench_replay(tmp: str, n: int, rounds: int) -> dict[str, float]:
@@ -443,7 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a smoke run with small sizes")
     args = ap.parse_args(argv)
     q = args.quick
-    rounds = 3 if q else 5
+    rounds = 3 if q else 7
     replay_n = 10_000 if q else 100_000
     lat_n = 100 if q else 1000
     warm = 20
@@ -453,8 +462,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     missed: list[str] = []
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="spine-bench-") as tmp:
-        batched = bench_append(tmp, 100, 40 if q else 200, rounds)
-        single = bench_append(tmp, 1, 500 if q else 3000, rounds)
+        batched = bench_append(tmp, 100, 40 if q else 400, rounds)
+        single = bench_append(tmp, 1, 500 if q else 4000, rounds)
         replay = bench_replay(tmp, replay_n, 3 if q else rounds)
         lat_in = _percentiles(latency_in_process_spine(tmp, lat_n + warm)[warm:])
         lat_in_raw = _percentiles(latency_in_process_raw(tmp, lat_n + warm)[warm:])
