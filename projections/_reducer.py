@@ -316,7 +316,7 @@ class StatusReducer:
         """Fold and commit one page of at most ``limit`` (default ``batch``) records."""
         gc_was_enabled = gc.isenabled()
         # A page allocates many small acyclic objects while the state holds many more;
-        # the collections they trigger find nothing to free and cost a third of a rebuild.
+        # the collections they trigger find nothing to free and cost about 15% of a rebuild.
         gc.disable()
         try:
             return self._step(limit)
