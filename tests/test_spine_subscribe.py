@@ -383,6 +383,7 @@ _ops = st.lists(
             st.sampled_from(["a", "b"]),
             st.integers(1, 3),
             st.sampled_from([Kind.ASSISTANT, Kind.USER_MESSAGE]),
+            st.integers(0, 2),
         ),
         st.tuples(st.just("join"), st.integers(0, 30), st.booleans(), st.booleans()),
         st.tuples(st.just("take"), st.integers(0, 7), st.integers(1, 4)),
@@ -392,7 +393,7 @@ _ops = st.lists(
 
 
 @settings(
-    max_examples=60,
+    max_examples=150,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -400,18 +401,23 @@ _ops = st.lists(
 def test_any_interleaving_reaches_each_subscriber_exactly_once_in_order(
     backend: str, ops: list[tuple[Any, ...]]
 ) -> None:
-    """Appends, joins at any seq and partial reads, interleaved any way: each subscriber
-    ends with exactly the stored events after its start, in order, filtered by its kinds."""
+    """Appends by several writers, joins at any seq and partial reads, interleaved any way:
+    each subscriber ends with exactly the stored events after its start, in order, filtered."""
     with tempfile.TemporaryDirectory() as tmp:
         log = BACKENDS[backend](pathlib.Path(tmp))
+        # Writers: the subscribers' own log and, for a file, other connections to it.
+        writers = [log] + [
+            SqliteLog(pathlib.Path(tmp) / "spine.db") if backend == "sqlite" else log
+            for _ in range(2)
+        ]
         subs: list[tuple[StreamSubscription | AllSubscription, int, list[str] | None]] = []
         got: list[list[Any]] = []
         counter = 0
         try:
             for op in ops:
                 if op[0] == "append":
-                    _, stream, size, kind = op
-                    log.append(stream, [ev(f"e{counter + i}", kind) for i in range(size)])
+                    _, stream, size, kind, w = op
+                    writers[w].append(stream, [ev(f"e{counter + i}", kind) for i in range(size)])
                     counter += size
                 elif op[0] == "join":
                     _, at, over_all, filtered = op
@@ -450,4 +456,5 @@ def test_any_interleaving_reaches_each_subscriber_exactly_once_in_order(
         finally:
             for sub, _, _ in subs:
                 sub.close()
-            log.close()
+            for w in writers:
+                w.close()
