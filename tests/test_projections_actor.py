@@ -228,7 +228,7 @@ def test_a_projection_sigkilled_mid_fold_restarts_to_the_fold_from_zero_on_multi
     """SIGKILL the actor's process mid-rebuild; a new actor on the same files converges."""
     fill(log, 6000, 10)
     ck = tmp_path / "ck.db"
-    actor, pid = start(multiproc, db_path, ck, batch=50, rebuild_commit_every=300)
+    actor, pid = start(multiproc, db_path, ck, batch=20, rebuild_commit_every=300)
     assert pid != os.getpid()
 
     def mid_fold() -> bool:
