@@ -280,7 +280,9 @@ class SqliteLog:
                 (stream, after_seq),
             )
             # Decode page by page so rows do not pile up next to the events made from them.
-            with gc_paused():
+            # Close the cursor even if a row fails to decode: an open statement holds a read
+            # snapshot, which would keep the WAL from being checkpointed past it.
+            with contextlib.closing(cur), gc_paused():
                 while rows := cur.fetchmany(_REPLAY_PAGE):
                     out.extend(
                         [decode_event(b, stream=stream, seq=s, version=v) for s, v, b in rows]
