@@ -326,9 +326,10 @@ def test_a_closed_session_can_still_be_replayed_through_the_protocol(
 ) -> None:  # type: ignore[no-untyped-def]
     """Subscribe to a closed session: its backlog then a final closed batch; its process
     then stops again."""
+    from conftest import wait_for
+
     from actors import messages as msgs
     from actors._thespian import processes_in_session
-    from conftest import wait_for
 
     h = Host(tmp_path, base="multiprocTCPBase", timeout=20)
     try:
