@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import pathlib
 import sqlite3
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+import attrs
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -309,3 +311,36 @@ def test_any_json_input_is_kept_as_the_same_json_value(text: str, stored: bool) 
     back = decode_event(encode_event(e)) if stored else e
     assert orjson.loads(back.input) == orjson.loads(text)
     assert orjson.loads(encode_event(e))["input"] == orjson.loads(text)
+
+
+def test_decoded_events_are_ordinary_frozen_events() -> None:
+    """Events built by the decoder are of class Event, immutable, and evolve like any other."""
+    e = decode_event(b'{"seq":1,"kind":"x","text":"t","properties":{"k":"v"}}')
+    assert type(e) is Event
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        e.text = "changed"  # type: ignore[misc]
+    assert attrs.evolve(e, text="u") == Event(kind="x", seq=1, text="u", properties={"k": "v"})
+    assert decode_event(b'{"kind":"x"}').properties == {}
+    assert decode_event(b'{"kind":"x"}').properties is not decode_event(b'{"kind":"x"}').properties
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_replay_leaves_the_garbage_collector_as_it_found_it(
+    tmp_path: pathlib.Path, enabled: bool
+) -> None:
+    """history() pauses the cycle collector only while it decodes, then restores its state."""
+    with SqliteLog(tmp_path / "gc.db") as log:
+        log.append("s", [Event(kind="x")] * 10)
+        was = gc.isenabled()
+        try:
+            if enabled:
+                gc.enable()
+            else:
+                gc.disable()
+            assert len(history(log, "s")) == 10
+            assert gc.isenabled() is enabled
+        finally:
+            if was:
+                gc.enable()
+            else:
+                gc.disable()

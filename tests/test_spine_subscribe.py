@@ -458,3 +458,18 @@ def test_any_interleaving_reaches_each_subscriber_exactly_once_in_order(
                 sub.close()
             for w in writers:
                 w.close()
+
+
+def test_a_commit_right_after_watch_returns_is_noticed(tmp_path: pathlib.Path) -> None:
+    """watch() has its baseline before returning: a commit by another writer right after
+    it (here another connection, whose own wakes go elsewhere) still raises a wake."""
+    path = tmp_path / "spine.db"
+    with SqliteLog(path) as log, SqliteLog(path) as other:
+        for round_ in range(20):
+            seen = log.wakeup.generation
+            log.watch()
+            try:
+                other.append("s", [ev(str(round_))])
+                assert log.wakeup.wait(seen, WAIT) != seen, f"round {round_}: no wake"
+            finally:
+                log.unwatch()
