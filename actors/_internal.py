@@ -122,6 +122,8 @@ class RunnerConfig:
     backoff_initial: float = 0.01
     backoff_max: float = 2.0
     sink_max_pending: int = 1000
+    # Run the status projection actor beside the Runner (woken on every append).
+    projections: bool = True
 
 
 @attrs.frozen(kw_only=True)
@@ -134,6 +136,14 @@ class RunnerAddress:
     request_id: str
     address: Any
     generation: int
+    projection: Any = None
+
+
+@attrs.frozen(kw_only=True)
+class UseProjection:
+    """The guardian tells the Runner where the projection actor is (after each start)."""
+
+    address: Any
 
 
 @attrs.frozen(kw_only=True)

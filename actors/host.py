@@ -22,6 +22,18 @@ from typing import Any
 
 from thespian.actors import ActorSystem
 
+from projections import (
+    IndexReply,
+    ProgressReply,
+    Projection,
+    QueryIndex,
+    QueryProgress,
+    QueryStatus,
+    Rebuilding,
+    SessionsIndex,
+    StatusReply,
+    project,
+)
 from spine import (
     Event,
     Kind,
@@ -48,6 +60,8 @@ GUARDIAN_NAME = "vertebra.guardian"
 RUNNER_CHECK = 0.25
 #: Seconds `Host.close` gives the actor processes to exit before it kills them.
 SHUTDOWN_GRACE = 10.0
+#: Seconds to wait for the projection actor before looking it up again (or folding here).
+PROJECTION_TIMEOUT = 1.0
 
 #: Session ids of the actor systems Hosts of this process started (tests check them).
 SYSTEM_SESSIONS: set[int] = set()
@@ -79,6 +93,7 @@ class Host:
         max_restarts: int = 5,
         restart_window: float = 60.0,
         timeout: float = 15.0,
+        projections: bool = True,
     ) -> None:
         if base not in BASES:
             raise InvalidRequest(f"base must be one of {BASES}, got {base!r}")
@@ -132,11 +147,13 @@ class Host:
                 idle_timeout=idle_timeout,
                 max_restarts=max_restarts,
                 restart_window=restart_window,
+                projections=projections,
             )
             reply = self._raw_ask(self._guardian, cfg, "config", timeout)
             if not isinstance(reply, RunnerAddress):
                 raise HostTimeout(f"the runtime did not start within {timeout}s")
             self._runner, self._generation = reply.address, reply.generation
+            self._projection = reply.projection
             self.system_session = 0
             if not self._simple and not attach:
                 rid = _rid()
@@ -239,6 +256,7 @@ class Host:
             return False
         changed = bool(reply.generation != self._generation or reply.address != self._runner)
         self._runner, self._generation = reply.address, reply.generation
+        self._projection = reply.projection
         return changed
 
     def _push(self, msg: Any) -> None:
@@ -366,11 +384,68 @@ class Host:
             raise HostTimeout(f"no turn ended in session {session_id} within {timeout}s")
         return ev
 
-    def status(self, session_id: str) -> Any:
-        """The session's status projection, folded from its stream."""
-        from projections import project
+    def status(self, session_id: str) -> Projection:
+        """The session's status projection (`projections.Projection`).
 
+        Answered by the projection actor when it has folded the session up to its last
+        seq; otherwise (it is rebuilding, or a few milliseconds behind) folded here from the
+        stream, so the answer is always exact.
+        """
+        last = self._log.last_seq(session_id)
+        if self._projection is not None and last > 0:
+            reply = self._ask_projection(QueryStatus(session=session_id), (StatusReply, Rebuilding))
+            if (
+                isinstance(reply, StatusReply)
+                and reply.status is not None
+                and reply.info is not None
+                and reply.info.last_seq == last
+            ):
+                return reply.status
         return project(self.history(session_id))
+
+    def index(self) -> SessionsIndex | None:
+        """The sessions index (created, last seq, last activity, terminal state of every
+        session), or None while the projection actor rebuilds or when it is disabled."""
+        reply = self._ask_projection(QueryIndex(), (IndexReply, Rebuilding))
+        return reply.index if isinstance(reply, IndexReply) else None
+
+    def projection_pid(self) -> int | None:
+        """The projection actor's process id (None if it does not answer)."""
+        reply = self._ask_projection(QueryProgress(), (ProgressReply,))
+        return reply.pid if isinstance(reply, ProgressReply) else None
+
+    def _ask_projection(self, msg: Any, types: tuple[type, ...]) -> Any:
+        """Ask the projection actor; if it does not answer promptly (it died and the guardian
+        is restarting it), look its address up again and ask once more. None if no answer."""
+        for attempt in range(2):
+            if self._projection is None:
+                return None
+            try:
+                return self._ask_typed(self._projection, msg, types, PROJECTION_TIMEOUT)
+            except HostTimeout:
+                if attempt == 0 and not self._simple:
+                    with contextlib.suppress(ActorsError):
+                        self._refresh_runner(self._ctx())
+        return None
+
+    def _ask_typed(self, to: Any, msg: Any, types: tuple[type, ...], timeout: float) -> Any:
+        """Ask an actor whose replies carry no request id: accept the first of ``types``."""
+        deadline = time.monotonic() + timeout
+        with self._lock if self._simple else contextlib.nullcontext():
+            ctx = self._ctx()
+            reply = ctx.ask(to, msg, timeout)
+            while not isinstance(reply, types):
+                if reply is not None:
+                    rid = getattr(reply, "request_id", None)
+                    if rid is not None:
+                        self._stash()[rid] = reply
+                    else:
+                        self._push(reply)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise HostTimeout(f"no reply to {type(msg).__name__} within {timeout}s")
+                reply = ctx.listen(left)
+            return reply
 
     # -- sinks -------------------------------------------------------------------------
 

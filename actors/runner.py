@@ -25,6 +25,7 @@ from thespian.actors import (
     WakeupMessage,
 )
 
+from projections import ProjectionActor, StartProjection, Wake
 from spine import (
     ConflictError,
     Event,
@@ -50,6 +51,7 @@ from ._internal import (
     SessionPid,
     SessionReady,
     SessionStopping,
+    UseProjection,
 )
 from ._thespian import configure_actor_logging
 from .session import SessionActor
@@ -210,6 +212,7 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
         self.sinks = SinkRouter(self.send)
         self.closed = False
         self.exiting = False
+        self.projection: Any = None
         self.counters: dict[str, int] = {
             "created": 0,
             "restarts": 0,
@@ -427,6 +430,9 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
     def receiveMsg_CloseSession(self, msg: m.CloseSession, sender: Any) -> None:
         self._route(msg.session_id, msg, sender)
 
+    def receiveMsg_UseProjection(self, msg: UseProjection, sender: Any) -> None:
+        self.projection = msg.address
+
     def receiveMsg_Routed(self, routed: Routed, sender: Any) -> None:
         """Ingress bounced by a session incarnation that is stopping: route it again."""
         self._route(routed.session_id, routed.message, routed.reply_to)
@@ -526,6 +532,8 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
                 e.crashes.pop(k, None)
             e.busy = msg.busy
             e.last_activity = time.monotonic()
+        if msg.records and self.projection is not None:
+            self.send(self.projection, Wake())
         self.sinks.deliver(msg.session_id, msg.records, msg.live)
 
     def receiveMsg_SessionStopping(self, msg: SessionStopping, sender: Any) -> None:
@@ -730,6 +738,7 @@ class Guardian(ActorTypeDispatcher):  # type: ignore[misc]
         self.waiting: list[tuple[str, Any]] = []
         self.ready = False
         self.exiting = False
+        self.projection: Any = None
 
     def _start(self) -> None:
         assert self.cfg is not None
@@ -737,11 +746,30 @@ class Guardian(ActorTypeDispatcher):  # type: ignore[misc]
         self.ready = False
         self.runner = self.createActor(RunnerActor)
         self.send(self.runner, self.cfg)
+        if self.projection is not None:
+            self.send(self.runner, UseProjection(address=self.projection))
+
+    def _start_projection(self) -> None:
+        """The status projection folds the spine in its own process, checkpointing to its
+        own file; after a crash it resumes from the checkpoint."""
+        assert self.cfg is not None
+        self.projection = self.createActor(ProjectionActor)
+        self.send(
+            self.projection,
+            StartProjection(
+                log_path=spine_path(self.cfg.data_dir),
+                checkpoint_path=os.path.join(self.cfg.data_dir, "projections.db"),
+            ),
+        )
+        if self.runner is not None:
+            self.send(self.runner, UseProjection(address=self.projection))
 
     def receiveMsg_RunnerConfig(self, cfg: RunnerConfig, sender: Any) -> None:
         if self.cfg is None:
             self.cfg = cfg
             configure_actor_logging(cfg.data_dir)
+            if cfg.projections:
+                self._start_projection()
             self._start()
         self.waiting.append(("config", sender))
         self._flush()
@@ -759,9 +787,18 @@ class Guardian(ActorTypeDispatcher):  # type: ignore[misc]
             self.send(
                 to,
                 RunnerAddress(
-                    request_id=request_id, address=self.runner, generation=self.generation
+                    request_id=request_id,
+                    address=self.runner,
+                    generation=self.generation,
+                    projection=self.projection,
                 ),
             )
+
+    def receiveMsg_StartedReply(self, msg: Any, sender: Any) -> None:
+        """The projection actor started; nothing to do."""
+
+    def receiveMsg_ProjectionFailed(self, msg: Any, sender: Any) -> None:
+        _log().error("projection actor failed to start: %s", getattr(msg, "reason", msg))
 
     def receiveMsg_GetRunner(self, msg: GetRunner, sender: Any) -> None:
         if self.cfg is None:
@@ -783,6 +820,10 @@ class Guardian(ActorTypeDispatcher):  # type: ignore[misc]
 
     def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
         if self.exiting:
+            return
+        if self.projection is not None and msg.childAddress == self.projection:
+            _log().error("projection actor died; starting it again from its checkpoint")
+            self._start_projection()
             return
         if self.runner is not None and msg.childAddress == self.runner and self.cfg is not None:
             _log().error("runner died; starting generation %d", self.generation + 1)

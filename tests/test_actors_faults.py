@@ -261,3 +261,30 @@ def test_ingress_answered_without_an_append_is_not_tracked_for_redelivery(
         assert h.stats()["redelivered"] == 0
     finally:
         h.close()
+
+
+def test_the_status_projection_runs_beside_the_runner_and_survives_a_kill(mp: Host) -> None:
+    """The projection actor folds every session as it is written; status equals a fold of
+    history; killed, it is restarted and resumes from its checkpoint."""
+    from projections import project
+
+    sid = mp.create(metadata={"objective": "count turns"})
+    for text in ("one", "two"):
+        a = mp.send(sid, text)
+        mp.wait_turn(sid, a.seq)
+    last = mp.history(sid)[-1].seq
+    wait_for(lambda: (ix := mp.index()) is not None and (i := ix.get(sid)) and i.last_seq == last)
+    st = mp.status(sid)
+    assert st == project(mp.history(sid))
+    assert st.turns == 2 and st.usage.output_tokens > 0
+
+    pid = mp.projection_pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: _zombie(pid), timeout=10)
+    c = mp.send(sid, "three")
+    mp.wait_turn(sid, c.seq)
+    last = mp.history(sid)[-1].seq
+    wait_for(lambda: (ix := mp.index()) is not None and (i := ix.get(sid)) and i.last_seq == last)
+    assert mp.projection_pid() not in (None, pid)
+    assert mp.status(sid).turns == 3
