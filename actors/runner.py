@@ -64,7 +64,6 @@ def _log() -> logging.Logger:
 
 
 _INGRESS = (m.SendMessage, m.Interrupt, m.SetMetadata, m.SwitchSession)
-_ROUTED = (*_INGRESS, m.Subscribe, m.Unsubscribe, m.CloseSession)
 
 
 def spine_path(data_dir: str) -> str:
@@ -295,6 +294,9 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
             self._fail(reply_to, msg.request_id, "SessionNotFound", f"session {sid} not found", sid)
             return
         routed = Routed(message=msg, reply_to=reply_to, session_id=sid)
+        if isinstance(msg, m.GetSession) and e.state in ("closed", "failed"):
+            self.send(reply_to, m.SessionReply(request_id=msg.request_id, info=e.info()))
+            return
         if e.state == "closed":
             if isinstance(msg, m.CloseSession):
                 self.send(reply_to, m.Done(request_id=msg.request_id))
@@ -409,26 +411,17 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
 
     # -- ingress -----------------------------------------------------------------------
 
-    def receiveMsg_SendMessage(self, msg: m.SendMessage, sender: Any) -> None:
+    def _route_ingress(self, msg: Any, sender: Any) -> None:
         self._route(msg.session_id, msg, sender)
 
-    def receiveMsg_Interrupt(self, msg: m.Interrupt, sender: Any) -> None:
-        self._route(msg.session_id, msg, sender)
-
-    def receiveMsg_SetMetadata(self, msg: m.SetMetadata, sender: Any) -> None:
-        self._route(msg.session_id, msg, sender)
-
-    def receiveMsg_SwitchSession(self, msg: m.SwitchSession, sender: Any) -> None:
-        self._route(msg.session_id, msg, sender)
-
-    def receiveMsg_Subscribe(self, msg: m.Subscribe, sender: Any) -> None:
-        self._route(msg.session_id, msg, sender)
-
-    def receiveMsg_Unsubscribe(self, msg: m.Unsubscribe, sender: Any) -> None:
-        self._route(msg.session_id, msg, sender)
-
-    def receiveMsg_CloseSession(self, msg: m.CloseSession, sender: Any) -> None:
-        self._route(msg.session_id, msg, sender)
+    # Every session-addressed request goes the same way.
+    receiveMsg_SendMessage = _route_ingress
+    receiveMsg_Interrupt = _route_ingress
+    receiveMsg_SetMetadata = _route_ingress
+    receiveMsg_SwitchSession = _route_ingress
+    receiveMsg_Subscribe = _route_ingress
+    receiveMsg_Unsubscribe = _route_ingress
+    receiveMsg_CloseSession = _route_ingress
 
     def receiveMsg_UseProjection(self, msg: UseProjection, sender: Any) -> None:
         self.projection = msg.address
@@ -504,14 +497,7 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
                 # A closed session still serves replays of its stream.
                 self.send(e.address, item)
             else:
-                err = "SessionClosed" if e.state == "closed" else "SessionFailed"
-                self._fail(
-                    item.reply_to,
-                    item.message.request_id,
-                    err,
-                    f"session {e.session_id} is {e.state}",
-                    e.session_id,
-                )
+                self._answer_unservable(e, item)
         if e.state in ("closed", "failed") and e.address is not None:
             # A closed or failed session only came back to answer (a replay, a refusal):
             # its process is not needed once it has.
@@ -573,21 +559,32 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
         self._crashed(e)
 
     def _drain_closed(self, e: _Entry) -> None:
-        """Answer what waited for a session that will not serve again."""
-        err = "SessionClosed" if e.state == "closed" else "SessionFailed"
+        """Answer what waited for a session that will not serve again (closed or failed)."""
         pending, e.pending = e.pending, []
         for item in pending:
-            if isinstance(item, tuple):
-                _, request_id, reply_to = item
-                self.send(reply_to, m.SessionReply(request_id=request_id, info=e.info()))
-            else:
-                self._fail(
-                    item.reply_to,
-                    item.message.request_id,
-                    err,
-                    f"session {e.session_id} is {e.state}",
-                    e.session_id,
-                )
+            self._answer_unservable(e, item)
+
+    def _answer_unservable(self, e: _Entry, item: Any) -> None:
+        """Answer one waiting request for a closed or failed session: reads and repeated
+        closes succeed, everything else is refused with the session's state."""
+        if isinstance(item, tuple):
+            _, request_id, reply_to = item
+            self.send(reply_to, m.SessionReply(request_id=request_id, info=e.info()))
+            return
+        msg = item.message
+        if isinstance(msg, m.GetSession):
+            self.send(item.reply_to, m.SessionReply(request_id=msg.request_id, info=e.info()))
+        elif isinstance(msg, m.CloseSession) and e.state == "closed":
+            self.send(item.reply_to, m.Done(request_id=msg.request_id))
+        else:
+            err = "SessionClosed" if e.state == "closed" else "SessionFailed"
+            self._fail(
+                item.reply_to,
+                msg.request_id,
+                err,
+                f"session {e.session_id} is {e.state}",
+                e.session_id,
+            )
 
     def _crashed(self, e: _Entry) -> None:
         assert self.cfg is not None
@@ -640,21 +637,9 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
                 )
             except (ConflictError, SpineError) as exc:
                 _log().error("could not record failure of %s: %s", e.session_id, exc)
-        pending, e.pending = e.pending, []
-        pending.extend(e.in_flight.values())
+        e.pending.extend(e.in_flight.values())
         e.in_flight.clear()
-        for item in pending:
-            if isinstance(item, tuple):
-                _, request_id, reply_to = item
-                self.send(reply_to, m.SessionReply(request_id=request_id, info=e.info()))
-            else:
-                self._fail(
-                    item.reply_to,
-                    item.message.request_id,
-                    "SessionFailed",
-                    f"session {e.session_id} has failed",
-                    e.session_id,
-                )
+        self._drain_closed(e)
 
     def receiveMsg_PoisonMessage(self, msg: PoisonMessage, sender: Any) -> None:
         poison = msg.poisonMessage

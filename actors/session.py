@@ -59,6 +59,8 @@ def _log() -> logging.Logger:
 
 ASSISTANT_DELTA = "assistant.delta"
 BUSY_POLICIES = ("enqueue", "reject", "interrupt")
+# Requests a closed session still answers.
+_READS = (m.Subscribe, m.Unsubscribe, m.GetSession, Ping)
 #: Metadata key that overrides the Runner's mid-turn policy for one session.
 BUSY_POLICY_KEY = "session.busy_policy"
 _ORPHAN_CHECK = 0.5
@@ -353,7 +355,7 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
 
     def _handle(self, routed: Routed) -> None:
         msg, reply_to = routed.message, routed.reply_to
-        if self.state is not None and self.state.closed and not isinstance(msg, m.Subscribe):
+        if self.state is not None and self.state.closed and not isinstance(msg, _READS):
             if isinstance(msg, m.CloseSession):
                 self.send(reply_to, m.Done(request_id=msg.request_id))
             else:
