@@ -9,9 +9,7 @@ import attrs
 
 from spine import Event, Usage
 
-
-def _tuple(value: Any) -> tuple[Any, ...]:
-    return tuple(value or ())
+from .messages import _tuple
 
 
 @attrs.frozen(kw_only=True)
