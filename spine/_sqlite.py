@@ -65,7 +65,9 @@ BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
 
 # Columns in `Record` field order, so the records an append returns are its insert rows.
 _INSERT = "INSERT INTO events (stream, seq, position, kind, payload, version) VALUES (?,?,?,?,?,?)"
-_COLUMNS = "stream, seq, position, kind, payload, version"
+# The CAST keeps `Record.payload` bytes even for a row someone rewrote as TEXT (SQLite's
+# string functions return TEXT): a tampered row must reach the verifier, not crash it.
+_COLUMNS = "stream, seq, position, kind, CAST(payload AS BLOB), version"
 _UPSERT_STREAM = (
     "INSERT INTO streams (stream, last_seq, last_position, first_position) VALUES (?,?,?,?) "
     "ON CONFLICT (stream) DO UPDATE SET last_seq = excluded.last_seq, "
@@ -276,7 +278,8 @@ class SqliteLog:
         out: list[Event] = []
         try:
             cur = self._reader().execute(
-                "SELECT seq, version, payload FROM events WHERE stream=? AND seq>? ORDER BY seq",
+                "SELECT seq, version, CAST(payload AS BLOB) FROM events "
+                "WHERE stream=? AND seq>? ORDER BY seq",
                 (stream, after_seq),
             )
             # Decode page by page so rows do not pile up next to the events made from them.

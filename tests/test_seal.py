@@ -177,6 +177,29 @@ def test_verifying_an_intact_stream_appends_record_verified(
         }
 
 
+def test_a_row_rewritten_as_text_is_still_read_as_bytes_and_located(
+    db_path: pathlib.Path, key: SigningKey
+) -> None:
+    """SQLite's string functions turn a payload into TEXT; the log still hands out bytes,
+    so verification names the row instead of failing on a type."""
+    with SqliteLog(db_path) as log:
+        _fill(log, 6)
+        seal_stream(log, S, key)
+    _tamper(
+        db_path,
+        (
+            "UPDATE events SET payload=replace(payload, 'message 2', 'message X') "
+            "WHERE stream=? AND seq=3",
+            (S,),
+        ),
+    )
+    with SqliteLog(db_path) as log:
+        assert all(isinstance(r.payload, bytes) for r in log.read(S, 0, None))
+        report = verify_stream(log, S, key.public_key)
+        assert report.problem is not None
+        assert (report.problem.kind, report.problem.seq) == (FindingKind.MODIFIED, 3)
+
+
 def test_a_modified_stored_event_is_named_by_seq(db_path: pathlib.Path, key: SigningKey) -> None:
     """Editing one row's bytes behind the log's back is found at that seq, nothing appended."""
     with SqliteLog(db_path) as log:
