@@ -145,6 +145,30 @@ def _interrupt(args: argparse.Namespace) -> int:
         host.close()
 
 
+def _seal(args: argparse.Namespace) -> int:
+    """Seal a session through the daemon (the session appends the seal itself)."""
+    host = _attach(args)
+    try:
+        r = host.seal(args.session)
+        if r.seq == 0:
+            print("nothing new to seal")
+        else:
+            print(f"sealed seqs {r.first}..{r.last} at seq {r.seq}: root {r.root}, key {r.key_id}")
+        return 0
+    finally:
+        host.close()
+
+
+def _verify(args: argparse.Namespace) -> int:
+    host = _attach(args)
+    try:
+        r = host.verify(args.session)
+        print(r.summary)
+        return 0 if r.ok else 1
+    finally:
+        host.close()
+
+
 def _open_log(args: argparse.Namespace) -> SqliteLog:
     path = os.path.join(args.data, "spine.db")
     if not os.path.exists(path):
@@ -266,6 +290,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     p = sub.add_parser("sessions", help="list the daemon's sessions")
     p.set_defaults(func=_sessions)
+
+    p = sub.add_parser("seal", help="seal what is new in a session (signed Merkle root)")
+    p.add_argument("session")
+    p.set_defaults(func=_seal)
+
+    p = sub.add_parser("verify", help="verify a session's seals (exit 1 if tampered)")
+    p.add_argument("session")
+    p.set_defaults(func=_verify)
 
     p = sub.add_parser("history", help="print a session's stored events")
     p.add_argument("session")

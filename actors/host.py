@@ -335,6 +335,15 @@ class Host:
         )
         return self._request(msg)  # type: ignore[no-any-return]
 
+    def seal(self, session_id: str) -> m.SealReply:
+        """Seal what is new in the session's stream: a signed Merkle root over the stored
+        bytes, appended as ``record.sealed`` by the session itself. ``seq`` 0: nothing new."""
+        return self._request(m.SealSession(request_id=_rid(), session_id=session_id))  # type: ignore[no-any-return]
+
+    def verify(self, session_id: str) -> m.VerifyReply:
+        """Verify every seal of the session; on success ``record.verified`` is appended."""
+        return self._request(m.VerifySession(request_id=_rid(), session_id=session_id))  # type: ignore[no-any-return]
+
     def close_session(self, session_id: str) -> None:
         """Close one session: it records a "closed" lifecycle event and its actor stops."""
         self._request(m.CloseSession(request_id=_rid(), session_id=session_id))

@@ -149,6 +149,26 @@ class RemoveSink:
 
 
 @attrs.frozen(kw_only=True)
+class SealSession:
+    """Seal what is new in the session's stream (a signed Merkle root, `spine.seal`).
+
+    The session itself appends the ``record.sealed`` event: it is its stream's only writer.
+    """
+
+    request_id: str
+    session_id: str
+
+
+@attrs.frozen(kw_only=True)
+class VerifySession:
+    """Verify every seal of the session's stream; on success ``record.verified`` is
+    appended. A failure names what failed and where."""
+
+    request_id: str
+    session_id: str
+
+
+@attrs.frozen(kw_only=True)
 class GetRunnerStats:
     """Counters of the Runner: sessions, restarts, sink deliveries, drops and failures."""
 
@@ -230,6 +250,30 @@ class SinkReply:
 
 
 @attrs.frozen(kw_only=True)
+class SealReply:
+    """``seq`` is where the seal event is stored; 0 when there was nothing new to seal."""
+
+    request_id: str
+    session_id: str
+    seq: int
+    first: int = 0
+    last: int = 0
+    root: str = ""
+    key_id: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class VerifyReply:
+    """``ok`` and a one-line ``summary``; ``seq`` is the record.verified event (0 if none)."""
+
+    request_id: str
+    session_id: str
+    ok: bool
+    summary: str
+    seq: int = 0
+
+
+@attrs.frozen(kw_only=True)
 class RunnerStats:
     request_id: str
     counters: Mapping[str, int] = attrs.field(converter=_frozen_map)
@@ -302,6 +346,10 @@ ALL_MESSAGES: tuple[type, ...] = (
     AddSink,
     RemoveSink,
     GetRunnerStats,
+    SealSession,
+    VerifySession,
+    SealReply,
+    VerifyReply,
     RequestFailed,
     SessionInfo,
     SessionReply,

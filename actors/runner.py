@@ -422,6 +422,8 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
     receiveMsg_Subscribe = _route_ingress
     receiveMsg_Unsubscribe = _route_ingress
     receiveMsg_CloseSession = _route_ingress
+    receiveMsg_SealSession = _route_ingress
+    receiveMsg_VerifySession = _route_ingress
 
     def receiveMsg_UseProjection(self, msg: UseProjection, sender: Any) -> None:
         self.projection = msg.address

@@ -30,6 +30,7 @@ from spine import (
     Usage,
     validate_session_id,
 )
+from spine.seal import KeyStore, NothingToSealError, seal_stream, verify_stream
 
 from . import messages as m
 from ._core import POISONED, SessionState, evolve, fold, metadata_diff, recovery_events
@@ -413,6 +414,10 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
                 self._interrupt(msg, reply_to)
             elif isinstance(msg, m.CloseSession):
                 self._close(msg, reply_to)
+            elif isinstance(msg, m.SealSession):
+                self._seal(msg, reply_to)
+            elif isinstance(msg, m.VerifySession):
+                self._verify(msg, reply_to)
             else:
                 self._fail(
                     reply_to,
@@ -568,6 +573,70 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
         self.subs.clear()
         self.send(reply_to, m.Done(request_id=msg.request_id))
         self._stop_self("closed")
+
+    def _keys(self) -> KeyStore:
+        assert self.cfg is not None
+        return KeyStore(os.path.join(os.path.dirname(self.cfg.db_path), "keys"))
+
+    def _catch_up(self) -> None:
+        """Fold and publish what a spine.seal call appended to this stream."""
+        assert self.spine is not None and self.state is not None and self.cfg is not None
+        recs = self.spine.read(self.cfg.session_id, self.state.last_seq, None)
+        if not recs:
+            return
+        st = self.state
+        for r in recs:
+            st = evolve(st, r.event())
+        self.state = st
+        res = AppendResult(
+            stream=self.cfg.session_id,
+            first_seq=recs[0].seq,
+            last_seq=recs[-1].seq,
+            first_position=recs[0].position,
+            last_position=recs[-1].position,
+            records=tuple(recs),
+        )
+        self._publish(res, None, ())
+
+    def _seal(self, msg: m.SealSession, reply_to: Any) -> None:
+        assert self.spine is not None and self.state is not None
+        sid = self.state.session_id
+        try:
+            seal = seal_stream(
+                self.spine, sid, self._keys().signing_key(), expected_seq=self.state.last_seq
+            )
+        except NothingToSealError:
+            self.send(reply_to, m.SealReply(request_id=msg.request_id, session_id=sid, seq=0))
+            return
+        self._catch_up()
+        self.send(
+            reply_to,
+            m.SealReply(
+                request_id=msg.request_id,
+                session_id=sid,
+                seq=seal.seq,
+                first=seal.first,
+                last=seal.last,
+                root=seal.root.hex(),
+                key_id=seal.key_id,
+            ),
+        )
+
+    def _verify(self, msg: m.VerifySession, reply_to: Any) -> None:
+        assert self.spine is not None and self.state is not None
+        sid = self.state.session_id
+        report = verify_stream(self.spine, sid, self._keys().keyring())
+        self._catch_up()
+        self.send(
+            reply_to,
+            m.VerifyReply(
+                request_id=msg.request_id,
+                session_id=sid,
+                ok=report.ok,
+                summary=report.summary(),
+                seq=report.verified_seq or 0,
+            ),
+        )
 
     def _subscribe(self, msg: m.Subscribe, reply_to: Any) -> None:
         assert self.spine is not None and self.cfg is not None and self.state is not None

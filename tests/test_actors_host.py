@@ -354,3 +354,42 @@ def test_a_closed_session_can_still_be_replayed_through_the_protocol(
         assert h.get(sid).state == "closed"
     finally:
         h.close()
+
+
+def test_sealing_a_live_session_goes_through_the_session_and_tampering_is_found(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """seal/verify run in the session (its stream's only writer), so the conversation goes
+    on unharmed; the badge moves sealed -> verified; a flipped byte is located by seq."""
+    import sqlite3
+
+    h = Host(tmp_path, base="multiprocTCPBase", timeout=20)
+    try:
+        sid = h.create()
+        a = h.send(sid, "first")
+        h.wait_turn(sid, a.seq)
+        sealed = h.seal(sid)
+        assert sealed.seq > 0 and sealed.first == 1 and sealed.last == sealed.seq - 1
+        assert h.status(sid).record == "sealed"
+        b = h.send(sid, "after the seal")  # the session's next append must not conflict
+        assert h.wait_turn(sid, b.seq).kind == Kind.TURN_COMPLETED
+        assert h.seal(sid).first == sealed.seq  # the next seal starts where the last ended
+        ok = h.verify(sid)
+        assert ok.ok and ok.seq > 0 and h.status(sid).record == "verified"
+        assert h.get(sid).restarts == 0
+
+        db = sqlite3.connect(tmp_path / "spine.db")
+        try:
+            db.execute("DROP TRIGGER events_append_only_update")
+            db.execute(
+                "UPDATE events SET payload = replace(payload, 'first', 'fir5t') "
+                "WHERE stream = ? AND seq = ?",
+                (sid, a.seq),
+            )
+            db.commit()
+        finally:
+            db.close()
+        bad = h.verify(sid)
+        assert not bad.ok and f"seq {a.seq}" in bad.summary
+    finally:
+        h.close()
