@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import attrs
 from thespian.actors import ActorSystem
 
 from projections import (
@@ -296,7 +297,28 @@ class Host:
         return self._request(m.RegisterSession(request_id=_rid(), session_id=session_id)).info  # type: ignore[no-any-return]
 
     def sessions(self) -> list[m.SessionInfo]:
-        return list(self._request(m.ListSessions(request_id=_rid())).sessions)
+        """Every session the spine knows, with its state. A session the Runner has not
+        loaded since it started is "passivated" to the Runner; the sessions index tells
+        whether it is in fact closed or failed."""
+        infos = list(self._request(m.ListSessions(request_id=_rid())).sessions)
+        index = self.index() if any(i.state == "passivated" for i in infos) else None
+        if index is None:
+            return infos
+        out = []
+        for info in infos:
+            known = index.get(info.session_id)
+            if (
+                info.state == "passivated"
+                and known is not None
+                and known.terminal
+                in (
+                    "closed",
+                    "failed",
+                )
+            ):
+                info = attrs.evolve(info, state=known.terminal)
+            out.append(info)
+        return out
 
     def send(self, session_id: str, text: str, *, key: str | None = None) -> m.Ack:
         """Send a user message; returns once its event is committed (or the interceptors

@@ -288,3 +288,19 @@ def test_the_status_projection_runs_beside_the_runner_and_survives_a_kill(mp: Ho
     wait_for(lambda: (ix := mp.index()) is not None and (i := ix.get(sid)) and i.last_seq == last)
     assert mp.projection_pid() not in (None, pid)
     assert mp.status(sid).turns == 3
+
+
+def test_a_new_runner_lists_closed_sessions_as_closed(mp: Host) -> None:
+    """After the Runner is replaced, its registry is empty; the listing still tells closed
+    sessions from idle ones, through the sessions index."""
+    closed, idle = mp.create(), mp.create()
+    mp.close_session(closed)
+    last = mp.history(closed)[-1].seq
+    wait_for(
+        lambda: (ix := mp.index()) is not None and (i := ix.get(closed)) and i.last_seq == last
+    )
+    runner = mp.runner_pid()
+    os.kill(runner, signal.SIGKILL)
+    wait_for(lambda: mp.runner_pid() != runner, timeout=20)
+    states = {i.session_id: i.state for i in mp.sessions()}
+    assert states[closed] == "closed" and states[idle] == "passivated"
