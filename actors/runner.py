@@ -185,6 +185,8 @@ class _Entry:
     # How many crashes each uncommitted key has been in flight through.
     crashes: dict[str, int] = attrs.field(factory=dict)
     restarts: deque[float] = attrs.field(factory=deque)
+    # Protocol subscriptions held by the live incarnation: it is not passivated under them.
+    subscribers: int = 0
     total_restarts: int = 0
     create: tuple[str, Any] | None = None
     create_metadata: dict[str, str] = attrs.field(factory=dict)
@@ -274,6 +276,10 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
 
     def _forward(self, e: _Entry, routed: Routed) -> None:
         msg = routed.message
+        if isinstance(msg, m.Subscribe):
+            e.subscribers += 1
+        elif isinstance(msg, m.Unsubscribe):
+            e.subscribers = max(0, e.subscribers - 1)
         key = getattr(msg, "key", None)
         if key and isinstance(msg, _INGRESS):
             e.in_flight[key] = routed
@@ -542,6 +548,8 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
         if e is None:
             return
         e.address = None
+        # Subscriptions die with the incarnation; subscribers subscribe again.
+        e.subscribers = 0
         if e.stop_reason:
             reason, e.stop_reason = e.stop_reason, ""
             e.state = reason if reason in ("closed", "failed") else "passivated"
@@ -684,6 +692,7 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
                 e.state == "live"
                 and not e.busy
                 and not e.in_flight
+                and not e.subscribers
                 and now - e.last_activity >= self.cfg.idle_timeout
             ):
                 e.state = "stopping"

@@ -304,3 +304,35 @@ def test_a_new_runner_lists_closed_sessions_as_closed(mp: Host) -> None:
     wait_for(lambda: mp.runner_pid() != runner, timeout=20)
     states = {i.session_id: i.state for i in mp.sessions()}
     assert states[closed] == "closed" and states[idle] == "passivated"
+
+
+def test_a_session_with_a_protocol_subscriber_is_not_passivated(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """While a Thespian host holds a subscription the session stays live; after it
+    unsubscribes the session is passivated like any idle one."""
+    from actors import messages as msgs
+
+    h = Host(tmp_path, base="multiprocTCPBase", idle_timeout=0.3, timeout=20)
+    try:
+        watched, other = h.create(), h.create()
+        pid = h.session_pid(watched)
+        with h._asys.private() as ctx:
+            reply = ctx.ask(h._runner, msgs.Subscribe(request_id="s", session_id=watched), 10)
+            assert isinstance(reply, msgs.SubscribeReply)
+            wait_for(lambda: h.stats()["passivated"] >= 1, timeout=20)  # `other` went idle
+            assert h.session_pid(watched) == pid
+            done = ctx.ask(
+                h._runner,
+                msgs.Unsubscribe(
+                    request_id="u", session_id=watched, subscription_id=reply.subscription_id
+                ),
+                10,
+            )
+            while not isinstance(done, msgs.Done):
+                done = ctx.listen(10)
+                assert done is not None
+        wait_for(lambda: h.stats()["passivated"] >= 2, timeout=20)
+        assert h.session_pid(other) > 0  # brought back on demand
+    finally:
+        h.close()
