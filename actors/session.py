@@ -246,15 +246,22 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
             self._stop_self("stale incarnation")
             raise
         if not res.duplicate:
-            st = self.state
-            for r in res.records:
-                st = evolve(st, r.event())
-            self.state = st
-            if self.snapshots is not None and st.last_seq - self.snap_seq >= SNAPSHOT_EVERY:
-                self.snapshots.save(st)
-                self.snap_seq = st.last_seq
-            self._publish(res, key, live)
+            self._absorb(res, key, live)
         return res
+
+    def _absorb(
+        self, res: AppendResult, key: str | None, live: tuple[tuple[str, str, str], ...]
+    ) -> None:
+        """Fold newly stored records into the state, snapshot if due, and publish them."""
+        assert self.state is not None
+        st = self.state
+        for r in res.records:
+            st = evolve(st, r.event())
+        self.state = st
+        if self.snapshots is not None and st.last_seq - self.snap_seq >= SNAPSHOT_EVERY:
+            self.snapshots.save(st)
+            self.snap_seq = st.last_seq
+        self._publish(res, key, live)
 
     def _publish(
         self, res: AppendResult, key: str | None, live: tuple[tuple[str, str, str], ...]
@@ -584,10 +591,6 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
         recs = self.spine.read(self.cfg.session_id, self.state.last_seq, None)
         if not recs:
             return
-        st = self.state
-        for r in recs:
-            st = evolve(st, r.event())
-        self.state = st
         res = AppendResult(
             stream=self.cfg.session_id,
             first_seq=recs[0].seq,
@@ -596,7 +599,7 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
             last_position=recs[-1].position,
             records=tuple(recs),
         )
-        self._publish(res, None, ())
+        self._absorb(res, None, ())
 
     def _seal(self, msg: m.SealSession, reply_to: Any) -> None:
         assert self.spine is not None and self.state is not None
