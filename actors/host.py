@@ -48,11 +48,12 @@ from spine import (
 )
 
 from . import messages as m
-from ._internal import GetRunner, Ping, Pong, RunnerAddress, RunnerConfig, SessionPid
-from ._thespian import free_port, log_defs, loopback_only, processes_in_session
 from .errors import ERRORS, ActorsError, HostTimeout, InvalidRequest
 from .interceptors import SlashCommands
-from .runner import Guardian, spine_path
+from .messages import GetRunner, Ping, Pong, RunnerAddress, RunnerConfig, SessionPid
+from .policy import BusyPolicy, RestartPolicy
+from .runner.actor import Guardian, spine_path
+from .system import free_port, log_defs, loopback_only, processes_in_session
 
 log = logging.getLogger("vertebra.host")
 
@@ -98,10 +99,8 @@ class Host:
     ) -> None:
         if base not in BASES:
             raise InvalidRequest(f"base must be one of {BASES}, got {base!r}")
-        if busy_policy not in ("enqueue", "reject", "interrupt"):
-            raise InvalidRequest(
-                f"busy_policy must be enqueue, reject or interrupt, not {busy_policy!r}"
-            )
+        policy = BusyPolicy.parse(busy_policy)
+        restart = RestartPolicy(max_restarts=max_restarts, window=restart_window)
         self.data_dir = os.path.abspath(os.fspath(data_dir))
         os.makedirs(self.data_dir, exist_ok=True)
         self.base = base
@@ -144,10 +143,9 @@ class Host:
                 if interceptors is not None
                 else (SlashCommands(),),
                 factory=factory,
-                busy_policy=busy_policy,
+                busy_policy=policy,
                 idle_timeout=idle_timeout,
-                max_restarts=max_restarts,
-                restart_window=restart_window,
+                restart=restart,
                 projections=projections,
             )
             reply = self._raw_ask(self._guardian, cfg, "config", timeout)

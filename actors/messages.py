@@ -14,6 +14,8 @@ from typing import Any
 
 import attrs
 
+from .policy import BusyPolicy, RestartPolicy
+
 
 def _frozen_map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return {} if not value else dict(value)
@@ -279,6 +281,67 @@ class RunnerStats:
     counters: Mapping[str, int] = attrs.field(converter=_frozen_map)
 
 
+# -- the runtime itself: guardian, Runner and liveness ---------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class RunnerConfig:
+    """The Runner's configuration: sent to the guardian (named ``vertebra.guardian``),
+    which creates the Runner, configures it and answers `RunnerAddress`.
+
+    ``interceptors`` and ``factory`` travel to the actor processes: they must pickle
+    (module-level classes, no lambdas or open resources)."""
+
+    data_dir: str
+    interceptors: tuple[Any, ...] = attrs.field(factory=tuple, converter=_tuple)
+    factory: Any = None
+    busy_policy: BusyPolicy = attrs.field(default=BusyPolicy.ENQUEUE, converter=BusyPolicy.parse)
+    idle_timeout: float | None = None
+    restart: RestartPolicy = attrs.field(factory=RestartPolicy)
+    sink_max_pending: int = 1000
+    # Run the status projection actor beside the Runner (woken on every append).
+    projections: bool = True
+
+
+@attrs.frozen(kw_only=True)
+class GetRunner:
+    """Ask the guardian where the current Runner is; answered by `RunnerAddress`."""
+
+    request_id: str
+
+
+@attrs.frozen(kw_only=True)
+class RunnerAddress:
+    """The current Runner, its generation (bumped when the guardian replaces a dead one)
+    and the status projection actor's address (None when projections are off)."""
+
+    request_id: str
+    address: Any
+    generation: int
+    projection: Any = None
+
+
+@attrs.frozen(kw_only=True)
+class Ping:
+    """Liveness check; any actor of the runtime answers `Pong` with its process id."""
+
+    request_id: str
+
+
+@attrs.frozen(kw_only=True)
+class Pong:
+    request_id: str
+    pid: int
+
+
+@attrs.frozen(kw_only=True)
+class SessionPid:
+    """Ask the Runner for a live session's process id (operations and tests)."""
+
+    request_id: str
+    session_id: str
+
+
 # -- pushed to subscribers and sinks ------------------------------------------------------
 
 
@@ -330,6 +393,12 @@ class SinkAck:
 
 
 ALL_MESSAGES: tuple[type, ...] = (
+    RunnerConfig,
+    GetRunner,
+    RunnerAddress,
+    Ping,
+    Pong,
+    SessionPid,
     SinkAck,
     CreateSession,
     GetSession,

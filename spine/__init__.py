@@ -24,6 +24,7 @@ from ._errors import (
 )
 from ._event import EPHEMERAL_KINDS, Event, Kind, Phase, Severity, Usage
 from ._ids import new_session_id, validate_session_id
+from ._lifecycle import REVIVING_PHASES, TERMINAL_PHASES, terminal_after
 from ._log import DEFAULT_PAGE, AppendResult, Log, Record, StreamInfo, Wakeup
 from ._memory import MemoryLog
 from ._sqlite import SqliteLog
@@ -40,7 +41,9 @@ __all__ = [
     "DEFAULT_PAGE",
     "DEFAULT_POLL_FLOOR",
     "EPHEMERAL_KINDS",
+    "REVIVING_PHASES",
     "SCHEMA_VERSION",
+    "TERMINAL_PHASES",
     "AllSubscription",
     "AppendResult",
     "ConflictError",
@@ -73,5 +76,6 @@ __all__ = [
     "register_upcaster",
     "subscribe",
     "subscribe_all",
+    "terminal_after",
     "validate_session_id",
 ]

@@ -63,6 +63,8 @@ class Phase(enum.StrEnum):
     PASSIVATED = "passivated"
     FAILED = "failed"
     CLOSED = "closed"
+    #: An ingress crashed the session twice and was dropped; the session serves on.
+    POISONED = "poisoned"
 
 
 class Severity(enum.StrEnum):

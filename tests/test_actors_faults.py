@@ -212,8 +212,8 @@ def test_a_session_that_keeps_dying_is_marked_failed_and_refuses_ingress(
 def test_a_long_session_restarts_from_a_snapshot_with_the_same_state(mp: Host) -> None:
     """Past the snapshot interval a session snapshots its state; after a kill it restarts
     from the snapshot plus the tail and serves with exactly the state a full fold gives."""
-    from actors._core import SessionState, fold
-    from actors._snapshots import SNAPSHOT_EVERY, SnapshotStore
+    from actors.session.snapshots import SNAPSHOT_EVERY, SnapshotStore
+    from actors.session.state import SessionState, fold
     from spine import SqliteLog
 
     sid = "long-one"

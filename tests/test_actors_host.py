@@ -329,7 +329,7 @@ def test_a_closed_session_can_still_be_replayed_through_the_protocol(
     from conftest import wait_for
 
     from actors import messages as msgs
-    from actors._thespian import processes_in_session
+    from actors.system import processes_in_session
 
     h = Host(tmp_path, base="multiprocTCPBase", timeout=20)
     try:

@@ -7,8 +7,7 @@ import pickle
 import attrs
 import pytest
 
-from actors import _internal, messages
-from actors._core import SessionState, fold, metadata_diff, recovery_events
+from actors import messages
 from actors.agents import MODEL_NAME, MODEL_TEMPERATURE, AgentSpec
 from actors.interceptors import (
     Ingress,
@@ -18,7 +17,9 @@ from actors.interceptors import (
     SlashCommands,
     run_chain,
 )
-from actors.runner import SinkRouter
+from actors.runner.actor import SinkRouter
+from actors.session import protocol as _internal
+from actors.session.state import SessionState, fold, metadata_diff, recovery_events
 from spine import Event, Kind, Phase, Usage
 
 _INTERNAL = [

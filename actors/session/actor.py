@@ -32,12 +32,13 @@ from spine import (
 )
 from spine.seal import KeyStore, NothingToSealError, seal_stream, verify_stream
 
-from . import messages as m
-from ._core import POISONED, SessionState, evolve, fold, metadata_diff, recovery_events
-from ._internal import (
+from .. import messages as m
+from ..agents import AgentSpec, ScriptedFactory, TurnInput
+from ..interceptors import Ingress, InterceptResult, SessionView, run_chain
+from ..messages import Ping, Pong
+from ..system import configure_actor_logging
+from .protocol import (
     Appended,
-    Ping,
-    Pong,
     RecordPoison,
     Routed,
     SessionConfig,
@@ -46,10 +47,8 @@ from ._internal import (
     TurnFinished,
     TurnProgress,
 )
-from ._snapshots import SNAPSHOT_EVERY, SnapshotStore
-from ._thespian import configure_actor_logging
-from .agents import AgentSpec, ScriptedFactory, TurnInput
-from .interceptors import Ingress, InterceptResult, SessionView, run_chain
+from .snapshots import SNAPSHOT_EVERY, SnapshotStore
+from .state import POISONED, SessionState, evolve, fold, metadata_diff, recovery_events
 
 
 def _log() -> logging.Logger:

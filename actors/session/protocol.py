@@ -9,7 +9,8 @@ import attrs
 
 from spine import Event, Usage
 
-from .messages import _tuple
+from ..messages import _tuple
+from ..policy import BusyPolicy
 
 
 @attrs.frozen(kw_only=True)
@@ -21,7 +22,7 @@ class SessionConfig:
     incarnation: int
     interceptors: tuple[Any, ...] = attrs.field(factory=tuple, converter=_tuple)
     factory: Any = None
-    busy_policy: str = "enqueue"
+    busy_policy: BusyPolicy = BusyPolicy.ENQUEUE
     flush_interval: float = 0.02
     create: bool = False
     metadata: Mapping[str, str] = attrs.field(factory=dict)
@@ -107,57 +108,7 @@ class TurnFinished:
 
 
 @attrs.frozen(kw_only=True)
-class RunnerConfig:
-    """The Runner's configuration, sent by the guardian after it creates the Runner."""
-
-    data_dir: str
-    interceptors: tuple[Any, ...] = attrs.field(factory=tuple, converter=_tuple)
-    factory: Any = None
-    busy_policy: str = "enqueue"
-    idle_timeout: float | None = None
-    max_restarts: int = 5
-    restart_window: float = 60.0
-    backoff_initial: float = 0.01
-    backoff_max: float = 2.0
-    sink_max_pending: int = 1000
-    # Run the status projection actor beside the Runner (woken on every append).
-    projections: bool = True
-
-
-@attrs.frozen(kw_only=True)
-class GetRunner:
-    request_id: str
-
-
-@attrs.frozen(kw_only=True)
-class RunnerAddress:
-    request_id: str
-    address: Any
-    generation: int
-    projection: Any = None
-
-
-@attrs.frozen(kw_only=True)
 class UseProjection:
     """The guardian tells the Runner where the projection actor is (after each start)."""
 
     address: Any
-
-
-@attrs.frozen(kw_only=True)
-class Ping:
-    request_id: str
-
-
-@attrs.frozen(kw_only=True)
-class Pong:
-    request_id: str
-    pid: int
-
-
-@attrs.frozen(kw_only=True)
-class SessionPid:
-    """Ask the Runner for a live session's process id (operations and tests)."""
-
-    request_id: str
-    session_id: str

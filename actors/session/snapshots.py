@@ -12,7 +12,7 @@ import os
 import pickle
 import sqlite3
 
-from ._core import SNAPSHOT_VERSION, SessionState
+from .state import SNAPSHOT_VERSION, SessionState
 
 #: Write a snapshot once a session has this many events past its last one.
 SNAPSHOT_EVERY = 1000

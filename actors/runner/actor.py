@@ -37,24 +37,26 @@ from spine import (
     validate_session_id,
 )
 
-from . import messages as m
-from ._internal import (
-    Appended,
+from .. import messages as m
+from ..messages import (
     GetRunner,
     Ping,
     Pong,
-    RecordPoison,
-    Routed,
     RunnerAddress,
     RunnerConfig,
-    SessionConfig,
     SessionPid,
+)
+from ..session.actor import SessionActor
+from ..session.protocol import (
+    Appended,
+    RecordPoison,
+    Routed,
+    SessionConfig,
     SessionReady,
     SessionStopping,
     UseProjection,
 )
-from ._thespian import configure_actor_logging
-from .session import SessionActor
+from ..system import configure_actor_logging
 
 
 def _log() -> logging.Logger:
@@ -600,7 +602,7 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
         assert self.cfg is not None
         now = time.monotonic()
         e.restarts.append(now)
-        while e.restarts and now - e.restarts[0] > self.cfg.restart_window:
+        while e.restarts and now - e.restarts[0] > self.cfg.restart.window:
             e.restarts.popleft()
         # Ingress that was in flight goes first to the next incarnation; ingress that was
         # in flight through two crashes is poison and is answered as an error instead.
@@ -625,13 +627,13 @@ class RunnerActor(ActorTypeDispatcher):  # type: ignore[misc]
                 self.counters["redelivered"] += 1
         e.in_flight.clear()
         e.pending[:0] = redeliver
-        if len(e.restarts) > self.cfg.max_restarts:
+        if self.cfg.restart.exhausted(len(e.restarts)):
             self._mark_failed(e)
             return
         e.state = "restarting"
         e.total_restarts += 1
         self.counters["restarts"] += 1
-        delay = min(self.cfg.backoff_max, self.cfg.backoff_initial * 2 ** (len(e.restarts) - 1))
+        delay = self.cfg.restart.delay(len(e.restarts))
         _log().warning("session %s died; restarting in %.3fs", e.session_id, delay)
         self.wakeupAfter(timedelta(seconds=delay), ("restart", e.session_id, e.incarnation))
 

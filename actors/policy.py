@@ -1,0 +1,63 @@
+"""Policies as values: what a session does with a message mid-turn, and how the Runner
+restarts a session that died. Pure data, read by the deciders and the registry."""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from .errors import InvalidRequest
+
+#: Metadata key that overrides the Runner's mid-turn policy for one session.
+BUSY_POLICY_KEY = "session.busy_policy"
+
+
+class BusyPolicy(enum.StrEnum):
+    """What a session does with a user message that arrives while a turn runs."""
+
+    #: Store it; its turn runs when the current one ends.
+    ENQUEUE = "enqueue"
+    #: Refuse it with `Rejected`; nothing is stored.
+    REJECT = "reject"
+    #: Cancel the running turn (``turn.cancelled``, reason superseded), then run this one.
+    INTERRUPT = "interrupt"
+
+    @classmethod
+    def parse(cls, value: str | BusyPolicy) -> BusyPolicy:
+        """The policy named ``value``; `InvalidRequest` names the choices otherwise."""
+        try:
+            return cls(value)
+        except ValueError:
+            choices = ", ".join(p.value for p in cls)
+            raise InvalidRequest(f"busy policy must be one of {choices}, not {value!r}") from None
+
+
+@attrs.frozen(kw_only=True)
+class RestartPolicy:
+    """How the Runner brings back a session whose process died unasked.
+
+    A session that dies more than ``max_restarts`` times within ``window`` seconds is
+    marked failed. The n-th restart within the window waits
+    ``min(backoff_max, backoff_initial * 2 ** (n - 1))`` seconds. Keyed ingress that was in
+    flight through ``poison_after`` crashes is poison: it is answered with
+    `PoisonMessageError` and recorded instead of delivered again.
+    """
+
+    max_restarts: int = attrs.field(default=5, validator=attrs.validators.ge(0))
+    window: float = attrs.field(default=60.0, validator=attrs.validators.gt(0))
+    backoff_initial: float = attrs.field(default=0.01, validator=attrs.validators.ge(0))
+    backoff_max: float = attrs.field(default=2.0, validator=attrs.validators.ge(0))
+    poison_after: int = attrs.field(default=2, validator=attrs.validators.ge(1))
+
+    def recent(self, crashes: tuple[float, ...], now: float) -> tuple[float, ...]:
+        """The crash times that still count at ``now``."""
+        return tuple(t for t in crashes if now - t <= self.window)
+
+    def exhausted(self, recent: int) -> bool:
+        """Whether ``recent`` crashes within the window exceed the budget."""
+        return recent > self.max_restarts
+
+    def delay(self, recent: int) -> float:
+        """Seconds to wait before the restart that follows ``recent`` crashes."""
+        return float(min(self.backoff_max, self.backoff_initial * 2 ** max(0, recent - 1)))
