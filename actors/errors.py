@@ -35,6 +35,11 @@ class PoisonMessageError(ActorsError):
     """The ingress crashed the session twice; it was recorded and dropped."""
 
 
+class InterceptorError(ActorsError):
+    """An interceptor raised while handling the ingress; nothing was stored, the session
+    serves on. The message names the interceptor and its error."""
+
+
 class InvalidRequest(ActorsError, ValueError):
     """The request itself is malformed (bad id, bad argument)."""
 
@@ -57,6 +62,7 @@ ERRORS: dict[str, type[ActorsError]] = {
         SessionFailed,
         Rejected,
         PoisonMessageError,
+        InterceptorError,
         InvalidRequest,
         RunnerClosed,
         HostTimeout,

@@ -1,8 +1,17 @@
-"""Interceptors: the chain that sees ingress before a turn runs, and the slash commands.
+"""Interceptors: the chain that sees ingress before it reaches the session, and the slash
+commands.
 
-The chain runs in registration order. An interceptor returns the event to pass on (the same
-one, or a replacement: the first replacement wins), or ``None`` to consume it, which stops
-the chain. Notices are collected and emitted after the chain, live only, never stored.
+Every ingress goes through the chain: user messages, interrupts, metadata changes and
+session switches (the seed's ``Runner.Run``). The chain runs in registration order. An
+interceptor returns the event to pass on (the same one, or a replacement: the first
+replacement wins), or ``None`` to consume it, which stops the chain. It gets an `Emitter`
+(the seed's ``Session.Emitter()``) to publish while it runs: notices (live, never stored)
+and stored events, both delivered in the order they were emitted. Notices in the result
+are emitted after the chain.
+
+Interceptors travel to the session processes inside `RunnerConfig`: they must pickle. One
+that raises is called once; its error reaches the caller as `InterceptorError` and the
+session serves on.
 """
 
 from __future__ import annotations
@@ -12,15 +21,19 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from spine import InvalidStreamIdError, Kind, Severity, validate_session_id
+from spine import EPHEMERAL_KINDS, Event, InvalidStreamIdError, Kind, Severity, validate_session_id
 
 from .agents import (
     MODEL_MAX_OUTPUT_TOKENS,
     MODEL_NAME,
     MODEL_TEMPERATURE,
     MODEL_THINKING_LEVEL,
+    PARSERS,
     THINKING_LEVELS,
+    SettingsError,
+    parse_temperature,
 )
+from .errors import InvalidRequest
 
 
 @attrs.frozen(kw_only=True)
@@ -86,20 +99,63 @@ class SessionView:
         self.changes[key] = value
 
 
+#: Kinds only the session's own decisions write: an interceptor may not emit them.
+RESERVED_KINDS = frozenset(
+    {
+        Kind.USER_MESSAGE,
+        Kind.INTERRUPT,
+        Kind.SESSION_STARTED,
+        Kind.TURN_STARTED,
+        Kind.TURN_COMPLETED,
+        Kind.TURN_CANCELLED,
+        Kind.LIFECYCLE,
+        Kind.RECORD_SEALED,
+        Kind.RECORD_VERIFIED,
+    }
+)
+
+
+class Emitter:
+    """Publishes while an interceptor runs: notices go live to sinks, events are stored
+    with the ingress (before its own events), all in the order they were emitted."""
+
+    def __init__(self) -> None:
+        self.items: list[Event | NoticeItem] = []
+
+    def notice(self, severity: str, text: str) -> None:
+        self.items.append(NoticeItem(str(Severity(severity)), str(text)))
+
+    def emit(self, event: Event) -> None:
+        """Store ``event`` on the session's stream (a notice event is only pushed live)."""
+        if not isinstance(event, Event):
+            raise InvalidRequest(f"an interceptor emits spine.Event, not {type(event).__name__}")
+        if event.kind in EPHEMERAL_KINDS:
+            self.items.append(NoticeItem(event.severity or Severity.INFO, event.text))
+            return
+        if event.kind in RESERVED_KINDS:
+            raise InvalidRequest(f"an interceptor may not emit {event.kind} events")
+        self.items.append(event)
+
+
 @runtime_checkable
 class Interceptor(Protocol):
-    def intercept(self, event: Ingress, session: SessionView) -> InterceptResult: ...
+    def intercept(
+        self, event: Ingress, session: SessionView, emitter: Emitter
+    ) -> InterceptResult: ...
 
 
 def run_chain(
-    interceptors: Sequence[Interceptor], event: Ingress, session: SessionView
+    interceptors: Sequence[Interceptor], event: Ingress, session: SessionView, emitter: Emitter
 ) -> InterceptResult:
-    """Run the chain in order: first replacement wins, a consumed event stops it."""
+    """Run the chain in order: first replacement wins, a consumed event stops it.
+
+    Exceptions propagate: the caller answers them and no interceptor is called twice.
+    """
     current = event
     replaced = False
     notices: list[NoticeItem] = []
     for icpt in interceptors:
-        res = icpt.intercept(current, session)
+        res = icpt.intercept(current, session, emitter)
         notices.extend(res.notices)
         if res.event is None:
             return InterceptResult(event=None, notices=tuple(notices))
@@ -131,7 +187,7 @@ _HELP = """\
 class SlashCommands:
     """The built-in slash commands. A bad argument gets an error notice; nothing is stored."""
 
-    def intercept(self, event: Ingress, session: SessionView) -> InterceptResult:
+    def intercept(self, event: Ingress, session: SessionView, emitter: Emitter) -> InterceptResult:
         if event.kind != Kind.USER_MESSAGE or not event.text.startswith("/"):
             return InterceptResult(event=event)
         parts = event.text.strip().split(maxsplit=2)
@@ -153,11 +209,9 @@ def _temperature(event: Ingress, s: SessionView, args: list[str]) -> InterceptRe
     if len(args) != 1:
         return _err("usage: /temperature X (0 to 2)")
     try:
-        x = float(args[0])
-    except ValueError:
-        return _err(f"temperature must be a number, got {args[0]!r}")
-    if not 0.0 <= x <= 2.0:
-        return _err(f"temperature must be between 0 and 2, got {x}")
+        x = parse_temperature(args[0])
+    except SettingsError as exc:
+        return _err(str(exc))
     s.set_metadata(MODEL_TEMPERATURE, repr(x))
     return _ok(f"temperature set to {x}")
 
@@ -181,6 +235,12 @@ def _set(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
         return _err("usage: /set KEY [VALUE]")
     key = args[0]
     value = args[1] if len(args) > 1 else None
+    parse = PARSERS.get(key)
+    if parse is not None and value is not None:
+        try:
+            parse(value, key)
+        except SettingsError as exc:
+            return _err(str(exc))
     s.set_metadata(key, value)
     return _ok(f"{key} deleted" if value is None else f"{key} set")
 

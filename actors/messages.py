@@ -25,6 +25,10 @@ def _tuple(value: Any) -> tuple[Any, ...]:
     return tuple(value or ())
 
 
+def _busy_policy(value: str | BusyPolicy) -> BusyPolicy:
+    return BusyPolicy.parse(value)
+
+
 # -- requests a host sends to the Runner --------------------------------------------------
 
 
@@ -295,7 +299,7 @@ class RunnerConfig:
     data_dir: str
     interceptors: tuple[Any, ...] = attrs.field(factory=tuple, converter=_tuple)
     factory: Any = None
-    busy_policy: BusyPolicy = attrs.field(default=BusyPolicy.ENQUEUE, converter=BusyPolicy.parse)
+    busy_policy: BusyPolicy = attrs.field(default=BusyPolicy.ENQUEUE, converter=_busy_policy)
     idle_timeout: float | None = None
     restart: RestartPolicy = attrs.field(factory=RestartPolicy)
     sink_max_pending: int = 1000
@@ -373,15 +377,19 @@ class SinkBatch:
     """What a sink receives: stored events as (seq, kind, payload) and ephemeral items.
 
     ``live`` holds ephemeral items (notices, streamed text deltas) as
-    (kind, severity-or-empty, text) triples. A sink answers each batch with `SinkAck`; a
-    sink with ``max_pending`` unacknowledged batches gets no more until it catches up (the
-    batches it misses are counted as drops; `Subscribe` is the exact-replay path).
+    ``(after_seq, kind, severity-or-empty, text)``: an item belongs after stored record
+    ``after_seq`` and before ``after_seq + 1``, so a consumer merging ``records`` and
+    ``live`` by seq delivers notices in the order they were produced relative to stored
+    events (items with the same ``after_seq`` keep their order). A sink answers each batch
+    with `SinkAck`; a sink with ``max_pending`` unacknowledged batches gets no more until it
+    catches up (the batches it misses are counted as drops; `Subscribe` is the exact-replay
+    path).
     """
 
     session_id: str
     sink_id: str = ""
     records: tuple[tuple[int, str, bytes], ...] = attrs.field(factory=tuple, converter=_tuple)
-    live: tuple[tuple[str, str, str], ...] = attrs.field(factory=tuple, converter=_tuple)
+    live: tuple[tuple[int, str, str, str], ...] = attrs.field(factory=tuple, converter=_tuple)
 
 
 @attrs.frozen(kw_only=True)

@@ -377,7 +377,7 @@ def next_unsealed(log: Log, stream: str) -> int:
     return parse_seal_event(stream, records[-1]).last + 1
 
 
-def seal_stream(
+def prepare_seal(
     log: Log,
     stream: str,
     key: SigningKey,
@@ -385,14 +385,14 @@ def seal_stream(
     first: int | None = None,
     last: int | None = None,
     time: datetime | None = None,
-    expected_seq: int | None = None,
 ) -> Seal:
-    """Seal seqs ``first..last`` of ``stream`` and append the ``record.sealed`` event.
+    """The seal of seqs ``first..last`` of ``stream``, computed and signed but not stored.
 
-    ``first`` defaults to the seq after the newest seal's range (so successive calls seal
-    what is new, including the previous seal event), ``last`` to the stream's last seq.
-    ``time`` defaults to now. ``expected_seq`` is passed to the append (the seal event
-    then lands only if nothing else was appended meanwhile). Returns the stored seal.
+    ``first`` defaults to the seq after the newest seal's range (so successive seals cover
+    what is new, including the previous seal event), ``last`` to the stream's last seq,
+    ``time`` to now. The stream's writer appends ``Event(kind=record.sealed, time=time,
+    record=seal.to_record())`` itself; `seal_stream` does both for a caller that owns the
+    stream. `NothingToSealError` when the range is empty.
     """
     validate_session_id(stream)
     end = log.last_seq(stream)
@@ -414,12 +414,30 @@ def seal_stream(
             f"stream {stream!r} is not contiguous at seq {bad}; refusing to seal a damaged range"
         )
     when = datetime.now(UTC) if time is None else time
-    s = compute_seal(stream, lo, [r.payload for r in records], key, time=when)
-    res = log.append(
-        stream,
-        [Event(kind=Kind.RECORD_SEALED, time=when, record=s.to_record())],
-        expected_seq=expected_seq,
-    )
+    return compute_seal(stream, lo, [r.payload for r in records], key, time=when)
+
+
+def seal_event(seal: Seal) -> Event:
+    """The ``record.sealed`` event that stores ``seal`` (its time is the seal's own)."""
+    return Event(kind=Kind.RECORD_SEALED, time=datetime.fromisoformat(seal.time), record=seal.to_record())
+
+
+def seal_stream(
+    log: Log,
+    stream: str,
+    key: SigningKey,
+    *,
+    first: int | None = None,
+    last: int | None = None,
+    time: datetime | None = None,
+    expected_seq: int | None = None,
+) -> Seal:
+    """Seal seqs ``first..last`` of ``stream`` (see `prepare_seal`) and append the
+    ``record.sealed`` event. ``expected_seq`` is passed to the append (the seal event
+    then lands only if nothing else was appended meanwhile). Returns the stored seal.
+    """
+    s = prepare_seal(log, stream, key, first=first, last=last, time=time)
+    res = log.append(stream, [seal_event(s)], expected_seq=expected_seq)
     return attrs.evolve(s, seq=res.first_seq)
 
 

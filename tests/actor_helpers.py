@@ -5,14 +5,20 @@ from __future__ import annotations
 import os
 import signal
 
-from actors.interceptors import Ingress, InterceptResult, SessionView
+from actors.interceptors import Emitter, Ingress, InterceptResult, SessionView
 
 
-class BoomInterceptor:
-    """Raises inside the session's handler on "/boom": a poison message."""
+class CountingBoom:
+    """Raises on "/boom" and appends a line to ``path`` for every call (calls are counted
+    across processes)."""
 
-    def intercept(self, event: Ingress, session: SessionView) -> InterceptResult:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def intercept(self, event: Ingress, session: SessionView, emitter: Emitter) -> InterceptResult:
         if event.text == "/boom":
+            with open(self.path, "a") as f:
+                f.write("call\n")
             raise RuntimeError("boom")
         return InterceptResult(event=event)
 
@@ -20,7 +26,7 @@ class BoomInterceptor:
 class SuicideInterceptor:
     """Kills its own process on "/die": an ingress that crashes the session process."""
 
-    def intercept(self, event: Ingress, session: SessionView) -> InterceptResult:
+    def intercept(self, event: Ingress, session: SessionView, emitter: Emitter) -> InterceptResult:
         if event.text == "/die":
             os.kill(os.getpid(), signal.SIGKILL)
         return InterceptResult(event=event)

@@ -105,7 +105,7 @@ def test_an_idle_session_is_passivated_and_comes_back_as_it_was(
         wait_for(lambda: h.stats()["passivated"] >= 1, timeout=20)
         wait_for(lambda: not os.path.exists(f"/proc/{pid}") or _zombie(pid), timeout=20)
         info = h.get(sid)
-        assert info.metadata == {"model.name": "kept"} and info.state == "live"
+        assert info.metadata == {"ore.model.name": "kept"} and info.state == "live"
         a = h.send(sid, "hello again")
         assert h.wait_turn(sid, a.seq).kind == Kind.TURN_COMPLETED
         assert h.session_pid(sid) != pid

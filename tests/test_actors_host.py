@@ -6,11 +6,11 @@ import pathlib
 import threading
 
 import pytest
-from actor_helpers import BoomInterceptor
+from actor_helpers import CountingBoom
 
 from actors.errors import (
+    InterceptorError,
     InvalidRequest,
-    PoisonMessageError,
     Rejected,
     SessionAlreadyExists,
     SessionClosed,
@@ -60,7 +60,7 @@ def test_a_bad_session_id_is_refused_with_a_clear_error(host: Host) -> None:
 
 def test_a_message_is_acknowledged_after_commit_and_answered_by_a_turn(host: Host) -> None:
     """send returns the committed seq; the scripted agent answers with the session's model."""
-    sid = host.create(metadata={"model.name": "echo-1"})
+    sid = host.create(metadata={"ore.model.name": "echo-1"})
     ack = host.send(sid, "hello there")
     assert ack.seq > 0 and not ack.duplicate
     assert host.history(sid)[ack.seq - 1].text == "hello there"
@@ -91,7 +91,7 @@ def test_slash_commands_change_metadata_and_the_next_turn_uses_it(host: Host) ->
     bad = host.send(sid, "/temperature 7")
     assert bad.consumed and bad.seq == 0 and bad.notices[0][0] == "error"
     props = [e.properties for e in host.history(sid) if e.kind == Kind.PROPERTIES]
-    assert props == [{"model.name": "sonnet-9"}]
+    assert props == [{"ore.model.name": "sonnet-9"}]
     a = host.send(sid, "hi")
     host.wait_turn(sid, a.seq)
     assert [e.text for e in host.history(sid) if e.kind == Kind.ASSISTANT] == ["[sonnet-9] hi"]
@@ -246,20 +246,24 @@ def test_the_mid_turn_policy_rejects_or_interrupts(
         h.close()
 
 
-def test_a_poison_message_is_answered_as_an_error_and_the_session_keeps_serving(
-    tmp_path: pathlib.Path, no_leftover_processes
+@pytest.mark.parametrize("base", ["simpleSystemBase", "multiprocTCPBase"])
+def test_an_interceptor_that_raises_is_called_once_and_its_error_reaches_the_caller(
+    tmp_path: pathlib.Path, base: str, no_leftover_processes
 ) -> None:  # type: ignore[no-untyped-def]
-    """An ingress that crashes the handler twice is refused, recorded, and the session serves on."""
-    h = Host(tmp_path, base="multiprocTCPBase", interceptors=(BoomInterceptor(), SlashCommands()))
+    """No retry runs the interceptor again; the caller gets InterceptorError, nothing is
+    stored, and the session serves on."""
+    calls = tmp_path / "calls"
+    h = Host(tmp_path / "data", base=base, interceptors=(CountingBoom(str(calls)), SlashCommands()))
     try:
         sid = h.create()
-        with pytest.raises(PoisonMessageError):
+        before = len(h.history(sid))
+        with pytest.raises(InterceptorError, match="boom"):
             h.send(sid, "/boom")
+        assert calls.read_text().count("call") == 1
+        assert len(h.history(sid)) == before
         a = h.send(sid, "still here?")
         assert h.wait_turn(sid, a.seq).kind == Kind.TURN_COMPLETED
-        phases = [e.phase for e in h.history(sid) if e.kind == Kind.LIFECYCLE]
-        assert "poisoned" in phases
-        assert h.stats()["poisoned"] == 1
+        assert h.stats()["poisoned"] == 0
     finally:
         h.close()
 

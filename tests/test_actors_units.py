@@ -10,6 +10,7 @@ import pytest
 from actors import messages
 from actors.agents import MODEL_NAME, MODEL_TEMPERATURE, AgentSpec
 from actors.interceptors import (
+    Emitter,
     Ingress,
     InterceptResult,
     NoticeItem,
@@ -76,7 +77,7 @@ class _Replace:
         self.text = text
         self.seen: list[str] = []
 
-    def intercept(self, event: Ingress, session: SessionView) -> InterceptResult:
+    def intercept(self, event: Ingress, session: SessionView, emitter: Emitter) -> InterceptResult:
         self.seen.append(event.text)
         return InterceptResult(
             event=attrs.evolve(event, text=self.text), notices=(NoticeItem("info", self.text),)
@@ -84,7 +85,7 @@ class _Replace:
 
 
 class _Consume:
-    def intercept(self, event: Ingress, session: SessionView) -> InterceptResult:
+    def intercept(self, event: Ingress, session: SessionView, emitter: Emitter) -> InterceptResult:
         return InterceptResult(event=None, notices=(NoticeItem("warn", "consumed"),))
 
 
@@ -95,7 +96,9 @@ def _view() -> SessionView:
 def test_the_first_replacement_event_wins_and_notices_are_collected_in_order() -> None:
     """Interceptors run in registration order; a later replacement does not override the first."""
     a, b = _Replace("first"), _Replace("second")
-    res = run_chain([a, b], Ingress(kind=Kind.USER_MESSAGE, key="k", text="orig"), _view())
+    res = run_chain(
+        [a, b], Ingress(kind=Kind.USER_MESSAGE, key="k", text="orig"), _view(), Emitter()
+    )
     assert res.event is not None and res.event.text == "first"
     assert a.seen == ["orig"] and b.seen == ["first"]
     assert [n.text for n in res.notices] == ["first", "second"]
@@ -104,7 +107,9 @@ def test_the_first_replacement_event_wins_and_notices_are_collected_in_order() -
 def test_a_consumed_event_stops_the_chain() -> None:
     """An interceptor returning no event consumes it: later interceptors never run."""
     later = _Replace("never")
-    res = run_chain([_Consume(), later], Ingress(kind=Kind.USER_MESSAGE, key="k"), _view())
+    res = run_chain(
+        [_Consume(), later], Ingress(kind=Kind.USER_MESSAGE, key="k"), _view(), Emitter()
+    )
     assert res.event is None and later.seen == []
     assert [n.severity for n in res.notices] == ["warn"]
 
@@ -114,8 +119,8 @@ def test_a_consumed_event_stops_the_chain() -> None:
     [
         ("/model claude-x", MODEL_NAME, "claude-x"),
         ("/temperature 0.5", MODEL_TEMPERATURE, "0.5"),
-        ("/thinking high", "model.thinking_level", "high"),
-        ("/max-tokens 256", "model.max_output_tokens", "256"),
+        ("/thinking high", "ore.model.thinking_level", "high"),
+        ("/max-tokens 256", "ore.model.max_output_tokens", "256"),
         ("/set colour blue", "colour", "blue"),
     ],
 )
@@ -124,7 +129,9 @@ def test_slash_commands_set_metadata_and_consume_the_message(
 ) -> None:
     """Each model command writes its metadata key, consumes the message, reports success."""
     view = _view()
-    res = SlashCommands().intercept(Ingress(kind=Kind.USER_MESSAGE, key="k", text=text), view)
+    res = SlashCommands().intercept(
+        Ingress(kind=Kind.USER_MESSAGE, key="k", text=text), view, Emitter()
+    )
     assert res.event is None
     assert view.changes == {key: value}
     assert res.notices[0].severity == "success"
@@ -138,7 +145,9 @@ def test_slash_commands_set_metadata_and_consume_the_message(
 def test_a_bad_slash_argument_gets_an_error_notice_and_changes_nothing(text: str) -> None:
     """A bad argument or unknown command: error notice, no metadata change, consumed."""
     view = _view()
-    res = SlashCommands().intercept(Ingress(kind=Kind.USER_MESSAGE, key="k", text=text), view)
+    res = SlashCommands().intercept(
+        Ingress(kind=Kind.USER_MESSAGE, key="k", text=text), view, Emitter()
+    )
     assert res.event is None and view.changes == {}
     assert res.notices and res.notices[0].severity == "error"
 
@@ -146,7 +155,7 @@ def test_a_bad_slash_argument_gets_an_error_notice_and_changes_nothing(text: str
 def test_switch_replaces_the_message_with_a_session_switch() -> None:
     """/switch ID becomes a session switch ingress for the conduit."""
     res = SlashCommands().intercept(
-        Ingress(kind=Kind.USER_MESSAGE, key="k", text="/switch other"), _view()
+        Ingress(kind=Kind.USER_MESSAGE, key="k", text="/switch other"), _view(), Emitter()
     )
     assert res.event is not None and res.event.kind == Kind.SESSION_SWITCH
     assert res.event.target == "other"
@@ -155,14 +164,14 @@ def test_switch_replaces_the_message_with_a_session_switch() -> None:
 def test_plain_text_passes_through_slash_commands_unchanged() -> None:
     """A message that is not a command is passed on as the same object."""
     ev = Ingress(kind=Kind.USER_MESSAGE, key="k", text="hello")
-    assert SlashCommands().intercept(ev, _view()).event is ev
+    assert SlashCommands().intercept(ev, _view(), Emitter()).event is ev
 
 
 def test_agent_spec_reads_the_metadata_keys_the_commands_write() -> None:
     """The factory's spec comes from the same keys the slash commands set."""
     spec = AgentSpec.from_metadata(
-        {MODEL_NAME: "m", MODEL_TEMPERATURE: "0.5", "model.thinking_level": "low",
-         "model.max_output_tokens": "9"}
+        {MODEL_NAME: "m", MODEL_TEMPERATURE: "0.5", "ore.model.thinking_level": "low",
+         "ore.model.max_output_tokens": "9"}
     )  # fmt: skip
     assert spec == AgentSpec(model="m", temperature=0.5, thinking_level="low", max_output_tokens=9)
 

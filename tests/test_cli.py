@@ -47,7 +47,7 @@ def test_the_daemon_serves_clients_that_attach_through_the_data_directory(
         out = _run(data, "sessions")
         assert "chat-1" in out.stdout and "live" in out.stdout
         out = _run(data, "history", "chat-1")
-        assert "session.properties" in out.stdout and "model.name=big" in out.stdout
+        assert "session.properties" in out.stdout and "ore.model.name=big" in out.stdout
         out = _run(data, "seal", "chat-1")
         assert out.returncode == 0 and "sealed seqs 1.." in out.stdout, out.stderr
         out = _run(data, "verify", "chat-1")

@@ -7,8 +7,6 @@ from typing import Any
 
 import attrs
 
-from spine import Event, Usage
-
 from ..messages import _tuple
 from ..policy import BusyPolicy
 
@@ -57,14 +55,18 @@ class Routed:
 class Appended:
     """A session's new stored records and live items, for the Runner's sinks.
 
-    ``keys`` are the ingress keys now committed (so the Runner stops tracking them);
-    ``busy`` says whether a turn is running or queued (idle sessions may be passivated).
+    ``records`` are ``(seq, kind, payload)``; ``live`` items (notices, streamed text
+    deltas) are ``(after_seq, kind, severity-or-empty, text)``: an item belongs after stored
+    record ``after_seq`` and before ``after_seq + 1`` (the order of production relative to
+    stored events; items with the same ``after_seq`` keep their order). ``keys`` are the
+    ingress keys now committed (so the Runner stops tracking them); ``busy`` says whether a
+    turn is running or queued (idle sessions may be passivated).
     """
 
     session_id: str
     incarnation: int
     records: tuple[tuple[int, str, bytes], ...] = attrs.field(factory=tuple, converter=_tuple)
-    live: tuple[tuple[str, str, str], ...] = attrs.field(factory=tuple, converter=_tuple)
+    live: tuple[tuple[int, str, str, str], ...] = attrs.field(factory=tuple, converter=_tuple)
     keys: tuple[str, ...] = attrs.field(factory=tuple, converter=_tuple)
     busy: bool = False
 
@@ -84,31 +86,3 @@ class RecordPoison:
 
     key: str
     detail: str
-
-
-@attrs.frozen(kw_only=True)
-class TurnProgress:
-    """From the turn's worker thread to its own actor: streamed text and stored events."""
-
-    run_id: str
-    text: str = ""
-    events: tuple[Event, ...] = attrs.field(factory=tuple, converter=_tuple)
-    usage: Usage | None = None
-
-
-@attrs.frozen(kw_only=True)
-class TurnFinished:
-    """The turn's end, with the text the worker had not yet handed over."""
-
-    run_id: str
-    stop_reason: str
-    text: str = ""
-    error: str = ""
-    usage: Usage | None = None
-
-
-@attrs.frozen(kw_only=True)
-class UseProjection:
-    """The guardian tells the Runner where the projection actor is (after each start)."""
-
-    address: Any

@@ -7,18 +7,16 @@ the handlers decide, and replies.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import attrs
 
-from spine import Event, Kind, Phase, Usage
+from spine import Event, Kind, Phase, Usage, terminal_after
 
 #: Conversation messages kept in memory for the agent's context.
 HISTORY_LIMIT = 200
 
-POISONED = "poisoned"
 #: Version of `SessionState`'s shape; snapshots written by another version are ignored.
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 
 
 @attrs.frozen(kw_only=True)
@@ -42,9 +40,22 @@ class SessionState:
     # Stored user messages with no turn started yet, oldest first: (seq, text).
     pending: tuple[tuple[int, str], ...] = ()
     history: tuple[tuple[str, str], ...] = ()
-    closed: bool = False
-    failed: bool = False
+    #: "" while the session serves, else "closed" or "failed" (`spine.terminal_after`).
+    terminal: str = ""
     usage: Usage = attrs.field(factory=Usage)
+
+    @property
+    def closed(self) -> bool:
+        return self.terminal == "closed"
+
+    @property
+    def failed(self) -> bool:
+        return self.terminal == "failed"
+
+    @property
+    def busy(self) -> bool:
+        """A turn is open or a stored message waits for one."""
+        return self.open_turn is not None or bool(self.pending)
 
 
 def _meta(state: SessionState, ev: Event) -> SessionState:
@@ -92,14 +103,8 @@ def _turn_ended(state: SessionState, ev: Event) -> SessionState:
 
 
 def _lifecycle(state: SessionState, ev: Event) -> SessionState:
-    if ev.phase == Phase.CLOSED:
-        return attrs.evolve(state, closed=True)
-    if ev.phase == Phase.FAILED:
-        return attrs.evolve(state, failed=True)
-    if ev.phase in (Phase.RESTARTED, Phase.OPENED):
-        # A reopened or restarted session serves again (an operator cleared the failure).
-        return attrs.evolve(state, failed=False)
-    return state
+    terminal = terminal_after(state.terminal, ev.phase)
+    return state if terminal == state.terminal else attrs.evolve(state, terminal=terminal)
 
 
 _HANDLERS = {
@@ -158,15 +163,3 @@ def metadata_diff(
         if current.get(k) != v:
             out[k] = v
     return out
-
-
-def summary(state: SessionState) -> dict[str, Any]:
-    return {
-        "session_id": state.session_id,
-        "last_seq": state.last_seq,
-        "turns": state.turns,
-        "running": state.open_turn is not None,
-        "pending": len(state.pending),
-        "closed": state.closed,
-        "failed": state.failed,
-    }

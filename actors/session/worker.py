@@ -1,0 +1,85 @@
+"""The turn worker: runs an agent on a thread of its own, off the session's mailbox, so
+that an interrupt is handled while the model is still talking.
+
+The worker never touches the actor: it hands its output to a ``send`` callable (the shell
+passes one that delivers to the session's own address and goes quiet once the session has
+stopped). Text is batched so that a turn costs a few messages, not one per token.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from spine import Event, Kind, Usage
+
+from ..agents import Agent, TurnInput
+from .commands import Finished, Progress
+
+
+class TurnWorker:
+    """The `TurnOutput` an agent writes to, and the thread that runs it."""
+
+    def __init__(self, send: Callable[[Any], None], turn: int, interval: float) -> None:
+        self._send = send
+        self.turn = turn
+        self.cancelled = threading.Event()
+        self._interval = interval
+        self._buf: list[str] = []
+        self._last = time.monotonic()
+        self._usage: Usage | None = None
+
+    def start(self, agent: Agent, turn_input: TurnInput) -> threading.Thread:
+        def work() -> None:
+            try:
+                stop = agent.run(turn_input, self)
+            except Exception as exc:
+                self.finish("error", f"{type(exc).__name__}: {exc}")
+            else:
+                self.finish(stop, "")
+
+        t = threading.Thread(target=work, name=f"turn-{turn_input.session_id}-{self.turn}")
+        t.daemon = True
+        t.start()
+        return t
+
+    def flush(self, events: tuple[Event, ...] = ()) -> None:
+        if self._buf or events:
+            text = "".join(self._buf)
+            self._buf.clear()
+            self._send(Progress(turn=self.turn, text=text, events=events, usage=self._usage))
+        self._last = time.monotonic()
+
+    def text(self, delta: str) -> None:
+        self._buf.append(delta)
+        if time.monotonic() - self._last >= self._interval:
+            self.flush()
+
+    def tool_call(self, tool: str, tool_use_id: str, input_json: str) -> None:
+        ev = Event(kind=Kind.TOOL_CALL, tool=tool, tool_use_id=tool_use_id, input=input_json)
+        self.flush((ev,))
+
+    def tool_result(self, tool: str, tool_use_id: str, result: str, is_error: bool) -> None:
+        ev = Event(
+            kind=Kind.TOOL_RESULT,
+            tool=tool,
+            tool_use_id=tool_use_id,
+            result=result,
+            is_error=is_error,
+        )
+        self.flush((ev,))
+
+    def usage(self, usage: Usage) -> None:
+        self._usage = usage
+
+    def finish(self, stop_reason: str, error: str) -> None:
+        # The last text rides on the finish message: one hand-back fewer per turn.
+        text = "".join(self._buf)
+        self._buf.clear()
+        self._send(
+            Finished(
+                turn=self.turn, stop_reason=stop_reason, text=text, error=error, usage=self._usage
+            )
+        )

@@ -1,0 +1,381 @@
+"""The session decider as tables: given events, when a command, then events and reply.
+
+Everything here runs without processes through `actors.testing.SessionKit`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.agents import AgentSpec
+from actors.interceptors import Emitter, Ingress, InterceptResult, SessionView, SlashCommands
+from actors.policy import BusyPolicy
+from actors.session import commands as c
+from actors.testing import SessionKit
+from spine import Event, Kind, Phase, Usage
+
+DONE = str(Kind.LIFECYCLE)
+
+
+def _running(policy: BusyPolicy = BusyPolicy.ENQUEUE, **kw: object) -> SessionKit:
+    kit = SessionKit(busy_policy=policy, **kw)  # type: ignore[arg-type]
+    kit.create()
+    kit.send("first")
+    assert kit.state.running is not None
+    return kit
+
+
+# -- ingress and busy policies -----------------------------------------------------------
+
+
+def test_a_message_to_an_idle_session_is_stored_and_starts_a_turn() -> None:
+    """The ack names the message's seq; the turn starts with a StartTurn effect."""
+    kit = SessionKit()
+    kit.create()
+    out = kit.send("hello")
+    assert out.kinds == ["user.message", "turn.started"]
+    assert out.reply.seq == out.events[0].seq and not out.reply.consumed
+    (start,) = [e for e in out.effects if isinstance(e, c.StartTurn)]
+    assert start.turn == 1 and start.input.text == "hello"
+
+
+@pytest.mark.parametrize(
+    ("policy", "kinds", "error"),
+    [
+        (BusyPolicy.ENQUEUE, ["user.message"], ""),
+        (BusyPolicy.REJECT, [], "Rejected"),
+        (
+            BusyPolicy.INTERRUPT,
+            ["turn.cancelled", DONE, "user.message", "turn.started"],
+            "",
+        ),
+    ],
+)
+def test_a_message_mid_turn_follows_the_busy_policy(
+    policy: BusyPolicy, kinds: list[str], error: str
+) -> None:
+    """enqueue stores it for later, reject refuses it, interrupt supersedes the turn."""
+    kit = _running(policy)
+    out = kit.send("second")
+    assert out.kinds == kinds
+    assert out.error == error
+    if policy == BusyPolicy.INTERRUPT:
+        assert out.events[0].reason == "superseded"
+        assert any(isinstance(e, c.CancelTurn) for e in out.effects)
+        assert kit.state.running is not None and kit.state.running.turn == 2
+
+
+def test_the_session_metadata_overrides_the_runner_busy_policy() -> None:
+    """session.busy_policy in metadata wins over the Runner's policy."""
+    kit = SessionKit(busy_policy=BusyPolicy.ENQUEUE)
+    kit.create({"session.busy_policy": "reject"})
+    kit.send("first")
+    assert kit.send("second").error == "Rejected"
+
+
+def test_an_enqueued_message_runs_when_the_turn_ends() -> None:
+    """The next stored message starts its turn as soon as the running one completes."""
+    kit = _running()
+    kit.send("second")
+    out = kit.finish(text="one")
+    assert out.kinds == ["assistant.message", "turn.completed", DONE, "turn.started"]
+    assert kit.state.running is not None and kit.state.running.turn == 2
+
+
+def test_a_redelivered_key_is_acknowledged_again_without_a_second_event() -> None:
+    """The same idempotency key stores nothing twice and answers with the first seq."""
+    kit = SessionKit()
+    kit.create()
+    first = kit.send("hello", key="k1")
+    kit.finish()
+    again = kit.send("hello", key="k1")
+    assert again.events == () and again.reply.duplicate
+    assert again.reply.seq == first.reply.seq
+
+
+@pytest.mark.parametrize("terminal", ["closed", "failed"])
+@pytest.mark.parametrize("command", ["send", "interrupt", "set_metadata", "switch", "seal"])
+def test_a_closed_or_failed_session_refuses_ingress(terminal: str, command: str) -> None:
+    """Nothing is stored; the error names the session's state."""
+    phase = Phase.CLOSED if terminal == "closed" else Phase.FAILED
+    kit = SessionKit([Event(kind=Kind.SESSION_STARTED), Event(kind=Kind.LIFECYCLE, phase=phase)])
+    args: dict[str, tuple[object, ...]] = {
+        "send": ("hi",),
+        "interrupt": (),
+        "set_metadata": ({"a": "b"},),
+        "switch": ("other",),
+        "seal": (),
+    }
+    out = getattr(kit, command)(*args[command])
+    assert out.events == ()
+    assert out.error == ("SessionClosed" if terminal == "closed" else "SessionFailed")
+
+
+def test_closing_a_closed_session_succeeds_and_stores_nothing() -> None:
+    """Close is idempotent."""
+    kit = SessionKit([Event(kind=Kind.LIFECYCLE, phase=Phase.CLOSED)])
+    out = kit.close()
+    assert out.events == () and out.error == ""
+
+
+def test_close_cancels_the_running_turn_ends_subscriptions_and_stops() -> None:
+    """The partial turn is kept in turn.cancelled; then closed; then the effects."""
+    kit = _running()
+    kit.progress("par")
+    out = kit.close()
+    assert out.kinds == ["turn.cancelled", DONE, DONE]
+    assert out.events[0].text == "par" and out.events[-1].phase == Phase.CLOSED
+    kinds = [type(e) for e in out.effects]
+    assert kinds == [c.CancelTurn, c.EndSubscriptions, c.StopSelf]
+
+
+# -- interrupts --------------------------------------------------------------------------
+
+
+def test_an_interrupt_keeps_the_partial_text_and_usage() -> None:
+    """turn.cancelled carries what the turn produced before the interrupt."""
+    kit = _running()
+    kit.progress("partial ", usage=Usage(input_tokens=3, output_tokens=1))
+    out = kit.interrupt("enough")
+    assert out.kinds == ["user.interrupt", "turn.cancelled", DONE]
+    cancelled = out.events[1]
+    assert cancelled.text == "partial " and cancelled.usage == Usage(
+        input_tokens=3, output_tokens=1
+    )
+    assert cancelled.reason == "enough"
+
+
+def test_an_interrupt_with_nothing_running_stores_nothing_and_says_so() -> None:
+    """The ack carries an info notice."""
+    kit = SessionKit()
+    kit.create()
+    out = kit.interrupt()
+    assert out.events == () and ("info", "nothing to interrupt") in out.reply.notices
+
+
+def test_output_of_a_cancelled_turn_that_arrives_late_is_ignored() -> None:
+    """The worker's progress and finish after an interrupt change nothing."""
+    kit = _running()
+    kit.interrupt()
+    late_progress = kit.run(c.Progress(turn=1, text="late"))
+    late_finish = kit.run(c.Finished(turn=1, stop_reason="end_turn", text="late"))
+    assert late_progress.events == () and late_finish.events == ()
+    assert late_progress.live == ()
+
+
+# -- turns that cannot start ---------------------------------------------------------------
+
+
+def test_a_factory_failure_fails_the_turn_and_the_next_message_runs() -> None:
+    """turn.completed carries the factory's error; the session serves on."""
+    kit = _running()
+    kit.send("second")
+    out = kit.start_failed("no model")
+    assert out.kinds == ["turn.completed", DONE, "turn.started"]
+    assert "agent factory failed: no model" in out.events[0].error
+    assert kit.state.running is not None and kit.state.running.turn == 2
+
+
+def test_a_bad_model_setting_closes_the_turn_with_an_error_and_leaves_the_session_serving() -> None:
+    """A stored temperature of "hot" never wedges the session, before or after a restart."""
+    kit = SessionKit()
+    kit.create()
+    kit.set_metadata({"ore.model.temperature": "hot"})
+    out = kit.send("hi")
+    assert out.kinds == ["user.message", "turn.started", "turn.completed", DONE]
+    assert "ore.model.temperature" in out.events[2].error and "hot" in out.events[2].error
+    assert kit.state.running is None and not kit.state.stored.pending
+    kit.restart()
+    again = kit.send("again")
+    assert again.events[2].kind == Kind.TURN_COMPLETED and again.events[2].error
+    kit.set_metadata({"ore.model.temperature": "0.5"})
+    assert kit.send("fixed").kinds == ["user.message", "turn.started"]
+
+
+def test_a_slash_set_of_a_bad_model_value_is_refused_with_a_notice() -> None:
+    """/set validates the seed's model keys; nothing is stored."""
+    kit = SessionKit()
+    kit.create()
+    out = kit.send("/set ore.model.temperature hot")
+    assert out.events == () and out.reply.consumed
+    assert out.reply.notices[0][0] == "error"
+
+
+@pytest.mark.parametrize(
+    ("metadata", "spec"),
+    [
+        ({"ore.model.name": "big", "ore.model.temperature": "0.2"}, ("big", 0.2, None, "off")),
+        ({"model.name": "old", "model.max_output_tokens": "64"}, ("old", None, 64, "off")),
+        ({"model.name": "old", "ore.model.name": "new"}, ("new", None, None, "off")),
+        ({"ore.model.thinking_level": "high"}, ("scripted", None, None, "high")),
+    ],
+)
+def test_model_settings_are_read_from_the_seed_keys_and_the_old_spelling(
+    metadata: dict[str, str], spec: tuple[object, ...]
+) -> None:
+    """The seed's ore.model.* keys win; streams written with model.* still work."""
+    s = AgentSpec.from_metadata(metadata)
+    assert (s.model, s.temperature, s.max_output_tokens, s.thinking_level) == spec
+
+
+def test_slash_commands_write_the_seed_keys() -> None:
+    """/model, /temperature, /thinking and /max-tokens write ore.model.*."""
+    kit = SessionKit()
+    kit.create()
+    for text in ("/model big", "/temperature 0.3", "/thinking low", "/max-tokens 9"):
+        kit.send(text)
+    md = kit.state.stored.metadata
+    assert md == {
+        "ore.model.name": "big",
+        "ore.model.temperature": "0.3",
+        "ore.model.thinking_level": "low",
+        "ore.model.max_output_tokens": "9",
+    }
+
+
+# -- crashes -------------------------------------------------------------------------------
+
+
+def test_a_restart_closes_the_turn_a_crash_left_open_then_runs_what_waits() -> None:
+    """An incarnation that died mid-turn leaves turn.started without an end: the next one
+    closes it with turn.cancelled (reason crash) and runs the next stored message."""
+    kit = _running()
+    kit.progress("half")
+    kit.send("queued")
+    out = kit.restart()
+    assert out.kinds == ["turn.cancelled", DONE, "turn.started"]
+    assert out.events[0].reason == "crash"
+    assert kit.state.running is not None and kit.state.running.turn == 2
+
+
+def test_a_restart_of_a_clean_session_stores_nothing() -> None:
+    """Nothing open, nothing written."""
+    kit = SessionKit()
+    kit.create()
+    kit.send("hi")
+    kit.finish()
+    assert kit.restart().events == ()
+
+
+def test_create_of_an_existing_stream_reports_it_and_writes_nothing() -> None:
+    """The existing session is untouched."""
+    kit = SessionKit([Event(kind=Kind.SESSION_STARTED)])
+    out = kit.create({"x": "y"})
+    assert out.events == () and out.reply.already_exists and not out.reply.created
+
+
+def test_a_poisoned_ingress_is_recorded_and_the_session_serves_on() -> None:
+    """The Runner's poison verdict becomes a lifecycle event."""
+    kit = SessionKit()
+    kit.create()
+    out = kit.run(c.Poisoned(key="k9", detail="crashed twice"))
+    assert out.kinds == [DONE] and out.events[0].phase == Phase.POISONED
+    assert kit.send("hi").kinds == ["user.message", "turn.started"]
+
+
+# -- interceptors ----------------------------------------------------------------------------
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def intercept(self, event: Ingress, session: SessionView, emitter: Emitter) -> InterceptResult:
+        self.seen.append(str(event.kind))
+        return InterceptResult(event=event)
+
+
+def test_the_chain_sees_messages_interrupts_metadata_changes_and_switches() -> None:
+    """Every ingress the seed routes through Runner.Run reaches the interceptors."""
+    rec = _Recorder()
+    kit = SessionKit(interceptors=[rec])
+    kit.create()
+    kit.send("hi")
+    kit.interrupt()
+    kit.set_metadata({"a": "b"})
+    kit.switch("other")
+    assert rec.seen == ["user.message", "user.interrupt", "session.properties", "session.switch"]
+
+
+class _Announcer:
+    def intercept(self, event: Ingress, session: SessionView, emitter: Emitter) -> InterceptResult:
+        if event.text == "/note":
+            emitter.notice("info", "before")
+            emitter.emit(Event(kind=Kind.ASSISTANT, text="stored by the interceptor"))
+            emitter.notice("warn", "after")
+            return InterceptResult(event=None)
+        return InterceptResult(event=event)
+
+
+def test_an_interceptor_emits_notices_and_stored_events_in_order() -> None:
+    """Each notice is placed after the events emitted before it."""
+    kit = SessionKit(interceptors=[_Announcer(), SlashCommands()])
+    kit.create()
+    out = kit.send("/note")
+    assert out.kinds == ["assistant.message", DONE]
+    stored_seq = out.events[0].seq
+    assert out.live == (
+        (stored_seq - 1, "notice", "info", "before"),
+        (stored_seq, "notice", "warn", "after"),
+    )
+
+
+def test_an_interceptor_may_not_emit_the_session_s_own_kinds() -> None:
+    """turn and lifecycle events belong to the decider."""
+    with pytest.raises(ValueError, match="may not emit"):
+        Emitter().emit(Event(kind=Kind.TURN_STARTED))
+
+
+def test_a_command_s_notice_comes_before_the_answer_it_precedes() -> None:
+    """/model's success notice is placed before the properties event it stores."""
+    kit = SessionKit()
+    kit.create()
+    out = kit.send("/model big")
+    (notice,) = out.live
+    assert notice[0] < out.events[0].seq
+
+
+def test_a_switch_to_an_invalid_id_is_refused() -> None:
+    """Ids with dots or wildcards are not session ids."""
+    kit = SessionKit()
+    kit.create()
+    out = kit.switch("a.b")
+    assert out.error == "InvalidRequest" and out.events == ()
+
+
+# -- records -------------------------------------------------------------------------------
+
+
+def test_seal_then_verify_records_both_on_the_stream() -> None:
+    """The session appends record.sealed and record.verified itself."""
+    kit = SessionKit()
+    kit.create()
+    sealed = kit.seal()
+    assert sealed.kinds == ["record.sealed"] and sealed.reply.first == 1
+    verified = kit.verify()
+    assert verified.kinds == ["record.verified"] and verified.reply.ok
+    assert verified.events[0].record["ok"] is True
+
+
+def test_nothing_new_to_seal_stores_nothing() -> None:
+    """A second seal right after the first has only the seal event itself... which is new."""
+    kit = SessionKit()
+    kit.create()
+    kit.seal()
+    again = kit.seal()
+    assert again.kinds == ["record.sealed"]  # the first seal's own event is now sealed
+    empty = SessionKit()
+    assert empty.seal().reply.seq == 0
+
+
+def test_a_failed_verification_is_recorded_too() -> None:
+    """record.verified is written whenever verification runs, carrying the failure."""
+    kit = SessionKit()
+    kit.create()
+    kit.seal()
+    other = SessionKit()  # verifies with a key that did not sign
+    other.log = kit.log
+    other.state = kit.state
+    out = other.verify()
+    assert out.kinds == ["record.verified"] and not out.reply.ok
+    assert out.events[0].record["ok"] is False and out.events[0].record["problem"]
