@@ -23,7 +23,7 @@ import attrs
 
 from spine import EPHEMERAL_KINDS, Event, InvalidStreamIdError, Kind, Severity, validate_session_id
 
-from .agents import (
+from .spec import (
     MODEL_MAX_OUTPUT_TOKENS,
     MODEL_NAME,
     MODEL_TEMPERATURE,

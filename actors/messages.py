@@ -364,15 +364,6 @@ class EventBatch:
 
 
 @attrs.frozen(kw_only=True)
-class Notice:
-    """An ephemeral, user-visible message from an interceptor; pushed live, never stored."""
-
-    session_id: str
-    severity: str
-    text: str
-
-
-@attrs.frozen(kw_only=True)
 class SinkBatch:
     """What a sink receives: stored events as (seq, kind, payload) and ephemeral items.
 
@@ -437,6 +428,5 @@ ALL_MESSAGES: tuple[type, ...] = (
     SinkReply,
     RunnerStats,
     EventBatch,
-    Notice,
     SinkBatch,
 )

@@ -43,3 +43,50 @@ def test_spine_does_not_import_thespian() -> None:
     """The spine is plain Python: no actor framework underneath the log."""
     for f in sorted((ROOT / "spine").rglob("*.py")):
         assert "thespian" not in _imports(f), f"{f.relative_to(ROOT)} imports thespian"
+
+
+#: Modules that hold decisions: pure, so they are tested as tables without processes.
+PURE = [
+    "actors/policy.py",
+    "actors/spec.py",
+    "actors/interceptors.py",
+    "actors/session/state.py",
+    "actors/session/commands.py",
+    "actors/session/decide.py",
+    "actors/runner/registry.py",
+    "actors/runner/supervision.py",
+]
+#: What a decision may not reach for: the actor framework, threads, the clock, storage.
+EFFECTFUL = {"thespian", "threading", "time", "sqlite3", "socket", "os", "subprocess"}
+
+
+def _transitive(path: pathlib.Path, seen: set[pathlib.Path]) -> set[str]:
+    """Top-level modules ``path`` imports, following relative imports inside actors/."""
+    if path in seen or not path.exists():
+        return set()
+    seen.add(path)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            out.add(node.module.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and node.level > 0:
+            base = path.parent
+            for _ in range(node.level - 1):
+                base = base.parent
+            # A package's __init__ runs on import but is not what the module depends on:
+            # follow the modules named, not the package's public face.
+            target = base.joinpath(*node.module.split(".")) if node.module else base
+            out |= _transitive(target.with_suffix(".py"), seen)
+            for a in node.names:
+                out |= _transitive(target / f"{a.name}.py", seen)
+    return out
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_decision_modules_are_pure(module: str) -> None:
+    """Deciders import no actor framework, threads, clock or storage, not even indirectly."""
+    hit = _transitive(ROOT / module, set()) & EFFECTFUL
+    assert not hit, f"{module} reaches {sorted(hit)}"

@@ -12,9 +12,9 @@ import attrs
 from spine import Event, Usage
 from spine.seal import Seal, VerifyReport
 
-from ..agents import AgentSpec, TurnInput
 from ..interceptors import Ingress, NoticeItem
 from ..policy import BusyPolicy
+from ..spec import AgentSpec, TurnInput
 from .state import SessionState
 
 #: Kind of the live item that carries streamed model text.

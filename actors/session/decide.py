@@ -20,9 +20,9 @@ from spine import Event, Kind, Phase, Usage, validate_session_id
 from spine.seal import VerifyReport, seal_event
 
 from .. import messages as m
-from ..agents import AgentSpec, SettingsError, TurnInput
 from ..interceptors import NoticeItem
 from ..policy import BUSY_POLICY_KEY, BusyPolicy
+from ..spec import AgentSpec, SettingsError, TurnInput
 from .commands import (
     ASSISTANT_DELTA,
     CancelTurn,
@@ -53,15 +53,42 @@ from .commands import (
     VerifyStream,
 )
 from .protocol import SessionReady
-from .state import metadata_diff, recovery_events
+from .state import fold, metadata_diff, recovery_events
 
 
 def decide(state: Session, command: Command) -> Decision:
-    """What ``command`` does to a session in ``state``."""
+    """What ``command`` does to a session in ``state``.
+
+    A decision that stores events and leaves a turn due (a message to an idle session, the
+    end of a turn with another message waiting) starts that turn in the same append: one
+    commit fewer per turn.
+    """
     handler = _HANDLERS.get(type(command))
     if handler is None:
         raise TypeError(f"the session decider takes no {type(command).__name__}")
-    return handler(state, command)
+    d = handler(state, command)
+    if isinstance(command, Settle) or not d.events:
+        return d
+    return _then_settle(d)
+
+
+def _then_settle(d: Decision) -> Decision:
+    st = d.state.stored
+    numbered = [attrs.evolve(e, seq=st.last_seq + i) for i, e in enumerate(d.events, 1)]
+    after = attrs.evolve(d.state, stored=fold(st, numbered))
+    nxt = _settle(after, Settle())
+    if not nxt.events:
+        return d
+    reply = d.reply
+    if isinstance(reply, m.Ack):
+        reply = attrs.evolve(reply, seq=reply.seq + len(nxt.events))
+    return attrs.evolve(
+        d,
+        state=attrs.evolve(nxt.state, stored=st),
+        events=(*d.events, *nxt.events),
+        reply=reply,
+        effects=(*d.effects, *nxt.effects),
+    )
 
 
 # -- replies -----------------------------------------------------------------------------
