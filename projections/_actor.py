@@ -42,6 +42,7 @@ log = logging.getLogger("projections")
 
 #: Least time between two `RebuildProgress` reports to one requester.
 PROGRESS_EVERY = 0.1
+NOT_STARTED = "the projection is not started"
 
 
 class ProjectionActor(ActorTypeDispatcher):  # type: ignore[misc]
@@ -53,8 +54,9 @@ class ProjectionActor(ActorTypeDispatcher):  # type: ignore[misc]
         self._log: SqliteLogReader | None = None
         self._config: StartProjection | None = None
         self._scheduled = False
-        # Who asked for a rebuild, and when it started: they get progress reports.
-        self._watchers: list[Any] = []
+        # Who asked for a rebuild (address, request id), and when it started: they get
+        # progress reports carrying their request's id.
+        self._watchers: list[tuple[Any, str]] = []
         self._rebuild_started = 0.0
         self._last_report = 0.0
 
@@ -66,9 +68,9 @@ class ProjectionActor(ActorTypeDispatcher):  # type: ignore[misc]
                 self._config.log_path,
                 self._config.checkpoint_path,
             ):
-                self.send(sender, StartedReply(progress=self._reducer.progress(), pid=os.getpid()))
+                self._started(msg, sender)
             else:
-                self.send(sender, ProjectionFailed(reason="already started on other files"))
+                self._fail(msg, sender, "already started on other files")
             return
         try:
             self._log = SqliteLogReader(msg.log_path)
@@ -82,14 +84,25 @@ class ProjectionActor(ActorTypeDispatcher):  # type: ignore[misc]
             )
         except Exception as exc:
             self._close()
-            self.send(sender, ProjectionFailed(reason=f"{type(exc).__name__}: {exc}"))
+            self._fail(msg, sender, f"{type(exc).__name__}: {exc}")
             return
         self._config = msg
         if self._reducer.rebuilding:
             self._rebuild_started = time.monotonic()
-        self.send(sender, StartedReply(progress=self._reducer.progress(), pid=os.getpid()))
+        self._started(msg, sender)
         self._schedule()
         self.wakeupAfter(timedelta(seconds=msg.poll_floor))
+
+    def _started(self, msg: StartProjection, sender: Any) -> None:
+        assert self._reducer is not None
+        progress = self._reducer.progress()
+        self.send(
+            sender, StartedReply(request_id=msg.request_id, progress=progress, pid=os.getpid())
+        )
+
+    def _fail(self, msg: Any, sender: Any, reason: str) -> None:
+        """Answer ``msg`` with the failure reply, echoing its request id."""
+        self.send(sender, ProjectionFailed(request_id=msg.request_id, reason=reason))
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
         self._close()
@@ -142,28 +155,29 @@ class ProjectionActor(ActorTypeDispatcher):  # type: ignore[misc]
         if self._watchers and now - self._last_report >= PROGRESS_EVERY and self._reducer:
             self._last_report = now
             p = self._reducer.progress()
-            for w in self._watchers:
-                self.send(w, RebuildProgress(progress=p))
+            for w, rid in self._watchers:
+                self.send(w, RebuildProgress(request_id=rid, progress=p))
 
     def _report_done(self) -> None:
         assert self._reducer is not None
         p = self._reducer.progress()
         seconds = time.monotonic() - self._rebuild_started
-        for w in self._watchers:
-            self.send(w, RebuildCompleted(progress=p, seconds=seconds))
+        for w, rid in self._watchers:
+            self.send(w, RebuildCompleted(request_id=rid, progress=p, seconds=seconds))
         self._watchers = []
 
     def receiveMsg_Rebuild(self, msg: Rebuild, sender: Any) -> None:
         r = self._reducer
         if r is None:
-            self.send(sender, ProjectionFailed(reason="the projection is not started"))
+            self._fail(msg, sender, NOT_STARTED)
             return
         r.request_rebuild()
         self._rebuild_started = time.monotonic()
         self._last_report = 0.0
-        if not any(w == sender for w in self._watchers):
-            self._watchers.append(sender)
-        self.send(sender, RebuildStartedReply(progress=r.progress()))
+        # One entry per sender: a second Rebuild from it only renews the request id.
+        self._watchers = [(w, rid) for w, rid in self._watchers if w != sender]
+        self._watchers.append((sender, msg.request_id))
+        self.send(sender, RebuildStartedReply(request_id=msg.request_id, progress=r.progress()))
         self._schedule()
 
     # -- queries -------------------------------------------------------------------------
@@ -171,13 +185,14 @@ class ProjectionActor(ActorTypeDispatcher):  # type: ignore[misc]
     def receiveMsg_QueryStatus(self, msg: QueryStatus, sender: Any) -> None:
         r = self._reducer
         if r is None:
-            self.send(sender, ProjectionFailed(reason="the projection is not started"))
+            self._fail(msg, sender, NOT_STARTED)
         elif not r.ready:
-            self.send(sender, Rebuilding(progress=r.progress()))
+            self.send(sender, Rebuilding(request_id=msg.request_id, progress=r.progress()))
         else:
             self.send(
                 sender,
                 StatusReply(
+                    request_id=msg.request_id,
                     session=msg.session,
                     status=r.status(msg.session),
                     info=r.info(msg.session),
@@ -188,15 +203,19 @@ class ProjectionActor(ActorTypeDispatcher):  # type: ignore[misc]
     def receiveMsg_QueryIndex(self, msg: QueryIndex, sender: Any) -> None:
         r = self._reducer
         if r is None:
-            self.send(sender, ProjectionFailed(reason="the projection is not started"))
+            self._fail(msg, sender, NOT_STARTED)
         elif not r.ready:
-            self.send(sender, Rebuilding(progress=r.progress()))
+            self.send(sender, Rebuilding(request_id=msg.request_id, progress=r.progress()))
         else:
-            self.send(sender, IndexReply(index=r.index(), progress=r.progress()))
+            reply = IndexReply(request_id=msg.request_id, index=r.index(), progress=r.progress())
+            self.send(sender, reply)
 
     def receiveMsg_QueryProgress(self, msg: QueryProgress, sender: Any) -> None:
         r = self._reducer
         if r is None:
-            self.send(sender, ProjectionFailed(reason="the projection is not started"))
+            self._fail(msg, sender, NOT_STARTED)
         else:
-            self.send(sender, ProgressReply(progress=r.progress(), pid=os.getpid()))
+            progress = r.progress()
+            self.send(
+                sender, ProgressReply(request_id=msg.request_id, progress=progress, pid=os.getpid())
+            )

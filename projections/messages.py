@@ -2,6 +2,11 @@
 
 Commands are imperative, replies end in ``Reply``; `Rebuilding` tells a query that no
 complete state exists yet. Every reply carries the reducer's `Progress`.
+
+Every request carries a ``request_id`` that its replies echo (the actor layer's protocol
+does the same), so a caller matches replies by id whatever else arrives meanwhile; a
+request that cannot be served is answered `ProjectionFailed` with the same id. The id
+defaults to "" for senders that do not care (the Runner's start, a test).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ class StartProjection:
     the automatic rebuild). Sending it again with the same paths only answers.
     """
 
+    request_id: str = ""
     log_path: str
     checkpoint_path: str
     policy: FailurePolicy = attrs.field(factory=Fail)
@@ -37,6 +43,7 @@ class StartProjection:
 
 @attrs.frozen(kw_only=True)
 class StartedReply:
+    request_id: str = ""
     progress: Progress
     pid: int
 
@@ -50,6 +57,7 @@ class Wake:
 class QueryStatus:
     """Ask for one session's status; answered by `StatusReply` or `Rebuilding`."""
 
+    request_id: str = ""
     session: str
 
 
@@ -58,19 +66,23 @@ class StatusReply:
     """The session's status and index entry (both ``None`` for an unknown session),
     from the last complete state; ``progress.stale`` when a rebuild is replacing it."""
 
+    request_id: str = ""
     session: str
     status: Projection | None
     info: SessionInfo | None
     progress: Progress
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class QueryIndex:
     """Ask for the sessions index; answered by `IndexReply` or `Rebuilding`."""
+
+    request_id: str = ""
 
 
 @attrs.frozen(kw_only=True)
 class IndexReply:
+    request_id: str = ""
     index: SessionsIndex
     progress: Progress
 
@@ -79,46 +91,58 @@ class IndexReply:
 class Rebuilding:
     """No complete state exists yet (first build, or a rebuild from an empty checkpoint)."""
 
+    request_id: str = ""
     progress: Progress
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Rebuild:
     """Drop the state and fold from position 0. Answered by `RebuildStartedReply`; the
-    sender then gets `RebuildProgress` as it goes and `RebuildCompleted` at the end."""
+    sender then gets `RebuildProgress` as it goes and `RebuildCompleted` at the end, all
+    with this request's id."""
+
+    request_id: str = ""
 
 
 @attrs.frozen(kw_only=True)
 class RebuildStartedReply:
+    request_id: str = ""
     progress: Progress
 
 
 @attrs.frozen(kw_only=True)
 class RebuildProgress:
+    request_id: str = ""
     progress: Progress
 
 
 @attrs.frozen(kw_only=True)
 class RebuildCompleted:
+    request_id: str = ""
     progress: Progress
     seconds: float
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class QueryProgress:
     """Ask where the reducer stands; answered by `ProgressReply`."""
+
+    request_id: str = ""
 
 
 @attrs.frozen(kw_only=True)
 class ProgressReply:
+    request_id: str = ""
     progress: Progress
     pid: int
 
 
 @attrs.frozen(kw_only=True)
 class ProjectionFailed:
-    """The request could not be served (not started, or the log cannot be opened)."""
+    """The request with ``request_id`` could not be served (not started, or the log cannot
+    be opened): the projection's counterpart of the actor layer's ``RequestFailed``."""
 
+    request_id: str = ""
     reason: str
 
 

@@ -86,8 +86,9 @@ def log(db_path: pathlib.Path) -> Iterator[SqliteLog]:
 
 def start(asys: ActorSystem, db: pathlib.Path, ck: pathlib.Path, **kw: Any) -> tuple[Any, int]:
     actor = asys.createActor(ProjectionActor)
-    reply = asys.ask(actor, StartProjection(log_path=str(db), checkpoint_path=str(ck), **kw), ASK)
-    assert isinstance(reply, StartedReply), reply
+    msg = StartProjection(request_id="start", log_path=str(db), checkpoint_path=str(ck), **kw)
+    reply = asys.ask(actor, msg, ASK)
+    assert isinstance(reply, StartedReply) and reply.request_id == "start", reply
     return actor, reply.pid
 
 
@@ -103,20 +104,20 @@ def ask_for(asys: ActorSystem, actor: Any, msg: Any, cls: type, others: list[Any
 
 
 def caught_up(asys: ActorSystem, actor: Any, log: SqliteLog) -> bool:
-    r = asys.ask(actor, QueryProgress(), ASK)
-    assert isinstance(r, ProgressReply), r
+    r = asys.ask(actor, QueryProgress(request_id="p"), ASK)
+    assert isinstance(r, ProgressReply) and r.request_id == "p", r
     p = r.progress
     return p.ready and not p.rebuilding and p.position == log.last_position()
 
 
 def assert_state_equals_fold_from_zero(asys: ActorSystem, actor: Any, log: SqliteLog) -> None:
     for info in log.streams():
-        r = asys.ask(actor, QueryStatus(session=info.stream), ASK)
-        assert isinstance(r, StatusReply), r
+        r = asys.ask(actor, QueryStatus(request_id=info.stream, session=info.stream), ASK)
+        assert isinstance(r, StatusReply) and r.request_id == info.stream, r
         assert r.status == project(history(log, info.stream))
         assert r.info is not None and r.info.last_seq == info.last_seq
-    idx = asys.ask(actor, QueryIndex(), ASK)
-    assert isinstance(idx, IndexReply)
+    idx = asys.ask(actor, QueryIndex(request_id="i"), ASK)
+    assert isinstance(idx, IndexReply) and idx.request_id == "i"
     assert idx.index == index_from(log.read_all(0, None))
 
 
@@ -155,22 +156,33 @@ def test_queries_are_answered_from_the_folded_log_on_simple_base(
 def test_queries_before_start_and_before_a_first_build_are_refused_clearly(
     simple: ActorSystem, log: SqliteLog, db_path: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
-    """Not started: ProjectionFailed. No complete state yet: Rebuilding, never partial state."""
+    """Not started: ProjectionFailed. No complete state yet: Rebuilding, never partial state.
+    Each answer echoes its request's id."""
     actor = simple.createActor(ProjectionActor)
-    assert isinstance(simple.ask(actor, QueryStatus(session="s0"), ASK), ProjectionFailed)
+    for request in (
+        QueryStatus(request_id="q1", session="s0"),
+        QueryIndex(request_id="q2"),
+        QueryProgress(request_id="q3"),
+        Rebuild(request_id="q4"),
+    ):
+        refused = simple.ask(actor, request, ASK)
+        assert isinstance(refused, ProjectionFailed), refused
+        assert refused.request_id == request.request_id and "not started" in refused.reason
     missing = StartProjection(
-        log_path=str(tmp_path / "none.db"), checkpoint_path=str(tmp_path / "c")
+        request_id="q5", log_path=str(tmp_path / "none.db"), checkpoint_path=str(tmp_path / "c")
     )
     failed = simple.ask(actor, missing, ASK)
     assert isinstance(failed, ProjectionFailed) and "does not exist" in failed.reason
+    assert failed.request_id == "q5"
     fill(log, 2000, 4)
     simple.ask(
         actor,
         StartProjection(log_path=str(db_path), checkpoint_path=str(tmp_path / "c"), batch=10),
         ASK,
     )
-    first = simple.ask(actor, QueryIndex(), ASK)
+    first = simple.ask(actor, QueryIndex(request_id="early"), ASK)
     assert isinstance(first, Rebuilding) and first.progress.target == log.last_position()
+    assert first.request_id == "early"
     wait_for(lambda: caught_up(simple, actor, log))
     assert isinstance(simple.ask(actor, QueryIndex(), ASK), IndexReply)
 
@@ -185,8 +197,8 @@ def test_a_rebuild_reports_progress_and_queries_meanwhile_see_the_last_complete_
     before = simple.ask(actor, QueryStatus(session="s2"), ASK)
     assert isinstance(before, StatusReply)
     reports: list[Any] = []
-    started = ask_for(simple, actor, Rebuild(), RebuildStartedReply, reports)
-    assert started.progress.rebuilding
+    started = ask_for(simple, actor, Rebuild(request_id="rb"), RebuildStartedReply, reports)
+    assert started.progress.rebuilding and started.request_id == "rb"
     during = ask_for(simple, actor, QueryStatus(session="s2"), StatusReply, reports)
     assert during.progress.rebuilding and during.status == before.status
     deadline = time.monotonic() + 30
@@ -198,6 +210,7 @@ def test_a_rebuild_reports_progress_and_queries_meanwhile_see_the_last_complete_
     done = reports[-1]
     assert done.progress.position == log.last_position() and not done.progress.rebuilding
     assert all(isinstance(m, RebuildProgress) for m in reports[:-1])
+    assert {m.request_id for m in reports} == {"rb"}
     assert_state_equals_fold_from_zero(simple, actor, log)
 
 
