@@ -28,7 +28,7 @@ from . import messages as m
 from .interceptors import Emitter, Ingress, Interceptor, SessionView, SlashCommands, run_chain
 from .policy import BusyPolicy
 from .session import commands as c
-from .session.decide import decide
+from .session.decide import decide, ingress_seq
 from .session.state import SessionState, fold
 
 __all__ = ["Outcome", "SessionKit"]
@@ -123,7 +123,10 @@ class SessionKit:
             )
             if res.duplicate:
                 if isinstance(reply, m.Ack):
-                    reply = attrs.evolve(reply, seq=res.last_seq, duplicate=True)
+                    rows = self.log.read(self.session_id, res.first_seq - 1, len(d.events))
+                    rows = [r for r in rows if r.seq <= res.last_seq]
+                    seq = ingress_seq([(r.seq, r.kind) for r in rows]) or res.last_seq
+                    reply = attrs.evolve(reply, seq=seq, duplicate=True)
                 acc.reply = reply if reply is not None else acc.reply
                 return
             stored = fold(self.state.stored, [r.event() for r in res.records])

@@ -29,13 +29,13 @@ def _running(policy: BusyPolicy = BusyPolicy.ENQUEUE, **kw: object) -> SessionKi
 
 
 def test_a_message_to_an_idle_session_is_stored_and_starts_a_turn() -> None:
-    """The message and its turn.started are one append; the ack names the last seq it
-    wrote; the turn starts with a StartTurn effect."""
+    """The message and its turn.started are one append; the ack names the message's seq;
+    the turn starts with a StartTurn effect."""
     kit = SessionKit()
     kit.create()
     out = kit.send("hello")
     assert out.kinds == ["user.message", "turn.started"]
-    assert out.reply.seq == out.events[-1].seq and not out.reply.consumed
+    assert out.reply.seq == out.events[0].seq and not out.reply.consumed
     (start,) = [e for e in out.effects if isinstance(e, c.StartTurn)]
     assert start.turn == 1 and start.input.text == "hello"
 

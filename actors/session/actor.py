@@ -20,16 +20,16 @@ from typing import Any
 import attrs
 from thespian.actors import ActorExitRequest, ActorTypeDispatcher, WakeupMessage
 
-from spine import AppendResult, ConflictError, Event, Kind, SqliteLog
+from spine import AppendResult, ConflictError, Event, SqliteLog
 from spine.seal import KeyStore, NothingToSealError, prepare_seal, verify_stream
 
 from .. import messages as m
 from ..agents import ScriptedFactory
-from ..interceptors import Emitter, Ingress, SessionView, run_chain
+from ..interceptors import Emitter, SessionView, run_chain
 from ..messages import Ping, Pong
 from ..system import configure_actor_logging
 from . import commands as c
-from .decide import decide
+from .decide import decide, ingress_seq
 from .outbox import NOTIFY_INTERVAL, Outbox
 from .protocol import RecordPoison, Routed, SessionConfig, SessionReady, SessionStopping
 from .snapshots import SNAPSHOT_EVERY, SnapshotStore
@@ -45,19 +45,6 @@ def _log() -> logging.Logger:
 
 
 _ORPHAN_CHECK = 0.5
-
-
-def ingress_of(msg: Any) -> Ingress | None:
-    """The ingress a protocol message carries (None for other requests)."""
-    if isinstance(msg, m.SendMessage):
-        return Ingress(kind=Kind.USER_MESSAGE, key=msg.key, text=msg.text)
-    if isinstance(msg, m.SetMetadata):
-        return Ingress(kind=Kind.PROPERTIES, key=msg.key, properties=dict(msg.properties))
-    if isinstance(msg, m.SwitchSession):
-        return Ingress(kind=Kind.SESSION_SWITCH, key=msg.key, target=msg.target)
-    if isinstance(msg, m.Interrupt):
-        return Ingress(kind=Kind.INTERRUPT, key=msg.key, text=msg.reason)
-    return None
 
 
 class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
@@ -155,12 +142,10 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
             res = self._append(d.events, d.key)
             if res.duplicate:
                 # Stored by an earlier delivery: answer as then, change nothing.
-                if isinstance(reply, m.Ack):
-                    reply = attrs.evolve(reply, seq=res.last_seq, duplicate=True)
-                self._reply(reply_to, reply)
+                self._reply(reply_to, self._as_then(reply, res))
                 return
-            if isinstance(reply, m.Ack | m.SealReply | m.VerifyReply):
-                reply = attrs.evolve(reply, seq=res.last_seq)
+            if isinstance(reply, m.SealReply | m.VerifyReply):
+                reply = attrs.evolve(reply, seq=res.first_seq)
             if isinstance(reply, SessionReady):
                 reply = attrs.evolve(reply, last_seq=res.last_seq)
         assert self.state is not None
@@ -170,6 +155,14 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
         self._reply(reply_to, reply)
         for effect in d.effects:
             self._effect(effect, reply_to)
+
+    def _as_then(self, reply: Any, res: AppendResult) -> Any:
+        """The ack of a redelivered key names what the first delivery stored."""
+        if not isinstance(reply, m.Ack) or self.log is None:
+            return reply
+        rows = self.log.read(res.stream, res.first_seq - 1, res.last_seq - res.first_seq + 1)
+        seq = ingress_seq([(r.seq, r.kind) for r in rows]) or res.last_seq
+        return attrs.evolve(reply, seq=seq, duplicate=True)
 
     def _append(self, events: tuple[Event, ...], key: str | None) -> AppendResult:
         assert self.log is not None and self.state is not None and self.cfg is not None
@@ -365,7 +358,7 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
             self.subs.remove(msg.subscription_id)
             self._reply(reply_to, m.Done(request_id=msg.request_id))
         else:
-            command = self._command(msg)
+            command = c.command_of(msg)
             if command is None:
                 text = f"a session does not take {type(msg).__name__}"
                 self._reply(reply_to, self._failure(msg.request_id, "InvalidRequest", text))
@@ -377,18 +370,6 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
                 self._reply(reply_to, self._failure(msg.request_id, "SessionNotFound", text))
                 return
             self._settle()
-
-    def _command(self, msg: Any) -> c.Command | None:
-        ingress = ingress_of(msg)
-        if ingress is not None:
-            return c.Receive(request_id=msg.request_id, ingress=ingress)
-        if isinstance(msg, m.CloseSession):
-            return c.Close(request_id=msg.request_id)
-        if isinstance(msg, m.SealSession):
-            return c.SealStream(request_id=msg.request_id)
-        if isinstance(msg, m.VerifySession):
-            return c.VerifyStream(request_id=msg.request_id)
-        return None
 
     def _info(self, restarts: int) -> m.SessionInfo:
         assert self.state is not None

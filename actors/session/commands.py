@@ -9,9 +9,10 @@ from typing import Any
 
 import attrs
 
-from spine import Event, Usage
+from spine import Event, Kind, Usage
 from spine.seal import Seal, VerifyReport
 
+from .. import messages as m
 from ..interceptors import Ingress, NoticeItem
 from ..policy import BusyPolicy
 from ..spec import AgentSpec, TurnInput
@@ -261,3 +262,25 @@ class Decision:
     reply: Any = None
     live: tuple[Live, ...] = ()
     effects: tuple[Effect, ...] = ()
+
+
+def command_of(msg: Any) -> Command | None:
+    """The command a protocol request carries (None for requests the shell answers itself:
+    reads, subscriptions, pings)."""
+    if isinstance(msg, m.SendMessage):
+        ingress = Ingress(kind=Kind.USER_MESSAGE, key=msg.key, text=msg.text)
+    elif isinstance(msg, m.SetMetadata):
+        ingress = Ingress(kind=Kind.PROPERTIES, key=msg.key, properties=dict(msg.properties))
+    elif isinstance(msg, m.SwitchSession):
+        ingress = Ingress(kind=Kind.SESSION_SWITCH, key=msg.key, target=msg.target)
+    elif isinstance(msg, m.Interrupt):
+        ingress = Ingress(kind=Kind.INTERRUPT, key=msg.key, text=msg.reason)
+    elif isinstance(msg, m.CloseSession):
+        return Close(request_id=msg.request_id)
+    elif isinstance(msg, m.SealSession):
+        return SealStream(request_id=msg.request_id)
+    elif isinstance(msg, m.VerifySession):
+        return VerifyStream(request_id=msg.request_id)
+    else:
+        return None
+    return Receive(request_id=msg.request_id, ingress=ingress)

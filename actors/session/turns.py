@@ -1,0 +1,145 @@
+"""Decisions about turns: when one starts, what its worker's output stores, how it ends,
+and how a running one is cancelled (pure)."""
+
+from __future__ import annotations
+
+import attrs
+
+from spine import Event, Kind, Phase, Usage
+
+from ..spec import AgentSpec, SettingsError, TurnInput
+from .commands import (
+    ASSISTANT_DELTA,
+    CancelTurn,
+    Decision,
+    Effect,
+    Finished,
+    Live,
+    Progress,
+    Running,
+    Session,
+    Settle,
+    StartFailed,
+    StartTurn,
+)
+
+
+def done_event(turn: int = 0) -> Event:
+    return Event(kind=Kind.LIFECYCLE, phase=Phase.DONE, turn=turn)
+
+
+def nonzero(u: Usage | None) -> Usage | None:
+    return u if u is not None and not u.is_zero() else None
+
+
+def cancel(run: Running | None, reason: str) -> tuple[list[Event], tuple[Effect, ...]]:
+    """Close the running turn now, keeping what it produced so far."""
+    if run is None:
+        return [], ()
+    ev = Event(
+        kind=Kind.TURN_CANCELLED,
+        turn=run.turn,
+        text=run.text,
+        usage=nonzero(run.usage),
+        reason=reason,
+    )
+    return [ev, done_event(run.turn)], (CancelTurn(turn=run.turn),)
+
+
+def settle(s: Session, cmd: Settle) -> Decision:
+    """Start the next turn when the session is idle and a stored message waits."""
+    st = s.stored
+    if s.running is not None or s.stopping or st.terminal or st.open_turn is not None:
+        return Decision(state=s)
+    if not st.pending:
+        return Decision(state=s)
+    _seq, text = st.pending[0]
+    n = st.turns + 1
+    started = Event(kind=Kind.TURN_STARTED, turn=n)
+    try:
+        spec = AgentSpec.from_metadata(st.metadata)
+    except SettingsError as exc:
+        # A setting no agent can use fails this turn, never the session.
+        ended = Event(
+            kind=Kind.TURN_COMPLETED,
+            turn=n,
+            stop_reason="error",
+            error=f"cannot start the turn: {exc}",
+        )
+        return Decision(state=s, events=(started, ended, done_event(n)))
+    turn_input = TurnInput(
+        session_id=st.session_id, turn=n, text=text, history=st.history[:-1], spec=spec
+    )
+    return Decision(
+        state=attrs.evolve(s, running=Running(turn=n)),
+        events=(started,),
+        effects=(StartTurn(turn=n, spec=spec, input=turn_input),),
+    )
+
+
+def current(s: Session, turn: int) -> Running | None:
+    run = s.running
+    return run if run is not None and run.turn == turn else None
+
+
+def progress(s: Session, cmd: Progress) -> Decision:
+    run = current(s, cmd.turn)
+    if run is None:
+        return Decision(state=s)  # output of a turn already cancelled
+    run = attrs.evolve(
+        run, text=run.text + cmd.text, usage=cmd.usage if cmd.usage is not None else run.usage
+    )
+    live: tuple[Live, ...] = ()
+    if cmd.text:
+        live = (
+            Live(after_seq=s.stored.last_seq, kind=ASSISTANT_DELTA, severity="", text=cmd.text),
+        )
+    events = tuple(attrs.evolve(e, turn=run.turn) for e in cmd.events)
+    return Decision(state=attrs.evolve(s, running=run), events=events, live=live)
+
+
+def finished(s: Session, cmd: Finished) -> Decision:
+    run = current(s, cmd.turn)
+    if run is None:
+        return Decision(state=s)
+    usage = nonzero(cmd.usage if cmd.usage is not None else run.usage)
+    text = run.text + cmd.text
+    live: tuple[Live, ...] = ()
+    if cmd.text:
+        live = (
+            Live(after_seq=s.stored.last_seq, kind=ASSISTANT_DELTA, severity="", text=cmd.text),
+        )
+    events: list[Event] = []
+    if cmd.stop_reason == "cancelled":
+        events.append(
+            Event(
+                kind=Kind.TURN_CANCELLED, turn=run.turn, text=text, usage=usage, reason="cancelled"
+            )
+        )
+    else:
+        if text:
+            events.append(Event(kind=Kind.ASSISTANT, turn=run.turn, text=text))
+        events.append(
+            Event(
+                kind=Kind.TURN_COMPLETED,
+                turn=run.turn,
+                stop_reason=cmd.stop_reason,
+                usage=usage,
+                error=cmd.error,
+            )
+        )
+    events.append(done_event(run.turn))
+    return Decision(state=attrs.evolve(s, running=None), events=tuple(events), live=live)
+
+
+def start_failed(s: Session, cmd: StartFailed) -> Decision:
+    run = current(s, cmd.turn)
+    if run is None:
+        return Decision(state=s)
+    ended = Event(
+        kind=Kind.TURN_COMPLETED,
+        turn=run.turn,
+        stop_reason="error",
+        error=f"agent factory failed: {cmd.error}",
+    )
+    return Decision(state=attrs.evolve(s, running=None), events=(ended, done_event(run.turn)))
