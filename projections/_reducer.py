@@ -216,7 +216,12 @@ def _stored_dict(r: Record) -> dict[str, Any]:
     # and upcast older schema versions, before the fast fold reads it.
     ev = r.event()
     if r.version == SCHEMA_VERSION:
-        d = orjson.loads(r.payload)
+        try:
+            d = orjson.loads(r.payload)
+        except orjson.JSONDecodeError:
+            # JSON that orjson refuses but the event accepts (a tool's raw input, kept as
+            # the writer spelled it): the event's own fields in the stored shape.
+            return event_to_dict(ev)
         if not isinstance(d, dict):  # pragma: no cover - r.event() already refused it
             raise TypeError("payload is not an object")
         return d

@@ -6,6 +6,10 @@ because replay speed is bounded by this code (see docs/performance.md).
 
 from __future__ import annotations
 
+import json
+import json.decoder
+import json.scanner
+import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -15,6 +19,7 @@ import orjson
 
 from ._errors import DecodeError, InvalidArgumentError
 from ._event import Event, Usage, build_event
+from ._event import _wide_decoder as _wide
 
 #: Version of the stored JSON shape. Stored rows carry the version they were written with;
 #: older rows pass through the registered upcasters on read.
@@ -227,7 +232,25 @@ for _attr, _key in _FIELDS:
 
 
 def event_from_dict(d: Any, *, stream: str | None = None, seq: int | None = None) -> Event:
-    """Build an event from a decoded JSON object; unknown fields go to ``extra``."""
+    """Build an event from a decoded JSON object; unknown fields go to ``extra``.
+
+    ``input`` here is a parsed value, so it is written back as compact JSON (an
+    `orjson.Fragment`, as `event_to_dict` gives it, keeps its exact text). `decode_event`
+    reads the text straight from the payload instead.
+    """
+    return _from_dict(d, stream, seq, None)
+
+
+def _input_text(v: Any) -> str:
+    # A parsed input value back to JSON text: compact, or a Fragment's own text.
+    try:
+        return orjson.dumps(v).decode()
+    except TypeError:
+        # Integers beyond 64 bits (from the standard library's parser) are JSON too.
+        return json.dumps(v, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _from_dict(d: Any, stream: str | None, seq: int | None, raw_input: str | None) -> Event:
     if type(d) is not dict:
         raise DecodeError("the payload is not a JSON object", stream=stream, seq=seq)
     kwargs: dict[str, Any] = {}
@@ -267,8 +290,8 @@ def event_from_dict(d: Any, *, stream: str | None = None, seq: int | None = None
                 if v.tzinfo is None:
                     raise TypeError("field 'time' has no time zone")
             elif shape == _INPUT:
-                # Compact JSON from the parsed value: what `Event` would canonicalise to.
-                v = orjson.dumps(v).decode()
+                # The stored text itself when the decoder found it, byte for byte.
+                v = raw_input if raw_input is not None else _input_text(v)
             elif shape == _USAGE:
                 v = usage_from_dict(v)
                 if v.is_zero():
@@ -288,6 +311,99 @@ def event_from_dict(d: Any, *, stream: str | None = None, seq: int | None = None
     return build_event(**kwargs)
 
 
+# Stands in for ``input`` while the other members are encoded again (see `_raw_input`).
+# orjson embeds a fragment verbatim and escapes NUL inside strings, so this byte marks
+# exactly the place of the value.
+_MARK = orjson.Fragment(b"\x00")
+
+
+def _raw_input(payload: bytes, d: dict[str, Any]) -> str | None:
+    """The exact text of the top-level ``input`` member of ``payload`` (parsed as ``d``).
+
+    The codec writes payloads with orjson, and orjson encodes what it parsed back to the
+    same bytes: so encoding ``d`` with a marker for ``input`` reproduces the payload around
+    the input's text. ``None`` when it does not (another writer's spacing or escapes), and
+    the caller takes the slower general path.
+    """
+    v = d["input"]
+    d["input"] = _MARK
+    try:
+        again = orjson.dumps(d)
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes
+        return None
+    d["input"] = v
+    cut = again.index(0)
+    raw = payload[cut : len(payload) - len(again) + cut + 1]
+    if again.replace(b"\x00", raw, 1) != payload:
+        return None
+    # One whole JSON value in between means it is that member's text (and not, with a
+    # repeated key, several members run together).
+    try:
+        orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return raw.decode()
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+# The standard library's own (C) pieces: one value from an index, one string's body.
+_scan_value: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(_wide)  # type: ignore[arg-type]
+_scan_string: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+
+
+def _ws(text: str, i: int) -> int:
+    # Past any JSON whitespace at ``i`` (the pattern matches everywhere, if only emptily).
+    m = _WS.match(text, i)
+    return i if m is None else m.end()
+
+
+def _wide_loads(text: str) -> tuple[Any, str | None]:
+    """Parse with the standard library: the value, and an object's raw ``input`` text.
+
+    The general path: for JSON orjson refuses but the grammar allows (integers beyond 64
+    bits with older orjson, numbers that overflow a double, escaped lone surrogates), and
+    for payloads another writer spaced or escaped differently. The raw text of the last
+    top-level ``input`` member is everything between its colon and the next separator.
+    Raises `ValueError` when the text is not one JSON value.
+    """
+    try:
+        i = _ws(text, 0)
+        if text[i : i + 1] != "{":
+            return _wide.decode(text), None
+        d: dict[str, Any] = {}
+        raw: str | None = None
+        i = _ws(text, i + 1)
+        if text[i : i + 1] == "}":
+            j = i
+        else:
+            while True:
+                if text[i : i + 1] != '"':
+                    raise ValueError(f"expected a member name at char {i}")
+                key, i = _scan_string(text, i + 1)
+                i = _ws(text, i)
+                if text[i : i + 1] != ":":
+                    raise ValueError(f"expected ':' at char {i}")
+                start = i + 1
+                value, i = _scan_value(text, _ws(text, start))
+                j = _ws(text, i)
+                if key == "input":
+                    raw = text[start:j]
+                d[key] = value
+                c = text[j : j + 1]
+                if c == "}":
+                    break
+                if c != ",":
+                    raise ValueError(f"expected ',' or '}}' at char {j}")
+                i = _ws(text, j + 1)
+        if _ws(text, j + 1) != len(text):
+            raise ValueError(f"extra data at char {j + 1}")
+        return d, raw
+    except StopIteration as exc:
+        raise ValueError(f"expected a value at char {exc.value}") from None
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
 def decode_event(
     payload: bytes | str,
     *,
@@ -295,14 +411,31 @@ def decode_event(
     seq: int | None = None,
     version: int = SCHEMA_VERSION,
 ) -> Event:
-    """Parse stored or incoming JSON into an `Event`, naming stream and seq on failure."""
+    """Parse stored or incoming JSON into an `Event`, naming stream and seq on failure.
+
+    ``input`` is read as the exact text the payload holds for it, never re-encoded.
+    """
+    raw: str | None = None
     try:
         d = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise DecodeError(f"invalid JSON ({exc})", stream=stream, seq=seq) from None
+        if type(d) is dict and "input" in d:
+            b = payload.encode() if isinstance(payload, str) else payload
+            raw = _raw_input(b, d)
+            if raw is None:
+                d, raw = _wide_loads(b.decode())
+    except (orjson.JSONDecodeError, ValueError) as exc:
+        try:
+            text = payload.decode() if isinstance(payload, bytes) else payload
+            d, raw = _wide_loads(text)
+        except ValueError:
+            raise DecodeError(f"invalid JSON ({exc})", stream=stream, seq=seq) from None
     if version != SCHEMA_VERSION:
+        before = d.get("input") if type(d) is dict else None
         d = upcast(d, version, stream=stream, seq=seq)
-    ev = event_from_dict(d, stream=stream, seq=seq)
+        if raw is not None and (type(d) is not dict or d.get("input") is not before):
+            # An upcaster rewrote the input: its parsed value is the truth now.
+            raw = None
+    ev = _from_dict(d, stream, seq, raw)
     if seq is not None and ev.seq != seq:
         raise DecodeError(
             f"payload carries seq {ev.seq} but is stored at seq {seq}", stream=stream, seq=seq

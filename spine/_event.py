@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -105,16 +106,41 @@ class Usage:
         )
 
 
-def _canonical_json(value: str) -> str:
-    # Raw JSON is kept compact so that encode -> decode is an exact round trip.
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# The standard library's parser, for what orjson refuses but the JSON grammar allows
+# (orjson releases before 3.10 refuse integers beyond 64 bits). NaN and Infinity are
+# Python extensions, not JSON, so they are refused here too.
+_wide_decoder = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
+def check_json(value: str) -> str:
+    """``value`` itself if it is one JSON text, else `InvalidArgumentError` naming why.
+
+    Nothing is normalised: whitespace, key order and number spellings (``1.0``, ``1e3``,
+    integers of any size) are the writer's, like the seed's ``json.RawMessage``.
+    """
+    try:
+        orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        try:
+            _wide_decoder.decode(value)
+            # Lone surrogates parse but have no UTF-8 form, so they could not be stored.
+            value.encode()
+        except ValueError:
+            raise InvalidArgumentError(f"input is not valid JSON: {exc}") from None
+    return value
+
+
+def _raw_json(value: str) -> str:
+    # A tool's arguments as the writer gave them: kept byte for byte, checked to be JSON.
     if not value:
         return ""
     if not isinstance(value, str):
         raise TypeError(f"input must be JSON text, got {type(value).__name__}")
-    try:
-        return orjson.dumps(orjson.loads(value)).decode()
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgumentError(f"input is not valid JSON: {exc}") from None
+    return check_json(str(value))
 
 
 def _usage_or_none(value: Usage | None) -> Usage | None:
@@ -135,7 +161,8 @@ class Event:
     """One record on a session's stream; fields not used by its kind stay empty.
 
     ``seq`` is assigned by the log on append (0 until then). ``time`` is stamped by the log
-    when the writer leaves it unset. ``input`` is the tool's arguments as raw JSON text.
+    when the writer leaves it unset. ``input`` is the tool's arguments as raw JSON text, kept
+    byte for byte as the writer gave it (checked to be JSON, never re-encoded).
     ``properties`` maps metadata keys to new values (``None`` deletes a key). ``record``
     describes a seal or a verification (record.* kinds). ``extra``
     keeps fields written by a newer version so that nothing is dropped on a round trip.
@@ -151,7 +178,7 @@ class Event:
     text: str = ""
     tool: str = ""
     tool_use_id: str = ""
-    input: str = attrs.field(default="", converter=_canonical_json)
+    input: str = attrs.field(default="", converter=_raw_json)
     result: str = ""
     is_error: bool = False
     stop_reason: str = ""
@@ -216,6 +243,6 @@ def _make_builder() -> Callable[..., Event]:
 
 
 #: Build an `Event` from fields that are already valid and normalised (the decoder's
-#: output): ``input`` canonical JSON text, ``usage`` non-zero or ``None``, mappings as
+#: output): ``input`` checked JSON text, ``usage`` non-zero or ``None``, mappings as
 #: fresh dicts. Anything else must go through `Event` itself.
 build_event: Callable[..., Event] = _make_builder()

@@ -1,12 +1,14 @@
 """Hypothesis strategies for the spine's types, in one place for every test module.
 
 Everything generated here survives the codec exactly: strings carry no lone surrogates
-(JSON cannot hold them), integers fit 64 bits (the stored shape's range), times are
+(JSON cannot hold them), integers fit 64 bits (the stored shape's range; only a tool's raw
+``input`` text holds numbers of any size), times are
 timezone-aware, and unknown extra fields never reuse a known JSON field name.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -48,11 +50,56 @@ json_values: st.SearchStrategy[Any] = st.recursive(
     max_leaves=12,
 )
 
-#: Raw JSON text as a tool's ``input`` arrives: any value, any (valid) whitespace.
+# JSON's insignificant whitespace, as writers sprinkle it.
+_json_ws = st.sampled_from(["", "", " ", "  ", "\n", "\t", "\r\n", "\n    "])
+
+#: Number spellings JSON allows that a re-encoder would change: integers of any size,
+#: fractions and exponents as written, negative zero, a double's overflow.
+json_number_texts: st.SearchStrategy[str] = st.one_of(
+    st.integers().map(str),
+    st.integers(min_value=-(10**40), max_value=10**40).map(str),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.sampled_from(
+        ["0", "-0", "1.0", "1.50", "1e3", "1E+3", "2.5e-07", "-0.0", "1e400", "0.1000"]
+    ),
+)
+
+_json_string_texts = st.builds(
+    lambda t, ascii_only: json.dumps(t, ensure_ascii=ascii_only), texts, st.booleans()
+)
+_json_scalar_texts = (
+    st.sampled_from(["true", "false", "null"]) | json_number_texts | _json_string_texts
+)
+
+
+def _array_text(items: list[tuple[str, str, str]], end: str) -> str:
+    return "[" + ",".join(a + v + b for a, v, b in items) + end + "]"
+
+
+def _object_text(members: list[tuple[str, str, str, str, str]], end: str) -> str:
+    return "{" + ",".join(a + k + b + ":" + c + v + d for a, k, b, c, v, d in members) + end + "}"
+
+
+_json_texts: st.SearchStrategy[str] = st.recursive(
+    _json_scalar_texts,
+    lambda inner: (
+        st.builds(_array_text, st.lists(st.tuples(_json_ws, inner, _json_ws), max_size=4), _json_ws)
+        | st.builds(
+            _object_text,
+            st.lists(
+                st.tuples(_json_ws, _json_string_texts, _json_ws, _json_ws, inner, _json_ws),
+                max_size=4,
+            ),
+            _json_ws,
+        )
+    ),
+    max_leaves=12,
+)
+
+#: Raw JSON text as a tool's ``input`` arrives: any value, spelled any way JSON allows
+#: (whitespace anywhere, escapes or not, numbers as written), which must be kept exactly.
 raw_json: st.SearchStrategy[str] = st.builds(
-    lambda v, indent: orjson.dumps(v, option=orjson.OPT_INDENT_2 if indent else 0).decode(),
-    json_values,
-    st.booleans(),
+    lambda a, v, b: a + v + b, _json_ws, _json_texts, _json_ws
 )
 
 #: Raw JSON text for ``input`` that is an object, as tool arguments usually are.
@@ -195,6 +242,7 @@ __all__ = [
     "event_json",
     "events",
     "extra_fields",
+    "json_number_texts",
     "json_values",
     "known_kinds",
     "new_events",

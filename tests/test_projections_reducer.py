@@ -174,6 +174,18 @@ def test_the_reducer_works_over_any_log(tmp_path: pathlib.Path) -> None:
     assert_equals_fold_from_zero(r, mem)
 
 
+def test_a_tool_input_that_orjson_refuses_folds_like_any_other_event(
+    log: SqliteLog, tmp_path: pathlib.Path
+) -> None:
+    """A tool call's raw input is stored as written; JSON orjson will not parse still folds."""
+    log.append("s", [Event(kind=Kind.USER_MESSAGE, text="hi")])
+    log.append("s", [Event(kind=Kind.TOOL_CALL, tool="calc", input='{"x":1e400}')])
+    log.append("t", [Event(kind=Kind.TOOL_CALL, input="[123456789012345678901234567890]")])
+    r = StatusReducer(log, tmp_path / "ck.db", batch=2)
+    r.catch_up()
+    assert_equals_fold_from_zero(r, log)
+
+
 def _insert_bad_row(path: pathlib.Path, stream: str, payload: bytes) -> int:
     c = sqlite3.connect(path)
     pos = c.execute("SELECT MAX(position) FROM events").fetchone()[0] + 1

@@ -123,20 +123,60 @@ def test_the_log_supplies_seq_and_time_first() -> None:
 
 
 def test_input_is_embedded_as_raw_json_not_as_a_string() -> None:
-    """A tool's input is stored as JSON (compacted, key order kept) and read back as text."""
-    e = Event(kind=Kind.TOOL_CALL, input='{ "b": 1,\n  "a": [true, null, 2.5] }')
-    assert e.input == '{"b":1,"a":[true,null,2.5]}'
+    """A tool's input is stored as JSON, not a JSON string, and read back as the same text."""
+    text = '{ "b": 1,\n  "a": [true, null, 2.5] }'
+    e = Event(kind=Kind.TOOL_CALL, input=text)
+    assert e.input == text
     b = encode_event(e)
-    assert b == b'{"kind":"tool.call","input":{"b":1,"a":[true,null,2.5]}}'
-    assert decode_event(b).input == '{"b":1,"a":[true,null,2.5]}'
+    assert b == b'{"kind":"tool.call","input":' + text.encode() + b"}"
+    assert orjson.loads(b)["input"] == {"b": 1, "a": [True, None, 2.5]}
+    assert decode_event(b).input == text
     assert decode_event(b'{"kind":"tool.call","input":"a string"}').input == '"a string"'
     assert decode_event(b'{"kind":"tool.call","input":null}').input == "null"
 
 
-def test_input_that_is_not_json_is_refused_when_the_event_is_built() -> None:
-    """Event(input=...) requires JSON text, so a bad input never reaches the log."""
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"n": 123456789012345678901234567890}',
+        '{"n":-123456789012345678901234567890123}',
+        "[1.0, 1e3, 1E+3, -0, 0.10, 2.5e-07]",
+        '{"big":1e400}',
+        ' {"a":1} ',
+        '"caf\\u00e9 \\/ \\ud83d\\ude00"',
+    ],
+)
+def test_input_is_kept_byte_for_byte_through_the_codec_and_the_log(
+    text: str, tmp_path: pathlib.Path
+) -> None:
+    """Big integers, number spellings, escapes and spacing in input are never re-encoded."""
+    e = Event(kind=Kind.TOOL_CALL, tool="calc", input=text, result="ok")
+    assert e.input == text
+    b = encode_event(e)
+    assert text.encode() in b
+    assert decode_event(b).input == text
+    assert decode_event(b) == e
+    assert converter.structure(converter.unstructure(e), Event) == e
+    with SqliteLog(tmp_path / "raw.db") as log:
+        log.append("s", [e])
+        assert text.encode() in log.read("s")[0].payload
+        assert history(log, "s")[0].input == text
+
+
+def test_a_payload_spaced_by_another_writer_gives_the_input_text_it_holds() -> None:
+    """Whatever the spacing around it, input is the member's own text in the payload."""
+    b = b'{ "kind" : "tool.call",\n  "input" : [1.0,  2],\n  "result" : "r" }'
+    e = decode_event(b)
+    assert e.input == " [1.0,  2]" and e.result == "r"
+    assert decode_event(b'{"input":{"input":1},"kind":"tool.call","input":[2]}').input == "[2]"
+    assert decode_event(b'{"kind":"x","input":1,"kind":"tool.call"}').input == "1"
+
+
+@pytest.mark.parametrize("text", ["{not json", "NaN", "[1] [2]", '{"a":1,}', '"\ud800"'])
+def test_input_that_is_not_json_is_refused_when_the_event_is_built(text: str) -> None:
+    """Event(input=...) requires one JSON text, so a bad input never reaches the log."""
     with pytest.raises(InvalidArgumentError, match="input is not valid JSON"):
-        Event(kind=Kind.TOOL_CALL, input="{not json")
+        Event(kind=Kind.TOOL_CALL, input=text)
 
 
 def test_unknown_kinds_and_fields_survive_a_round_trip_byte_for_byte() -> None:
@@ -303,14 +343,14 @@ def test_stored_bytes_are_a_fixed_point_of_decode_and_encode(payload: bytes) -> 
     assert decode_event(once) == decode_event(payload)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(raw_json, st.booleans())
-def test_any_json_input_is_kept_as_the_same_json_value(text: str, stored: bool) -> None:
-    """Input is kept as JSON: the stored value parses to what the writer gave."""
+def test_any_json_input_is_kept_as_the_exact_text(text: str, stored: bool) -> None:
+    """Input is kept as the writer spelled it: the same text, and stored as that JSON."""
     e = Event(kind=Kind.TOOL_CALL, input=text)
     back = decode_event(encode_event(e)) if stored else e
-    assert orjson.loads(back.input) == orjson.loads(text)
-    assert orjson.loads(encode_event(e))["input"] == orjson.loads(text)
+    assert back.input == text
+    assert encode_event(e) == b'{"kind":"tool.call","input":' + text.encode() + b"}"
 
 
 def test_decoded_events_are_ordinary_frozen_events() -> None:
