@@ -419,7 +419,9 @@ def prepare_seal(
 
 def seal_event(seal: Seal) -> Event:
     """The ``record.sealed`` event that stores ``seal`` (its time is the seal's own)."""
-    return Event(kind=Kind.RECORD_SEALED, time=datetime.fromisoformat(seal.time), record=seal.to_record())
+    return Event(
+        kind=Kind.RECORD_SEALED, time=datetime.fromisoformat(seal.time), record=seal.to_record()
+    )
 
 
 def seal_stream(
