@@ -18,7 +18,7 @@ from actors.interceptors import (
     SlashCommands,
     run_chain,
 )
-from actors.runner.actor import SinkRouter
+from actors.runner import SinkRouter
 from actors.session import protocol as _internal
 from actors.session.state import SessionState, fold, metadata_diff, recovery_events
 from spine import Event, Kind, Phase, Usage

@@ -1,0 +1,31 @@
+"""Messages inside the runtime's supervision tree (not part of the host protocol).
+
+Timer payloads are here too: the Runner schedules them with ``wakeupAfter`` and its
+registry decides what they mean when they fire.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen(kw_only=True)
+class UseProjection:
+    """The guardian tells the Runner where the projection actor is (after each start)."""
+
+    address: Any
+
+
+@attrs.frozen(kw_only=True)
+class RestartDue:
+    """Timer payload: the backoff before restarting this incarnation's successor is over."""
+
+    session_id: str
+    incarnation: int
+
+
+@attrs.frozen(kw_only=True)
+class PassivationDue:
+    """Timer payload: time to stop the sessions that have been idle long enough."""
