@@ -3,12 +3,15 @@
 A subscription is a cursor over the log. It reads a page past its cursor, hands the page
 out, and advances the cursor past each item it hands out, so nothing is delivered twice and
 a burst of wakes collapses into one read. When it has caught up it waits for a wake, or at
-most the poll floor, and reads again: a lost wake costs latency, never an event. Buffering
-is one page, so a slow consumer holds back only its own cursor.
+most the poll floor, and reads again: a lost wake costs latency, never an event. A
+non-positive poll floor disables the floor, leaving wakes the sole liveness signal (for a
+host that trusts them to arrive). Buffering is one page, so a slow consumer holds back only
+its own cursor.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -22,6 +25,18 @@ from ._log import Log, Record, check_kinds
 
 #: How often a subscriber re-reads the log when no wake arrives (the seed's floor).
 DEFAULT_POLL_FLOOR = 0.25
+
+
+def _floor(poll_floor: float) -> float | None:
+    """The wait between re-reads, or ``None`` when the floor is off (wakes only)."""
+    if isinstance(poll_floor, bool) or not isinstance(poll_floor, int | float):
+        raise InvalidArgumentError(f"poll_floor must be a number of seconds, not {poll_floor!r}")
+    if math.isnan(poll_floor):
+        raise InvalidArgumentError("poll_floor must be a number of seconds, not NaN")
+    # The seed's rule: a non-positive value disables the floor; so does an endless one.
+    if poll_floor <= 0 or math.isinf(poll_floor):
+        return None
+    return float(poll_floor)
 
 T = TypeVar("T")
 
@@ -39,14 +54,13 @@ class _Cursor(Generic[T]):
             raise InvalidArgumentError(
                 f"a subscription starts after a non-negative int, not {after!r}"
             )
-        if poll_floor <= 0:
-            raise InvalidArgumentError("poll_floor must be positive")
+        poll = _floor(poll_floor)
         if page <= 0:
             raise InvalidArgumentError("page must be positive")
         self._log = log
         self._cursor = after
         self._kinds = check_kinds(kinds)
-        self._poll = poll_floor
+        self._poll = poll
         self._page = page
         self._buf: deque[Record] = deque()
         self._closed = False
@@ -83,7 +97,8 @@ class _Cursor(Generic[T]):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
-                wait = min(wait, left)
+                wait = left if wait is None else min(wait, left)
+            # With the floor off and no deadline, only a wake (or a close) ends the wait.
             wake.wait(gen, wait)
 
     def get(self, timeout: float | None = None) -> T | None:
@@ -207,6 +222,12 @@ def subscribe(
 
     ``kinds`` filters (empty or ``None`` means all). Close it, or use it as a context
     manager; iteration blocks until the next event and ends when it is closed.
+
+    ``poll_floor`` is the longest a caught-up subscriber waits for a wake before it reads
+    the log again, so a lost wake costs at most that much latency. A non-positive value
+    disables the floor: the subscriber then reads again only when woken (an append through
+    this log, or one another process makes while the log watches), which a host should
+    choose only when it trusts wakes to arrive.
     """
     return StreamSubscription(log, stream, after_seq, kinds, poll_floor=poll_floor)
 
@@ -218,7 +239,10 @@ def subscribe_all(
     *,
     poll_floor: float = DEFAULT_POLL_FLOOR,
 ) -> AllSubscription:
-    """Every record of every stream after ``after_position``, then live, in commit order."""
+    """Every record of every stream after ``after_position``, then live, in commit order.
+
+    ``poll_floor`` is as for `subscribe`: a non-positive value disables it (wakes only).
+    """
     return AllSubscription(log, after_position, kinds, poll_floor=poll_floor)
 
 

@@ -194,7 +194,8 @@ def test_get_record_hands_out_stored_bytes_without_decoding(log: Log) -> None:
     [
         lambda log: subscribe(log, "bad id"),
         lambda log: subscribe(log, "s", after_seq=-1),
-        lambda log: subscribe(log, "s", poll_floor=0),
+        lambda log: subscribe(log, "s", poll_floor=float("nan")),
+        lambda log: subscribe(log, "s", poll_floor="1"),  # type: ignore[arg-type]
         lambda log: subscribe(log, "s", kinds="user.message"),
         lambda log: subscribe_all(log, after_position=-2),
     ],
@@ -202,9 +203,58 @@ def test_get_record_hands_out_stored_bytes_without_decoding(log: Log) -> None:
 def test_a_subscription_with_bad_arguments_is_refused(
     log: Log, call: Callable[[Log], object]
 ) -> None:
-    """Invalid ids, negative starts, a non-positive poll floor or a bare kind are misuse."""
+    """Invalid ids, negative starts, a poll floor that is not a number or a bare kind are misuse."""
     with pytest.raises(InvalidArgumentError):
         call(log)
+
+
+@pytest.mark.parametrize("floor", [0, 0.0, -1.0])
+def test_a_non_positive_poll_floor_disables_the_floor_and_wakes_still_deliver(
+    log: Log, floor: float
+) -> None:
+    """poll_floor <= 0 turns the floor off: backlog and woken live events still arrive."""
+    log.append("s", [ev("1"), ev("2")])
+    with (
+        subscribe(log, "s", poll_floor=floor) as sub,
+        subscribe_all(log, poll_floor=floor) as every,
+    ):
+        assert [e.text for e in take(sub, 2)] == ["1", "2"]
+        assert [_text(r) for r in take(every, 2)] == ["1", "2"]
+        t = in_thread(lambda: log.append("s", [ev("3")]))
+        assert [(e.seq, e.text) for e in take(sub, 1)] == [(3, "3")]
+        assert [_text(r) for r in take(every, 1)] == ["3"]
+        t.join(WAIT)
+        assert sub.drain() == [] and every.drain() == []
+        assert sub.get(timeout=0.01) is None
+
+
+class _WatchedDeafWakeup(_DeafWakeup):
+    """A lost-wakes signal that says when a reader has begun waiting on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = threading.Event()
+
+    def wait(self, seen: int, timeout: float | None) -> int:
+        self.waiting.set()
+        return super().wait(seen, timeout)
+
+
+def test_without_a_floor_a_lost_wake_is_not_recovered_by_polling() -> None:
+    """With the floor off wakes are the only liveness signal; the next wake brings it all."""
+    log = MemoryLog()
+    wake = log.wakeup = _WatchedDeafWakeup()
+    sub = subscribe(log, "s", poll_floor=0)
+    got: list[Event] = []
+    t = in_thread(lambda: got.extend([next(sub), next(sub)]))
+    assert wake.waiting.wait(WAIT)
+    log.append("s", [ev("a"), ev("b")])
+    t.join(0.3)
+    assert t.is_alive() and got == []
+    Wakeup.bump(wake)
+    t.join(WAIT)
+    assert not t.is_alive() and [e.text for e in got] == ["a", "b"]
+    sub.close()
 
 
 def test_a_subscription_to_an_invalid_id_names_the_problem(log: Log) -> None:
