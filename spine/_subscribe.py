@@ -38,6 +38,7 @@ def _floor(poll_floor: float) -> float | None:
         return None
     return float(poll_floor)
 
+
 T = TypeVar("T")
 
 
