@@ -7,7 +7,7 @@ hands its output back to the session's own address, so only handlers touch state
 interrupt is handled while the turn still runs.
 
 No handler may raise: Thespian would run it again (side effects twice) and then bounce the
-message as poison. `receiveMessage` catches, logs and answers instead.
+message as poison. `GuardedActor` catches, logs and answers instead.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
-from thespian.actors import ActorExitRequest, ActorTypeDispatcher, WakeupMessage
+from thespian.actors import ActorExitRequest, WakeupMessage
 
 from spine import AppendResult, ConflictError, Event, SqliteLog
 from spine.seal import KeyStore, NothingToSealError, prepare_seal, verify_stream
@@ -27,6 +27,7 @@ from .. import messages as m
 from ..agents import ScriptedFactory
 from ..interceptors import Emitter, SessionView, run_chain
 from ..messages import Ping, Pong
+from ..shell import GuardedActor
 from ..system import configure_actor_logging
 from . import commands as c
 from .decide import decide, ingress_seq
@@ -47,8 +48,10 @@ def _log() -> logging.Logger:
 _ORPHAN_CHECK = 0.5
 
 
-class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
+class SessionActor(GuardedActor):
     """One session. Created only by the Runner; configured by a `SessionConfig` message."""
+
+    log_name = "vertebra.session"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -66,19 +69,6 @@ class SessionActor(ActorTypeDispatcher):  # type: ignore[misc]
         #: The Runner has been asked to stop this incarnation; ingress now bounces to it.
         self.stopping_sent = False
         self._notify_scheduled = False
-
-    # -- the guard -----------------------------------------------------------------------
-
-    def receiveMessage(self, msg: Any, sender: Any) -> None:
-        try:
-            super().receiveMessage(msg, sender)
-        except Exception as exc:  # answered here: a retry would repeat side effects
-            _log().exception("session handler for %s failed", type(msg).__name__)
-            inner = msg.message if isinstance(msg, Routed) else msg
-            to = msg.reply_to if isinstance(msg, Routed) else sender
-            rid = getattr(inner, "request_id", None)
-            if rid is not None:
-                self._reply(to, self._failure(rid, "ActorsError", f"{type(exc).__name__}: {exc}"))
 
     def _failure(self, request_id: str, error: str, message: str) -> m.RequestFailed:
         sid = self.cfg.session_id if self.cfg else ""
