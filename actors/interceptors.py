@@ -23,6 +23,7 @@ import attrs
 
 from spine import EPHEMERAL_KINDS, Event, InvalidStreamIdError, Kind, Severity, validate_session_id
 
+from .errors import InvalidRequest
 from .spec import (
     MODEL_MAX_OUTPUT_TOKENS,
     MODEL_NAME,
@@ -33,7 +34,6 @@ from .spec import (
     SettingsError,
     parse_temperature,
 )
-from .errors import InvalidRequest
 
 
 @attrs.frozen(kw_only=True)
