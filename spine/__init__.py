@@ -23,6 +23,7 @@ from ._errors import (
     SubscriptionClosedError,
 )
 from ._event import EPHEMERAL_KINDS, Event, Kind, Phase, Severity, Usage
+from ._frozen import FrozenDict, FrozenList
 from ._ids import new_session_id, validate_session_id
 from ._lifecycle import REVIVING_PHASES, TERMINAL_PHASES, terminal_after
 from ._log import DEFAULT_PAGE, AppendResult, Log, Record, StreamInfo, Wakeup
@@ -49,6 +50,8 @@ __all__ = [
     "ConflictError",
     "DecodeError",
     "Event",
+    "FrozenDict",
+    "FrozenList",
     "InvalidArgumentError",
     "InvalidStreamIdError",
     "Kind",

@@ -20,6 +20,7 @@ import orjson
 from ._errors import DecodeError, InvalidArgumentError
 from ._event import Event, Usage, build_event
 from ._event import _wide_decoder as _wide
+from ._frozen import frozen_dict, frozen_flat
 
 #: Version of the stored JSON shape. Stored rows carry the version they were written with;
 #: older rows pass through the registered upcasters on read.
@@ -138,7 +139,8 @@ def _make_fill() -> Callable[[Event, dict[str, Any]], dict[str, Any]]:
         elif attr == "usage":
             lines.append(f"    if v is not None and not v.is_zero(): d[{key!r}] = _usage(v)")
         elif attr in ("properties", "record"):
-            lines.append(f"    if v: d[{key!r}] = v if type(v) is dict else dict(v)")
+            # Read-only dicts: orjson writes a dict subclass as it writes a dict.
+            lines.append(f"    if v: d[{key!r}] = v")
         else:
             lines.append(f"    if v: d[{key!r}] = v")
     lines += [
@@ -297,17 +299,23 @@ def _from_dict(d: Any, stream: str | None, seq: int | None, raw_input: str | Non
                 if v.is_zero():
                     continue
             elif shape == _PROPS:
-                if type(v) is not dict or not all(type(x) is str or x is None for x in v.values()):
+                # ``isinstance``: an event's own (read-only) mappings are dicts as well.
+                if not isinstance(v, dict) or not all(
+                    type(x) is str or x is None for x in v.values()
+                ):
                     raise TypeError("field 'properties' must map keys to strings or null")
-            elif shape == _RECORD and type(v) is not dict:
-                raise TypeError("field 'record' must be an object")
+                v = frozen_flat(v)
+            elif shape == _RECORD:
+                if not isinstance(v, dict):
+                    raise TypeError("field 'record' must be an object")
+                v = frozen_dict(v)
             kwargs[attr] = v
     except (TypeError, ValueError) as exc:
         raise DecodeError(str(exc), stream=stream, seq=seq) from None
     if "kind" not in kwargs:
         raise DecodeError("the event has no 'kind'", stream=stream, seq=seq)
     if extra is not None:
-        kwargs["extra"] = extra
+        kwargs["extra"] = frozen_dict(extra)
     return build_event(**kwargs)
 
 

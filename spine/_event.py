@@ -12,6 +12,7 @@ import attrs
 import orjson
 
 from ._errors import InvalidArgumentError
+from ._frozen import EMPTY, FrozenDict, frozen_dict
 
 
 class Kind(enum.StrEnum):
@@ -151,8 +152,11 @@ def _usage_or_none(value: Usage | None) -> Usage | None:
     return value
 
 
-def _freeze_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return {} if not value else dict(value)
+def _freeze_mapping(value: Mapping[str, Any] | None) -> FrozenDict:
+    # A read-only copy, frozen all the way down: an event never changes once built.
+    if type(value) is FrozenDict:
+        return value
+    return EMPTY if not value else frozen_dict(value)
 
 
 # No weakref slot: it would keep `build_event` below from using its layout-twin builder.
@@ -166,6 +170,8 @@ class Event:
     ``properties`` maps metadata keys to new values (``None`` deletes a key). ``record``
     describes a seal or a verification (record.* kinds). ``extra``
     keeps fields written by a newer version so that nothing is dropped on a round trip.
+    These three are read-only (`FrozenDict`, nested dicts and lists frozen too): an event
+    is immutable all the way down, and still equal to one built from plain dicts.
     """
 
     kind: str
@@ -195,11 +201,11 @@ class Event:
     phase: str = ""
     session: str = ""
     severity: str = ""
-    properties: Mapping[str, str | None] = attrs.field(factory=dict, converter=_freeze_mapping)
+    properties: Mapping[str, str | None] = attrs.field(default=EMPTY, converter=_freeze_mapping)
     # The sealed-record description (record.sealed / record.verified): range, root, key id,
     # signature, outcome. Plain JSON values.
-    record: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze_mapping)
-    extra: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze_mapping)
+    record: Mapping[str, Any] = attrs.field(default=EMPTY, converter=_freeze_mapping)
+    extra: Mapping[str, Any] = attrs.field(default=EMPTY, converter=_freeze_mapping)
 
 
 def _make_builder() -> Callable[..., Event]:
@@ -220,9 +226,6 @@ def _make_builder() -> Callable[..., Event]:
         if f.name == "kind":
             params.append("kind")
             body.append("    e.kind = kind")
-        elif isinstance(f.default, attrs.Factory):  # type: ignore[arg-type]
-            params.append(f"{f.name}=None")
-            body.append(f"    e.{f.name} = {{}} if {f.name} is None else {f.name}")
         else:
             ns[f"_d_{f.name}"] = f.default
             params.append(f"{f.name}=_d_{f.name}")
@@ -234,8 +237,9 @@ def _make_builder() -> Callable[..., Event]:
     exec(src, ns)
     build: Callable[..., Event] = ns["build"]
     try:
-        probe = build(kind="probe", text="t", properties={"k": "v"})
-        if probe != Event(kind="probe", text="t", properties={"k": "v"}):
+        props = FrozenDict({"k": "v"})
+        probe = build(kind="probe", text="t", properties=props)
+        if probe != Event(kind="probe", text="t", properties=props) or probe.record is not EMPTY:
             return Event
     except TypeError:
         return Event
@@ -244,5 +248,5 @@ def _make_builder() -> Callable[..., Event]:
 
 #: Build an `Event` from fields that are already valid and normalised (the decoder's
 #: output): ``input`` checked JSON text, ``usage`` non-zero or ``None``, mappings as
-#: fresh dicts. Anything else must go through `Event` itself.
+#: `FrozenDict` (or left out). Anything else must go through `Event` itself.
 build_event: Callable[..., Event] = _make_builder()

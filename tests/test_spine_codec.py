@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import gc
 import pathlib
+import pickle
 import sqlite3
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -361,7 +364,96 @@ def test_decoded_events_are_ordinary_frozen_events() -> None:
         e.text = "changed"  # type: ignore[misc]
     assert attrs.evolve(e, text="u") == Event(kind="x", seq=1, text="u", properties={"k": "v"})
     assert decode_event(b'{"kind":"x"}').properties == {}
-    assert decode_event(b'{"kind":"x"}').properties is not decode_event(b'{"kind":"x"}').properties
+    with pytest.raises(TypeError):
+        decode_event(b'{"kind":"x"}').properties["k"] = "v"  # type: ignore[index]
+
+
+def _mutations(ev: Event) -> list[Callable[[], object]]:
+    """Every way of changing an event's mappings in place, nested ones included."""
+    props: Any = ev.properties
+    rec: Any = ev.record
+    extra: Any = ev.extra
+    return [
+        lambda: props.__setitem__("model", "other"),
+        lambda: props.update(model="other"),
+        lambda: props.pop("model"),
+        lambda: props.clear(),
+        lambda: rec.__setitem__("ok", False),
+        lambda: rec.__delitem__("ok"),
+        lambda: rec.setdefault("new", 1),
+        lambda: rec.popitem(),
+        lambda: rec.__ior__({"ok": False}),
+        lambda: rec["range"].__setitem__("first", 9),
+        lambda: rec["seals"].append(9),
+        lambda: rec["seals"].__setitem__(0, 9),
+        lambda: rec["seals"].sort(),
+        lambda: rec["range"]["ids"].extend([1]),
+        lambda: extra.__setitem__("mood", None),
+        lambda: extra["mood"].update(level=0),
+    ]
+
+
+def _with_mappings() -> Event:
+    return Event(
+        kind=Kind.RECORD_VERIFIED,
+        properties={"model": "m"},
+        record={"ok": True, "range": {"first": 1, "ids": [1, 2]}, "seals": [4, 3]},
+        extra={"mood": {"level": 3}},
+    )
+
+
+@pytest.mark.parametrize("stored", [False, True])
+def test_an_events_mappings_are_read_only_all_the_way_down(stored: bool) -> None:
+    """properties, record and extra (and every dict and list inside them) refuse changes."""
+    e = _with_mappings()
+    e = decode_event(encode_event(e)) if stored else e
+    for i, change in enumerate(_mutations(e)):
+        with pytest.raises(TypeError, match="read-only"):
+            change()
+        assert e == _with_mappings(), f"mutation {i} changed the event"
+    assert isinstance(e.record, Mapping) and isinstance(e.record, dict)
+    assert e.record == {"ok": True, "range": {"first": 1, "ids": [1, 2]}, "seals": [4, 3]}
+    mine = e.record.copy()
+    mine["ok"] = False
+    assert e.record["ok"] is True and (e.record | {"ok": False})["ok"] is False
+
+
+def test_an_event_does_not_share_the_writers_dicts() -> None:
+    """Changing the dict an event was built from afterwards leaves the event as it was."""
+    nested = {"first": 1}
+    given = {"range": nested, "seals": [1]}
+    e = Event(kind=Kind.RECORD_SEALED, record=given)
+    nested["first"] = 2
+    given["seals"].append(2)  # type: ignore[attr-defined]
+    given["new"] = True
+    assert e.record == {"range": {"first": 1}, "seals": [1]}
+    payload = {"kind": "x", "record": {"a": [1]}}
+    built = converter.structure(payload, Event)
+    payload["record"]["a"].append(2)  # type: ignore[index]
+    assert built.record == {"a": [1]}
+
+
+def test_an_event_with_read_only_mappings_pickles_copies_and_hashes() -> None:
+    """A pickled event comes back equal and as read-only; equal events hash equal."""
+    e = _with_mappings()
+    back = pickle.loads(pickle.dumps(e))
+    assert back == e and type(back.record) is type(e.record)
+    with pytest.raises(TypeError):
+        back.record["range"]["ids"].append(3)
+    assert copy.deepcopy(e) == e and copy.copy(e) == e
+    assert hash(e) == hash(decode_event(encode_event(e))) == hash(back)
+    assert len({e, back, decode_event(encode_event(e))}) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(events())
+def test_any_event_survives_pickling_and_stays_read_only(e: Event) -> None:
+    """pickle round trips every event, stored or not, to an equal, hashable, frozen one."""
+    for x in (e, decode_event(encode_event(e))):
+        back = pickle.loads(pickle.dumps(x))
+        assert back == x == e and hash(back) == hash(x)
+        with pytest.raises(TypeError):
+            back.extra["new field"] = 1  # type: ignore[index]
 
 
 @pytest.mark.parametrize("enabled", [True, False])
