@@ -1,0 +1,18 @@
+"""The embedding API: `Host`, over a transport per kind of actor-system base."""
+
+from .host import BASES, SYSTEM_SESSIONS, Host
+from .sinks import SinkFn, merge
+from .subscription import SessionSubscription
+from .transport import MultiprocTransport, SimpleTransport, Transport
+
+__all__ = [
+    "BASES",
+    "SYSTEM_SESSIONS",
+    "Host",
+    "MultiprocTransport",
+    "SessionSubscription",
+    "SimpleTransport",
+    "SinkFn",
+    "Transport",
+    "merge",
+]

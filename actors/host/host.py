@@ -1,0 +1,378 @@
+"""`Host`: the Python API for embedding vertebra.
+
+A Host starts (or attaches to) an actor system, makes sure a guardian and a Runner run in
+it, and turns the message protocol into method calls. It is safe to call from many
+threads; how it talks to the system (a private endpoint per thread on multiproc bases,
+a lock and a pump on ``simpleSystemBase``) is its `Transport`'s business. Every request
+carries a ``request_id`` and its reply is matched by it, the projection actor's included.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from projections import (
+    IndexReply,
+    ProgressReply,
+    Projection,
+    QueryIndex,
+    QueryProgress,
+    QueryStatus,
+    SessionsIndex,
+    StatusReply,
+    project,
+)
+from spine import (
+    Event,
+    Kind,
+    SqliteLog,
+    history,
+    new_session_id,
+    subscribe,
+    validate_session_id,
+)
+
+from .. import messages as m
+from ..errors import ActorsError, HostTimeout, InvalidRequest
+from ..interceptors import SlashCommands
+from ..messages import Ping, Pong, RunnerConfig, SessionPid
+from ..policy import BusyPolicy, RestartPolicy
+from ..runner.actor import spine_path
+from ..system import free_port, loopback_only
+from .runtime import Runtime
+from .sinks import SinkFn, Sinks
+from .subscription import SessionSubscription
+from .transport import MultiprocTransport, SimpleTransport, Transport, reap_system
+
+log = logging.getLogger("vertebra.host")
+
+#: Session ids of the actor systems Hosts of this process started (tests check them).
+SYSTEM_SESSIONS: set[int] = set()
+BASES = ("multiprocTCPBase", "simpleSystemBase")
+
+
+class Host:
+    """An embedded vertebra runtime over a data directory.
+
+    ``base`` is ``"multiprocTCPBase"`` (each session its own process: fault-isolated) or
+    ``"simpleSystemBase"`` (everything in this process: no isolation, for tests and small
+    tools). With ``attach=True`` and the ``admin_port`` of a running daemon, the Host joins
+    that daemon's system instead of starting one, and leaves it running on `close`.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        base: str = "multiprocTCPBase",
+        admin_port: int | None = None,
+        attach: bool = False,
+        factory: Any = None,
+        interceptors: Sequence[Any] | None = None,
+        busy_policy: str = "enqueue",
+        idle_timeout: float | None = None,
+        max_restarts: int = 5,
+        restart_window: float = 60.0,
+        timeout: float = 15.0,
+        projections: bool = True,
+    ) -> None:
+        if base not in BASES:
+            raise InvalidRequest(f"base must be one of {BASES}, got {base!r}")
+        if attach and (base != "multiprocTCPBase" or admin_port is None):
+            raise InvalidRequest("attach=True needs the admin_port of the running system")
+        cfg = RunnerConfig(
+            data_dir=os.path.abspath(os.fspath(data_dir)),
+            interceptors=tuple(interceptors) if interceptors is not None else (SlashCommands(),),
+            factory=factory,
+            busy_policy=BusyPolicy.parse(busy_policy),
+            idle_timeout=idle_timeout,
+            restart=RestartPolicy(max_restarts=max_restarts, window=restart_window),
+            projections=projections,
+        )
+        self.data_dir = cfg.data_dir
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.base = base
+        self.timeout = timeout
+        self._simple = base == "simpleSystemBase"
+        self._attach = attach
+        self._closed = False
+        self._sinks = Sinks()
+        self.system_session = 0
+        self._transport = self._open_transport(admin_port)
+        self._runtime = Runtime(self._transport, timeout, follow_restarts=not self._simple)
+        self._log = SqliteLog(spine_path(self.data_dir))
+        try:
+            self._start(cfg)
+        except BaseException:
+            self._shutdown_system()
+            raise
+
+    def _open_transport(self, admin_port: int | None) -> Transport:
+        loopback_only()
+        if self._simple:
+            self.admin_port = 0
+            return SimpleTransport(self.data_dir, self._sinks.deliver)
+        self.admin_port = admin_port or free_port()
+        return MultiprocTransport(self.data_dir, self._sinks.deliver, self.admin_port, self._attach)
+
+    def _start(self, cfg: RunnerConfig) -> None:
+        self._runtime.start(cfg)
+        if not self._simple and not self._attach:
+            self.system_session = os.getsid(self._runtime.guardian_pid())
+            SYSTEM_SESSIONS.add(self.system_session)
+        # Keep the spine's cross-process watcher running for the Host's life, so that
+        # every subscription (wait_turn opens one per call) is woken from its first read.
+        self._log.watch()
+
+    @property
+    def _asys(self) -> Any:
+        """The Thespian actor system (tests open their own endpoints on it)."""
+        return self._transport.system
+
+    @property
+    def _runner(self) -> Any:
+        """The current Runner's address (tests talk to it directly)."""
+        return self._runtime.runner
+
+    def _request(self, msg: Any, *, timeout: float | None = None) -> Any:
+        """The Runner's reply to ``msg`` (a failure reply raises its error)."""
+        if self._closed:
+            raise ActorsError("the host is closed")
+        return self._runtime.request(msg, self.timeout if timeout is None else timeout)
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def create(
+        self, session_id: str | None = None, metadata: Mapping[str, str] | None = None
+    ) -> str:
+        """Create a session and return its id (a fresh UUIDv7 unless given).
+
+        Raises `SessionAlreadyExists` if the id is taken; the existing session is untouched.
+        """
+        sid = session_id if session_id is not None else new_session_id()
+        try:
+            validate_session_id(sid)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), session_id=str(sid)) from None
+        self._request(
+            m.CreateSession(request_id=_rid(), session_id=sid, metadata=dict(metadata or {}))
+        )
+        return sid
+
+    def get(self, session_id: str) -> m.SessionInfo:
+        """Where a session stands; a passivated one is brought back.
+
+        Raises `SessionNotFound` for an unknown id.
+        """
+        reply = self._request(m.GetSession(request_id=_rid(), session_id=session_id))
+        info: m.SessionInfo = reply.info
+        return info
+
+    def register(self, session_id: str) -> m.SessionInfo:
+        """Insert a session into the Runner's registry without checking for duplicates."""
+        return self._request(m.RegisterSession(request_id=_rid(), session_id=session_id)).info  # type: ignore[no-any-return]
+
+    def sessions(self) -> list[m.SessionInfo]:
+        """Every session the spine knows, with its state. A session the Runner has not
+        loaded since it started is "passivated" to the Runner; the sessions index tells
+        whether it is in fact closed or failed."""
+        infos = list(self._request(m.ListSessions(request_id=_rid())).sessions)
+        index = self.index() if any(i.state == "passivated" for i in infos) else None
+        if index is None:
+            return infos
+        out = []
+        for info in infos:
+            known = index.get(info.session_id)
+            if info.state == "passivated" and known is not None and known.terminal:
+                info = attrs.evolve(info, state=known.terminal)
+            out.append(info)
+        return out
+
+    def send(self, session_id: str, text: str, *, key: str | None = None) -> m.Ack:
+        """Send a user message; returns once its event is committed (or the interceptors
+        consumed it). Retrying with the same ``key`` never stores it twice."""
+        if not isinstance(text, str):
+            raise InvalidRequest("a message's text must be a string")
+        msg = m.SendMessage(request_id=_rid(), session_id=session_id, key=key or _rid(), text=text)
+        return self._request(msg)  # type: ignore[no-any-return]
+
+    def interrupt(
+        self, session_id: str, *, reason: str = "interrupted", key: str | None = None
+    ) -> m.Ack:
+        """Cut the running turn off; it closes with ``turn.cancelled`` keeping partial output."""
+        msg = m.Interrupt(
+            request_id=_rid(), session_id=session_id, key=key or _rid(), reason=reason
+        )
+        return self._request(msg)  # type: ignore[no-any-return]
+
+    def set_metadata(
+        self, session_id: str, properties: Mapping[str, str | None], *, key: str | None = None
+    ) -> m.Ack:
+        """Change metadata (``None`` deletes a key); stored as a properties event."""
+        for k, v in properties.items():
+            if not isinstance(k, str) or not k or (v is not None and not isinstance(v, str)):
+                raise InvalidRequest(
+                    f"metadata must map non-empty string keys to strings or None, got {k!r}: {v!r}"
+                )
+        msg = m.SetMetadata(
+            request_id=_rid(), session_id=session_id, key=key or _rid(), properties=dict(properties)
+        )
+        return self._request(msg)  # type: ignore[no-any-return]
+
+    def switch(self, session_id: str, target: str, *, key: str | None = None) -> m.Ack:
+        """Record that the conduit moves to ``target`` (a session switch event)."""
+        msg = m.SwitchSession(
+            request_id=_rid(), session_id=session_id, key=key or _rid(), target=target
+        )
+        return self._request(msg)  # type: ignore[no-any-return]
+
+    def seal(self, session_id: str) -> m.SealReply:
+        """Seal what is new in the session's stream: a signed Merkle root over the stored
+        bytes, appended as ``record.sealed`` by the session itself. ``seq`` 0: nothing new."""
+        return self._request(m.SealSession(request_id=_rid(), session_id=session_id))  # type: ignore[no-any-return]
+
+    def verify(self, session_id: str) -> m.VerifyReply:
+        """Verify every seal of the session; on success ``record.verified`` is appended."""
+        return self._request(m.VerifySession(request_id=_rid(), session_id=session_id))  # type: ignore[no-any-return]
+
+    def close_session(self, session_id: str) -> None:
+        """Close one session: it records a "closed" lifecycle event and its actor stops."""
+        self._request(m.CloseSession(request_id=_rid(), session_id=session_id))
+
+    def close_all(self) -> None:
+        """Close every session; the Runner takes no more ingress afterwards."""
+        self._request(m.CloseAll(request_id=_rid()))
+
+    def stats(self) -> dict[str, int]:
+        """The Runner's counters, plus ``host_sink_failures`` (this Host's raising sinks)."""
+        counters = dict(self._request(m.GetRunnerStats(request_id=_rid())).counters)
+        counters["host_sink_failures"] = self._sinks.failures
+        return counters
+
+    def session_pid(self, session_id: str) -> int:
+        """The OS process id of a live session (bringing it back if passivated)."""
+        reply = self._request(SessionPid(request_id=_rid(), session_id=session_id))
+        assert isinstance(reply, Pong)
+        return reply.pid
+
+    def runner_pid(self) -> int:
+        reply = self._request(Ping(request_id=_rid()))
+        assert isinstance(reply, Pong)
+        return reply.pid
+
+    # -- reading -----------------------------------------------------------------------
+
+    def history(self, session_id: str) -> list[Event]:
+        """Every stored event of the session, in order (empty for an unknown id)."""
+        return history(self._log, session_id)
+
+    def subscribe(
+        self, session_id: str, after_seq: int = 0, kinds: Iterable[str] | None = None
+    ) -> SessionSubscription:
+        """Backlog after ``after_seq``, then live events, exactly once and in order.
+
+        Ends (``get`` returns None, iteration stops) once the session is closed and every
+        event up to its closing lifecycle event was handed out, like the seed's immediately
+        closed channel. Reads the spine directly, so it survives session crashes and restarts.
+        """
+        return SessionSubscription(self._log, session_id, after_seq, kinds)
+
+    def wait_turn(self, session_id: str, after_seq: int = 0, timeout: float = 30.0) -> Event:
+        """The first ``turn.completed`` or ``turn.cancelled`` after ``after_seq``."""
+        with subscribe(
+            self._log, session_id, after_seq, (Kind.TURN_COMPLETED, Kind.TURN_CANCELLED)
+        ) as sub:
+            ev = sub.get(timeout)
+        if ev is None:
+            raise HostTimeout(f"no turn ended in session {session_id} within {timeout}s")
+        return ev
+
+    def status(self, session_id: str) -> Projection:
+        """The session's status projection (`projections.Projection`).
+
+        Answered by the projection actor when it has folded the session up to its last
+        seq; otherwise (it is rebuilding, or a few milliseconds behind) folded here from the
+        stream, so the answer is always exact.
+        """
+        last = self._log.last_seq(session_id)
+        if last > 0:
+            reply = self._ask_projection(QueryStatus(request_id=_rid(), session=session_id))
+            if (
+                isinstance(reply, StatusReply)
+                and reply.status is not None
+                and reply.info is not None
+                and reply.info.last_seq == last
+            ):
+                return reply.status
+        return project(self.history(session_id))
+
+    def index(self) -> SessionsIndex | None:
+        """The sessions index (created, last seq, last activity, terminal state of every
+        session), or None while the projection actor rebuilds or when it is disabled."""
+        reply = self._ask_projection(QueryIndex(request_id=_rid()))
+        return reply.index if isinstance(reply, IndexReply) else None
+
+    def projection_pid(self) -> int | None:
+        """The projection actor's process id (None if it does not answer)."""
+        reply = self._ask_projection(QueryProgress(request_id=_rid()))
+        return reply.pid if isinstance(reply, ProgressReply) else None
+
+    def _ask_projection(self, msg: Any) -> Any:
+        return None if self._closed else self._runtime.ask_projection(msg)
+
+    # -- sinks -------------------------------------------------------------------------
+
+    def add_sink(self, fn: SinkFn, kinds: Iterable[str] = ()) -> str:
+        """Call ``fn(session_id, event, live)`` for events of every session, live.
+
+        ``event`` is a stored event (or None) and ``live`` an ephemeral (kind, severity,
+        text) item such as a notice (or None), in the order they happened: a live item
+        comes after the stored event it follows. ``kinds`` filters; empty means all. A sink
+        that raises is logged and counted, and never stops delivery to the others. Sinks
+        see live traffic; use `subscribe` for an exact replay.
+        """
+        if not callable(fn):
+            raise InvalidRequest("a sink must be callable")
+        sink_id = self._sinks.add(fn, kinds)
+        if not self._transport.add_sink(self._runtime.runner, self.timeout):
+            self._sinks.remove(sink_id)
+            raise HostTimeout("the sink pump did not start")
+        return sink_id
+
+    def remove_sink(self, sink_id: str) -> None:
+        self._sinks.remove(sink_id)
+
+    # -- shutdown ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the pump, release thread endpoints, and shut the actor system down
+        (unless attached to someone else's)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._log.unwatch()
+        self._log.close()
+        self._shutdown_system()
+
+    def _shutdown_system(self) -> None:
+        # The transport stops its pump before the system goes: nothing may listen on, or
+        # acknowledge to, a system that is shutting down.
+        self._transport.shutdown()
+        if self.system_session:
+            reap_system(self.system_session)
+
+    def __enter__(self) -> Host:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _rid() -> str:
+    return uuid.uuid4().hex

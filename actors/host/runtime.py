@@ -1,0 +1,119 @@
+"""Where a Host's runtime is, and requests to it that survive a Runner restart.
+
+The guardian (``vertebra.guardian``) creates the Runner and the status projection actor
+and replaces either when it dies; `Runtime` remembers their addresses, asks the guardian
+again when the Runner stops answering, and resends the request to a replacement (every
+request is idempotent: ingress by key, the rest by nature). Projection requests go
+through the same reply matching; a projection actor that is missing, silent or refusing
+only means the Host folds the stream itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from typing import Any
+
+from ..errors import ActorsError, HostTimeout
+from ..messages import GetRunner, Ping, Pong, RunnerAddress, RunnerConfig
+from ..runner.guardian import Guardian
+from .replies import raise_failed
+from .transport import Transport
+
+log = logging.getLogger("vertebra.host")
+
+GUARDIAN_NAME = "vertebra.guardian"
+#: Seconds between checks, while a request waits, that the Runner is still the same one.
+RUNNER_CHECK = 0.25
+#: Seconds to wait for the projection actor before looking it up again (or folding here).
+PROJECTION_TIMEOUT = 1.0
+
+
+class Runtime:
+    """The guardian, the current Runner and projection actor, and requests to them.
+
+    ``follow_restarts`` is false on ``simpleSystemBase``, where nothing is replaced
+    behind the Host's back (everything runs in its own thread).
+    """
+
+    def __init__(self, transport: Transport, timeout: float, follow_restarts: bool) -> None:
+        self._transport = transport
+        self._timeout = timeout
+        self._follow = follow_restarts
+        self.guardian: Any = None
+        self.runner: Any = None
+        self.generation = 0
+        self.projection: Any = None
+
+    def start(self, cfg: RunnerConfig) -> None:
+        """Find or create the guardian and configure it: it starts the Runner."""
+        self.guardian = self._transport.system.createActor(Guardian, globalName=GUARDIAN_NAME)
+        # The guardian answers a configuration with the request id "config".
+        reply = self._transport.ask(self.guardian, cfg, self._timeout, request_id="config")
+        if not isinstance(reply, RunnerAddress):
+            raise HostTimeout(f"the runtime did not start within {self._timeout}s")
+        self._learn(reply)
+
+    def guardian_pid(self) -> int:
+        """The guardian's process id."""
+        pong = self._transport.ask(self.guardian, Ping(request_id=_rid()), self._timeout)
+        if not isinstance(pong, Pong):
+            raise HostTimeout(f"the guardian did not answer within {self._timeout}s")
+        return pong.pid
+
+    def request(self, msg: Any, timeout: float) -> Any:
+        """Send ``msg`` to the Runner and return its reply; a failure reply raises.
+
+        While waiting, the guardian is asked every `RUNNER_CHECK` seconds whether the
+        Runner was replaced; if so the request goes to the new one, so a Runner crash
+        costs well under a second.
+        """
+        deadline = time.monotonic() + timeout
+        reply = self._transport.ask(self.runner, msg, min(RUNNER_CHECK, timeout))
+        while reply is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise HostTimeout(f"no reply to {type(msg).__name__} within {timeout}s")
+            if self._follow and self.refresh():
+                self._transport.tell(self.runner, msg)
+            reply = self._transport.wait(msg.request_id, min(RUNNER_CHECK, left))
+        return raise_failed(reply)
+
+    def refresh(self) -> bool:
+        """Ask the guardian where the Runner and the projection actor are; True if the
+        Runner changed."""
+        reply = self._transport.ask(self.guardian, GetRunner(request_id=_rid()), self._timeout)
+        if not isinstance(reply, RunnerAddress):
+            return False
+        changed = bool(reply.generation != self.generation or reply.address != self.runner)
+        self._learn(reply)
+        return changed
+
+    def _learn(self, reply: RunnerAddress) -> None:
+        self.runner, self.generation = reply.address, reply.generation
+        self.projection = reply.projection
+
+    def ask_projection(self, msg: Any) -> Any:
+        """The projection actor's reply to ``msg``; if none comes promptly (it died and
+        the guardian is restarting it), look it up again and ask once more. None when
+        there is no projection actor, or it does not answer, or it refuses."""
+        for attempt in range(2):
+            if self.projection is None:
+                return None
+            reply = self._transport.ask(self.projection, msg, PROJECTION_TIMEOUT)
+            if reply is not None:
+                try:
+                    return raise_failed(reply)
+                except ActorsError as exc:
+                    log.info("%s", exc)
+                    return None
+            if attempt == 0 and self._follow:
+                with contextlib.suppress(ActorsError):
+                    self.refresh()
+        return None
+
+
+def _rid() -> str:
+    return uuid.uuid4().hex
