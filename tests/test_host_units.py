@@ -72,7 +72,7 @@ def test_a_sink_batch_with_four_field_live_items_pickles() -> None:
     """The live items the Host merges cross processes inside a SinkBatch."""
     import pickle
 
-    batch = SinkBatch(session_id="s", records=(R1,), live=((1, "notice", "info", "hi"),))  # type: ignore[arg-type]
+    batch = SinkBatch(session_id="s", records=(R1,), live=((1, "notice", "info", "hi"),))
     assert pickle.loads(pickle.dumps(batch)) == batch
 
 
