@@ -62,6 +62,26 @@ def test_more_sink_batches_than_max_pending_are_all_delivered_on_the_simple_base
     assert stats["sink_dropped"] == 0
 
 
+def test_a_sink_sees_a_commands_notice_before_the_message_that_follows_it(
+    host: Host,
+) -> None:
+    """Live items are delivered where they happened among the stored events."""
+    order: list[str] = []
+    answered = threading.Event()
+
+    def sink(sid: str, ev, live) -> None:  # type: ignore[no-untyped-def]
+        order.append(live[0] if live else f"{ev.kind}:{ev.text}")
+        if ev is not None and ev.kind == Kind.TURN_COMPLETED:
+            answered.set()
+
+    host.add_sink(sink, kinds=["notice", Kind.USER_MESSAGE, Kind.TURN_COMPLETED])
+    sid = host.create()
+    host.send(sid, "/help")
+    host.send(sid, "hi")
+    assert answered.wait(20)
+    assert order.index("notice") < order.index(f"{Kind.USER_MESSAGE}:hi")
+
+
 def test_subscribing_to_a_closed_session_ends_after_its_backlog(host: Host) -> None:
     """The seed's immediately closed channel: backlog up to the closing event, then the
     iteration stops, with or without a kinds filter."""
