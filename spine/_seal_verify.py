@@ -13,6 +13,9 @@ The engine (`verify_records`) is pure: it takes a stream's records as storage re
 
 When a range fails, the first divergence between the stored events and the sealed leaves
 is classified as modified, missing, inserted or reordered and reported by seq.
+
+`verified_event` turns a report into the ``record.verified`` event that records it, pass or
+fail (also pure); `verify_stream` verifies a log's stream and appends that event.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 import attrs
 
+from ._errors import StorageError
 from ._event import Event, Kind
 from ._ids import validate_session_id
 from ._keys import Keyring, KeysLike
@@ -86,7 +90,8 @@ class VerifyReport:
 
     ``findings`` are ordered by seq (a seal problem first on a tie); ``problem`` is the
     first of them: the earliest tampered event or forged seal. ``verified_seq`` is the seq
-    of the ``record.verified`` event the verification appended, 0 if none.
+    of the ``record.verified`` event the verification appended, passing or failing (0 when
+    it appended none).
     """
 
     stream: str
@@ -340,6 +345,47 @@ def _locate(
 # -- against a log -----------------------------------------------------------------------
 
 
+def verified_event(report: VerifyReport, *, time: datetime | None = None) -> Event:
+    """The ``record.verified`` event that records ``report``, whether it passed or failed.
+
+    Pure (no log, no clock): a stream's writer computes `verify_records` and appends this
+    itself; `verify_stream` does both. Verification is recorded whenever it runs, so a
+    replay reproduces the record badge's transitions: a pass moves a sealed record to
+    verified, a failure leaves it sealed and says why. ``time`` is the event's time (``None``
+    lets the log stamp it).
+
+    A pass records ``first``/``last`` (the seqs the seals cover), ``ok: true``, ``seals``
+    (the seqs of the seal events) and ``keyIds``. A failure records ``ok: false``,
+    ``outcome: "failed"``, ``problem`` (the first finding in words, or that no seal was
+    found), ``seals`` (the seal events checked) and, when something was found, ``finding``
+    (its kind), ``seq`` (the earliest tampered seq or forged seal) and ``sealSeq`` (the seal
+    that found it).
+    """
+    record: dict[str, Any]
+    if report.ok:
+        good = [c.seal for c in report.checks if c.seal is not None]
+        record = {
+            "first": min(s.first for s in good),
+            "last": max(s.last for s in good),
+            "ok": True,
+            "seals": [s.seq for s in good],
+            "keyIds": sorted({s.key_id for s in good}),
+        }
+    else:
+        problem = report.problem
+        record = {
+            "ok": False,
+            "outcome": "failed",
+            "problem": "no seal found; nothing is verified" if problem is None else str(problem),
+            "seals": [c.seal_seq for c in report.checks],
+        }
+        if problem is not None:
+            record["finding"] = str(problem.kind)
+            record["seq"] = problem.seq
+            record["sealSeq"] = problem.seal_seq
+    return Event(kind=Kind.RECORD_VERIFIED, time=time, record=record)
+
+
 def verify_stream(
     log: Log,
     stream: str,
@@ -348,28 +394,27 @@ def verify_stream(
     append: bool = True,
     time: datetime | None = None,
 ) -> VerifyReport:
-    """Verify every seal of ``stream``; on success append a ``record.verified`` event.
+    """Verify every seal of ``stream`` and append its ``record.verified`` event.
 
-    The stream is read whole in one read, in storage order, without trusting the log's own
-    idea of its last seq. ``append=False`` checks without writing.
+    The event is appended whether verification passes or fails (see `verified_event`), and
+    the report's ``verified_seq`` names it. The stream is read whole in one read, in
+    storage order, without trusting the log's own idea of its last seq. ``append=False``
+    checks without writing. ``time`` defaults to now.
+
+    A log tampered with so that it cannot take the event (rows renumbered over the seq the
+    append would use) still gets its report: a failed verification whose append the
+    storage refuses comes back with ``verified_seq`` 0 instead of raising.
     """
     validate_session_id(stream)
     records = log.read(stream, 0, None)
     report = verify_records(stream, records, keys)
-    if not (report.ok and append):
+    if not append:
         return report
-    good = [c.seal for c in report.checks if c.seal is not None]
     when = datetime.now(UTC) if time is None else time
-    ev = Event(
-        kind=Kind.RECORD_VERIFIED,
-        time=when,
-        record={
-            "first": min(s.first for s in good),
-            "last": max(s.last for s in good),
-            "ok": True,
-            "seals": [s.seq for s in good],
-            "keyIds": sorted({s.key_id for s in good}),
-        },
-    )
-    res = log.append(stream, [ev])
+    try:
+        res = log.append(stream, [verified_event(report, time=when)])
+    except StorageError:
+        if report.ok:
+            raise
+        return report
     return attrs.evolve(report, verified_seq=res.first_seq)

@@ -10,6 +10,7 @@ Seal what a stream holds, prove any sealed event, verify and name any tampering:
     seal = seal_stream(log, "chat-1", store.signing_key())
     report = verify_stream(log, "chat-1", store.keyring())  # appends record.verified
     assert report.ok, report.summary()
+    # The pure halves, for a writer that appends itself: verify_records, verified_event.
     verify_inclusion(prove(log, "chat-1", 3), store.keyring())
 
 ``python -m spine.seal verify BUNDLE`` checks an exported bundle offline. The format, the
@@ -44,6 +45,7 @@ from ._seal_verify import (
     SealCheck,
     Tier,
     VerifyReport,
+    verified_event,
     verify_records,
     verify_stream,
 )
@@ -103,6 +105,7 @@ __all__ = [
     "seal_stream",
     "seals",
     "signed_bytes",
+    "verified_event",
     "verify_bundle",
     "verify_inclusion",
     "verify_records",

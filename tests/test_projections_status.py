@@ -32,6 +32,7 @@ from projections import (
     reduce,
 )
 from spine import Event, Kind, MemoryLog, Phase, Usage, encode_event, history
+from spine.seal import SigningKey, seal_stream, verified_event, verify_records, verify_stream
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -41,8 +42,37 @@ T0 = datetime(2026, 3, 1, tzinfo=UTC)
 _goals = st.sampled_from(["", "run", "c1", "c2", "c3"])
 _children = st.sampled_from(["", "c1", "c2", "c3"])
 _small = st.sampled_from(["", "a", "b", "sandboxed"])
+
+
+def _verification_records() -> list[dict[str, Any]]:
+    """The record of each record.verified event the spine writes: a pass, a finding, no seal."""
+    key = SigningKey.generate()
+    log = MemoryLog()
+    log.append("s", [Event(kind=Kind.ASSISTANT, text=t) for t in "abc"])
+    seal_stream(log, "s", key)
+    records = log.read("s", 0, None)
+    forged = [*records[:1], records[1]._replace(payload=b'{"seq":2,"kind":"x"}'), *records[2:]]
+    reports = [
+        verify_records("s", records, key.public_key),
+        verify_records("s", forged, key.public_key),
+        verify_records("s", records, SigningKey.generate().public_key),
+        verify_records("s", records[:3], key.public_key),
+    ]
+    return [dict(verified_event(r).record) for r in reports]
+
+
+#: Verification records: the ones the spine writes (pass, tampered, forged, unsealed) and
+#: other spellings of a pass or a failure.
+VERIFIED_RECORDS = _verification_records()
 _records = st.sampled_from(
-    [{}, {"ok": True, "first": 1}, {"ok": False}, {"outcome": "tampered"}, {"outcome": "ok"}]
+    [
+        {},
+        {"ok": True, "first": 1},
+        {"ok": False},
+        {"outcome": "tampered"},
+        {"outcome": "ok"},
+        *VERIFIED_RECORDS,
+    ]
 )
 _status_kinds = st.sampled_from([str(k) for k in HANDLERS]) | st.sampled_from(
     [str(Kind.TURN_STARTED), str(Kind.ASSISTANT), str(Kind.TOOL_CALL), str(Kind.INTERRUPT)]
@@ -278,6 +308,44 @@ def test_a_verification_needs_a_seal_and_a_pass() -> None:
     for bad in ({"ok": False}, {"outcome": "tampered"}):
         assert reduce(sealed, ev(Kind.RECORD_VERIFIED, record=bad)) == sealed
     assert reduce(sealed, ev(Kind.RECORD_VERIFIED, error="bad signature")) == sealed
+
+
+def test_the_spines_verification_records_pass_only_when_verification_passed() -> None:
+    """A sealed record moves to verified on the spine's passing record.verified and stays
+    sealed on each failing one (tampered, forged, unsealed), on both fold paths."""
+    passed, *failed = VERIFIED_RECORDS
+    assert passed["ok"] is True and all(r["ok"] is False for r in failed)
+    sealed = [ev(Kind.CHILD_SPAWNED, child="c"), ev(Kind.CHILD_COMPLETED, child="c")]
+    sealed.append(ev(Kind.RECORD_SEALED))
+    for record, state in [(passed, RecordState.VERIFIED)] + [
+        (r, RecordState.SEALED) for r in failed
+    ]:
+        evs = stored([*sealed, ev(Kind.RECORD_VERIFIED, record=record)])
+        p = project(evs)
+        assert p.record == state and p.fanout[0].seal == state
+        assert fold_rows(evs) == p
+
+
+def test_a_failed_verification_then_a_pass_moves_the_badge_once_on_replay() -> None:
+    """verify_stream records every run; replaying the stream shows sealed after the failed
+    run and verified only after the passing one."""
+    key = SigningKey.generate()
+    log = MemoryLog()
+    log.append("s", [ev(Kind.USER_MESSAGE, text="hi")])
+    seal_stream(log, "s", key)
+    failed = verify_stream(log, "s", SigningKey.generate().public_key)
+    assert not failed.ok and failed.verified_seq == 3
+    assert project(history(log, "s")).record == RecordState.SEALED
+    passed = verify_stream(log, "s", key.public_key)
+    assert passed.ok and passed.verified_seq == 4
+    evs = history(log, "s")
+    assert [project(evs[:n]).record for n in range(1, 5)] == [
+        RecordState.RECORDING,
+        RecordState.SEALED,
+        RecordState.SEALED,
+        RecordState.VERIFIED,
+    ]
+    assert fold_rows(evs) == project(evs)
 
 
 def test_a_child_still_running_when_a_seal_lands_stays_recording() -> None:

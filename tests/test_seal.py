@@ -10,6 +10,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 
+import attrs
 import orjson
 import pytest
 
@@ -31,8 +32,10 @@ from spine.seal import (
     read_bundle,
     seal_stream,
     seals,
+    verified_event,
     verify_bundle,
     verify_inclusion,
+    verify_records,
     verify_stream,
 )
 
@@ -201,21 +204,34 @@ def test_a_row_rewritten_as_text_is_still_read_as_bytes_and_located(
 
 
 def test_a_modified_stored_event_is_named_by_seq(db_path: pathlib.Path, key: SigningKey) -> None:
-    """Editing one row's bytes behind the log's back is found at that seq, nothing appended."""
+    """Editing one row's bytes behind the log's back is found at that seq, and the failed
+    verification is recorded as a record.verified event naming it."""
     with SqliteLog(db_path) as log:
         _fill(log, 6)
-        seal_stream(log, S, key)
+        seal = seal_stream(log, S, key)
     forged = _payload(db_path, 3).replace(b"message 2", b"message X")
     _tamper(db_path, ("UPDATE events SET payload=? WHERE stream=? AND seq=3", (forged, S)))
     with SqliteLog(db_path) as log:
         before = log.last_seq(S)
-        report = verify_stream(log, S, key.public_key)
+        report = verify_stream(log, S, key.public_key, time=T)
         assert not report.ok
         assert report.problem is not None
         assert (report.problem.kind, report.problem.seq) == (FindingKind.MODIFIED, 3)
         tiers = {t.name: t.ok for t in report.checks[0].tiers}
         assert tiers == {"contiguity": True, "root": False, "signature": True, "proofs": False}
-        assert log.last_seq(S) == before
+        assert report.verified_seq == before + 1 == log.last_seq(S)
+        ev = log.read(S, before, 1)[0].event()
+        assert ev.kind == Kind.RECORD_VERIFIED and ev.time == T and not ev.error
+        assert dict(ev.record) == {
+            "ok": False,
+            "outcome": "failed",
+            "problem": str(report.problem),
+            "seals": [seal.seq],
+            "finding": "modified",
+            "seq": 3,
+            "sealSeq": seal.seq,
+        }
+        assert ev == attrs.evolve(verified_event(report, time=T), seq=ev.seq)
 
 
 def test_a_deleted_row_is_named_missing(db_path: pathlib.Path, key: SigningKey) -> None:
@@ -253,6 +269,9 @@ def test_an_inserted_row_with_renumbered_seqs_is_named_inserted(
         report = verify_stream(log, S, key.public_key)
     assert report.problem is not None
     assert (report.problem.kind, report.problem.seq) == (FindingKind.INSERTED, 3)
+    # The renumbered rows took the seq the record.verified event would have had: the
+    # storage refuses it, and the report still comes back.
+    assert report.verified_seq == 0
 
 
 def test_two_swapped_rows_are_named_reordered(db_path: pathlib.Path, key: SigningKey) -> None:
@@ -294,13 +313,61 @@ def test_a_forged_seal_is_named_and_an_untrusted_key_is_refused(
 
 
 def test_an_unsealed_stream_does_not_verify(key: SigningKey) -> None:
-    """No seal means nothing is verified: the report says so and nothing is appended."""
+    """No seal means nothing is verified: the report says so, and so does the failed
+    record.verified event the verification appends."""
     log = MemoryLog()
     _fill(log, 2)
     report = verify_stream(log, S, key.public_key)
     assert not report.ok and report.checks == ()
     assert "no seal found" in report.summary()
-    assert log.last_seq(S) == 2
+    assert report.verified_seq == 3 == log.last_seq(S)
+    record = log.read(S, 2, 1)[0].event().record
+    assert record == {
+        "ok": False,
+        "outcome": "failed",
+        "problem": "no seal found; nothing is verified",
+        "seals": [],
+    }
+
+
+def test_every_verification_is_recorded_unless_told_not_to(key: SigningKey) -> None:
+    """A pass and a failure each append record.verified and name its seq; append=False
+    checks without writing, whatever the outcome."""
+    log = MemoryLog()
+    _fill(log, 3)
+    seal_stream(log, S, key)
+    other = SigningKey.generate().public_key
+    assert verify_stream(log, S, other, append=False).verified_seq == 0
+    assert verify_stream(log, S, key.public_key, append=False).verified_seq == 0
+    assert log.last_seq(S) == 4
+    failed = verify_stream(log, S, other)
+    assert not failed.ok and failed.verified_seq == 5
+    passed = verify_stream(log, S, key.public_key)
+    assert passed.ok and passed.verified_seq == 6
+    kinds_and_ok = [(e.kind, e.record["ok"]) for e in (r.event() for r in log.read(S, 4))]
+    assert kinds_and_ok == [(Kind.RECORD_VERIFIED, False), (Kind.RECORD_VERIFIED, True)]
+    problem = log.read(S, 4, 1)[0].event().record
+    assert problem["finding"] == "seal" and problem["seq"] == problem["sealSeq"] == 4
+
+
+def test_the_verified_event_is_computed_purely_from_the_report(key: SigningKey) -> None:
+    """verify_records + verified_event (no log write, no clock) give exactly the event
+    verify_stream appends, passing or failing, so a stream's writer can append it itself."""
+    log = MemoryLog()
+    _fill(log, 3)
+    seal_stream(log, S, key)
+    for keys in (key.public_key, SigningKey.generate().public_key):
+        records = log.read(S, 0, None)
+        report = verify_records(S, records, keys)
+        ev = verified_event(report, time=T)
+        assert ev == verified_event(report, time=T) and log.read(S, 0, None) == records
+        assert ev.kind == Kind.RECORD_VERIFIED and ev.seq == 0 and ev.record["ok"] is report.ok
+        assert verified_event(report).time is None
+        done = verify_stream(log, S, keys, time=T)
+        assert attrs.evolve(done, verified_seq=0) == report
+        assert log.read(S, done.verified_seq - 1, 1)[0].event() == attrs.evolve(
+            ev, seq=done.verified_seq
+        )
 
 
 def test_an_inclusion_proof_verifies_standalone_and_fails_for_other_bytes(
