@@ -80,3 +80,22 @@ def test_a_notice_reaches_sinks_before_the_events_its_command_stored(host: Host)
     notice = next(i for i, s in enumerate(seen) if s.startswith("notice:model set"))
     props = len(seen) - 1 - seen[::-1].index(str(Kind.PROPERTIES))
     assert notice < props, seen
+
+
+def test_a_snapshot_on_the_single_process_base_does_not_stop_the_session(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """Snapshots are written from whichever thread drives the system there; the session
+    used to stop serving at its first snapshot (seq 1000)."""
+    import actors.session.actor as session_actor
+
+    monkeypatch.setattr(session_actor, "SNAPSHOT_EVERY", 10)
+    h = Host(tmp_path, base="simpleSystemBase", timeout=20)
+    try:
+        sid = h.create()
+        for i in range(8):
+            ack = h.send(sid, f"m{i}")
+            h.wait_turn(sid, ack.seq, timeout=10)
+        assert h.get(sid).last_seq >= 30
+    finally:
+        h.close()

@@ -8,6 +8,7 @@ means folding from the start.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pickle
 import sqlite3
@@ -21,7 +22,11 @@ SNAPSHOT_EVERY = 1000
 class SnapshotStore:
     def __init__(self, data_dir: str) -> None:
         self.path = os.path.join(data_dir, "snapshots.db")
-        self._c = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        # The actor serializes every use, but on the single-process base its handlers run
+        # on whichever thread drives the system: the connection must not be thread-bound.
+        self._c = sqlite3.connect(
+            self.path, isolation_level=None, timeout=30, check_same_thread=False
+        )
         self._c.execute("PRAGMA journal_mode = WAL")
         self._c.execute("PRAGMA synchronous = NORMAL")
         self._c.execute(
@@ -43,7 +48,19 @@ class SnapshotStore:
             return None
         return state
 
-    def save(self, state: SessionState) -> None:
+    def save(self, state: SessionState) -> bool:
+        """Store ``state``; False (and nothing stored) if the store cannot take it: a
+        snapshot is a cache, and a failed one only means a longer fold next time."""
+        try:
+            self._save(state)
+        except (sqlite3.Error, pickle.PicklingError, TypeError) as exc:
+            logging.getLogger("vertebra.session").warning(
+                "snapshot of %s at seq %d not saved: %s", state.session_id, state.last_seq, exc
+            )
+            return False
+        return True
+
+    def _save(self, state: SessionState) -> None:
         self._c.execute(
             "INSERT INTO snapshots VALUES (?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
             "seq = excluded.seq, version = excluded.version, state = excluded.state",
