@@ -167,8 +167,9 @@ class SealSession:
 
 @attrs.frozen(kw_only=True)
 class VerifySession:
-    """Verify every seal of the session's stream; on success ``record.verified`` is
-    appended. A failure names what failed and where."""
+    """Verify every seal of the session's stream and append ``record.verified`` with the
+    outcome (pass or failure, so a replay reproduces the record badge). A failure names
+    what failed and where."""
 
     request_id: str
     session_id: str

@@ -18,7 +18,7 @@ from typing import Any, Self
 
 import orjson
 
-from spine import Kind, Phase, Usage
+from spine import REVIVING_PHASES, Kind, Usage
 
 from ._status import (
     MAX_ACTIONS,
@@ -42,7 +42,6 @@ _C_ID, _C_PARENT, _C_OBJ, _C_STATE, _C_TURNS, _C_RESULT, _C_TRUST, _C_BLOCKED, _
 _A_CALL, _A_ACTION, _A_TRUST, _A_STATE, _A_FAULT = range(5)
 
 _RUNNING = "running"
-_REVIVING = frozenset({str(Phase.OPENED), str(Phase.RESTARTED), str(Phase.RECOVERED)})
 
 
 class StatusFolder:
@@ -454,7 +453,7 @@ def _lifecycle(s: StatusFolder, d: Mapping[str, Any]) -> None:
     if phase == "failed":
         s.outcome = str(Outcome.FAILED)
         s.error = d.get("error") or d.get("reason", "")
-    elif s.outcome == "failed" and phase in _REVIVING:
+    elif s.outcome == "failed" and phase in REVIVING_PHASES:
         s.outcome = ""
         s.error = ""
     s.phase = phase

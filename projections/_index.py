@@ -13,14 +13,14 @@ from typing import Any
 
 import attrs
 
-from spine import Event, Kind, Phase, Record
+from spine import REVIVING_PHASES, TERMINAL_PHASES, Event, Kind, Record
 
 #: ``SessionInfo.terminal`` when the session was closed (it may be reopened).
 CLOSED = "closed"
 
 _RUN_END = {str(Kind.CONVERGED): "converged", str(Kind.STALLED): "stalled"}
-_LIFECYCLE_END = {str(Phase.FAILED): "failed", str(Phase.CLOSED): CLOSED}
-_REVIVING = frozenset({str(Phase.OPENED), str(Phase.RESTARTED), str(Phase.RECOVERED)})
+# The lifecycle rules are spine's (`TERMINAL_PHASES`, `REVIVING_PHASES`), shared by every fold.
+_LIFECYCLE_END = TERMINAL_PHASES
 _NEW_INPUT = frozenset({str(Kind.USER_MESSAGE), str(Kind.SESSION_STARTED)})
 _CHILD_SPAWNED = str(Kind.CHILD_SPAWNED)
 _LIFECYCLE = str(Kind.LIFECYCLE)
@@ -72,7 +72,7 @@ def _terminal_after(
         end = _LIFECYCLE_END.get(phase)
         if end is not None:
             return end
-        if phase in _REVIVING and terminal in _LIFECYCLE_END.values():
+        if phase in REVIVING_PHASES and terminal in _LIFECYCLE_END.values():
             return ""
     return terminal
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from spine import Event, Kind, Phase, Usage
+from spine import REVIVING_PHASES, Event, Kind, Phase, Usage
 
 from ._metadata import apply_properties
 
@@ -381,13 +381,10 @@ def _lifecycle(p: Projection, ev: Event) -> Projection:
         return p
     if ev.phase == Phase.FAILED:
         p = _outcome_update(p, Outcome.FAILED, ev.error or ev.reason)
-    elif p.outcome == Outcome.FAILED and ev.phase in _REVIVING:
+    elif p.outcome == Outcome.FAILED and ev.phase in REVIVING_PHASES:
         p = _outcome_update(p, "", "")
     return attrs.evolve(p, phase=ev.phase)
 
-
-#: Lifecycle phases that bring a failed session back to life.
-_REVIVING = frozenset({Phase.OPENED, Phase.RESTARTED, Phase.RECOVERED})
 
 #: The status handler for each kind; kinds absent here leave the projection unchanged.
 HANDLERS: Mapping[str, Handler] = {

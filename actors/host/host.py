@@ -238,7 +238,8 @@ class Host:
         return self._request(m.SealSession(request_id=_rid(), session_id=session_id))  # type: ignore[no-any-return]
 
     def verify(self, session_id: str) -> m.VerifyReply:
-        """Verify every seal of the session; on success ``record.verified`` is appended."""
+        """Verify every seal of the session; ``record.verified`` records the outcome, pass
+        or failure (``ok`` and ``summary`` say which)."""
         return self._request(m.VerifySession(request_id=_rid(), session_id=session_id))  # type: ignore[no-any-return]
 
     def close_session(self, session_id: str) -> None:

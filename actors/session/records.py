@@ -3,11 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
-
-from spine import Event, Kind
-from spine.seal import VerifyReport, seal_event
+from spine.seal import seal_event, verified_event
 
 from .. import messages as m
 from .commands import (
@@ -57,26 +53,6 @@ def verify(s: Session, cmd: VerifyStream) -> Decision:
     return Decision(state=s, effects=(ComputeVerification(request_id=cmd.request_id),))
 
 
-def verified_event(report: VerifyReport, time: datetime) -> Event:
-    """The ``record.verified`` event for a verification that ran, passing or failing, so a
-    replay reproduces the record badge."""
-    good = [c.seal for c in report.checks if c.seal is not None]
-    record: dict[str, Any] = {"ok": report.ok, "summary": report.summary()}
-    if good:
-        record["first"] = min(x.first for x in good)
-        record["last"] = max(x.last for x in good)
-        record["seals"] = [x.seq for x in good]
-        record["keyIds"] = sorted({x.key_id for x in good})
-    problem = report.problem
-    if problem is not None:
-        record["problem"] = {
-            "kind": str(problem.kind),
-            "seq": problem.seq,
-            "detail": problem.detail,
-        }
-    return Event(kind=Kind.RECORD_VERIFIED, time=time, record=record)
-
-
 def verified(s: Session, cmd: Verified) -> Decision:
     report = cmd.report
     reply = m.VerifyReply(
@@ -86,4 +62,4 @@ def verified(s: Session, cmd: Verified) -> Decision:
         summary=report.summary(),
         seq=s.stored.last_seq + 1,
     )
-    return Decision(state=s, events=(verified_event(report, cmd.time),), reply=reply)
+    return Decision(state=s, events=(verified_event(report, time=cmd.time),), reply=reply)
