@@ -51,7 +51,7 @@ sys.path.insert(0, os.path.dirname(_HERE))
 from thespian.actors import ActorSystem  # noqa: E402
 
 from actors.host import Host  # noqa: E402
-from actors.runner.actor import spine_path  # noqa: E402
+from actors.runner import spine_path  # noqa: E402
 from actors.system import free_port, log_defs, loopback_only  # noqa: E402
 from bench._echo import (  # noqa: E402
     EchoAck,

@@ -43,7 +43,7 @@ from ..errors import ActorsError, HostTimeout, InvalidRequest
 from ..interceptors import SlashCommands
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
 from ..policy import BusyPolicy, RestartPolicy
-from ..runner.actor import spine_path
+from ..runner import spine_path
 from ..system import free_port, loopback_only
 from .runtime import Runtime
 from .sinks import SinkFn, Sinks

@@ -336,12 +336,3 @@ def _failed(action: a.Fail) -> m.RequestFailed:
         message=action.message,
         session_id=action.session_id,
     )
-
-
-def __getattr__(name: str) -> Any:
-    # `Guardian` moved to `actors.runner.guardian`; old imports keep working.
-    if name == "Guardian":
-        from .guardian import Guardian
-
-        return Guardian
-    raise AttributeError(name)
