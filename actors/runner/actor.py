@@ -29,7 +29,7 @@ from ..session.state import SessionState, fold, recovery_events
 from ..shell import GuardedActor
 from ..system import configure_actor_logging
 from . import actions as a
-from .protocol import PassivationDue, RestartDue, UseProjection
+from .protocol import PassivationDue, ProjectionWakeDue, RestartDue, UseProjection
 from .registry import Registry
 from .sinks import SinkRouter
 
@@ -38,6 +38,10 @@ def _log() -> logging.Logger:
     # Looked up at each use: Thespian re-initializes logging in actor processes after
     # import, so a logger captured at import time may no longer be wired to anything.
     return logging.getLogger("vertebra.runner")
+
+
+#: Seconds between two wakes of the projection actor (see `RunnerActor._wake_projection`).
+WAKE_INTERVAL = 0.05
 
 
 def spine_path(data_dir: str) -> str:
@@ -61,6 +65,8 @@ class RunnerActor(GuardedActor):
         self.sinks = SinkRouter(self.send)
         self.exiting = False
         self.projection: Any = None
+        self._woken_at = -WAKE_INTERVAL
+        self._wake_due = False
 
     # -- configuration -----------------------------------------------------------------
 
@@ -221,7 +227,10 @@ class RunnerActor(GuardedActor):
     def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: Any) -> None:
         if self.registry is None:
             return
-        if isinstance(msg.payload, PassivationDue):
+        if isinstance(msg.payload, ProjectionWakeDue):
+            self._wake_due = False
+            self._wake_projection()
+        elif isinstance(msg.payload, PassivationDue):
             self._do(self.registry.passivation_due(time.monotonic()))
         elif isinstance(msg.payload, RestartDue):
             self._do(self.registry.restart_due(msg.payload))
@@ -236,6 +245,27 @@ class RunnerActor(GuardedActor):
 
     # -- carrying actions out ----------------------------------------------------------
 
+    def _wake_projection(self) -> None:
+        """Wake the projection actor at most once per `WAKE_INTERVAL`, the last wake of a
+        burst sent when the interval ends.
+
+        A wake per append made the Runner the bottleneck: Thespian keeps one message in
+        flight per pair, so wakes queued in the Runner and every pass of its event loop
+        walked them (2.7 ms of Runner CPU per turn at 50 sessions, against 0.5 ms without
+        wakes). The projection reads everything new on each wake, so one per interval
+        loses nothing; `Host.status` folds locally when the projection is behind.
+        """
+        if self.projection is None:
+            return
+        now = time.monotonic()
+        since = now - self._woken_at
+        if since >= WAKE_INTERVAL:
+            self._woken_at = now
+            self.send(self.projection, Wake())
+        elif not self._wake_due:
+            self._wake_due = True
+            self.wakeupAfter(timedelta(seconds=WAKE_INTERVAL - since), ProjectionWakeDue())
+
     def _do(self, actions: list[a.Action]) -> None:
         for action in actions:
             match action:
@@ -248,8 +278,7 @@ class RunnerActor(GuardedActor):
                 case a.Deliver(session_id=sid, records=records, live=live):
                     self.sinks.deliver(sid, records, live)
                 case a.WakeProjection():
-                    if self.projection is not None:
-                        self.send(self.projection, Wake())
+                    self._wake_projection()
                 case a.Spawn():
                     self._spawn(action)
                 case a.Stop(address=address):

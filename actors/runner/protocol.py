@@ -29,3 +29,9 @@ class RestartDue:
 @attrs.frozen(kw_only=True)
 class PassivationDue:
     """Timer payload: time to stop the sessions that have been idle long enough."""
+
+
+@attrs.frozen
+class ProjectionWakeDue:
+    """Timer payload: wake the projection actor for appends that arrived since the last
+    wake (wakes are throttled, see `WAKE_INTERVAL`)."""

@@ -290,6 +290,13 @@ class SessionActor(GuardedActor):
             self._notify_scheduled = True
             self.wakeupAfter(timedelta(seconds=NOTIFY_INTERVAL), "notify")
 
+    def _flush_if_idle(self) -> None:
+        """An idle session tells the Runner at once: coalescing only pays while a turn
+        runs, and a late notice would meet the next request on its way in."""
+        st = self.state
+        if st is not None and st.running is None and not st.stored.busy:
+            self._notify()
+
     def _notify(self) -> None:
         if self.outbox is None or not self.outbox or self.state is None:
             return
@@ -332,6 +339,7 @@ class SessionActor(GuardedActor):
             # Answered (committed, duplicate, consumed or refused): the Runner stops
             # tracking the key for redelivery.
             self._tell_runner(keys=[key])
+        self._flush_if_idle()
 
     def _request(self, msg: Any, reply_to: Any, restarts: int) -> None:
         assert self.state is not None and self.subs is not None
@@ -385,6 +393,7 @@ class SessionActor(GuardedActor):
             self.worker = None
         self._run(msg, None)
         self._settle()
+        self._flush_if_idle()
 
     def receiveMsg_RecordPoison(self, msg: RecordPoison, sender: Any) -> None:
         if self.state is not None and not self.stopping_sent:
