@@ -4,11 +4,13 @@ matcher, failure replies, and session subscriptions that end when the session cl
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
 
-from actors.errors import ActorsError, SessionClosed
+from actors import messages as m
+from actors.errors import ActorsError, HostTimeout, SessionClosed
 from actors.host import SessionSubscription, merge
 from actors.host.replies import ReplyMatcher, raise_failed
 from actors.messages import Ack, RequestFailed, SinkBatch
@@ -206,3 +208,55 @@ def test_a_failed_session_is_not_a_closed_one() -> None:
     log.append("s1", [Event(kind=Kind.LIFECYCLE, phase=Phase.FAILED)])
     with SessionSubscription(log, "s1", after_seq=last) as sub:
         assert sub.get(0) is not None and sub.get(0.05) is None and not sub.closed
+
+
+class _LossyTransport:
+    """Loses the first delivery of every request; answers the second."""
+
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+
+    def ask(self, to: object, msg: object, timeout: float, request_id: str | None = None) -> object:
+        if isinstance(msg, m.GetRunner):
+            return m.RunnerAddress(request_id=msg.request_id, address="runner", generation=1)
+        self.sent.append(msg)
+        return None
+
+    def tell(self, to: object, msg: object) -> None:
+        self.sent.append(msg)
+
+    def wait(self, request_id: str, timeout: float) -> object:
+        if len(self.sent) >= 2:
+            return m.Done(request_id=request_id)
+        time.sleep(min(timeout, 0.01))
+        return None
+
+
+def test_an_idempotent_request_lost_in_transit_is_sent_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Thespian delivers at most once: a keyed send without a reply goes out again."""
+    from actors.host import runtime
+
+    monkeypatch.setattr(runtime, "RESEND_AFTER", 0.05)
+    monkeypatch.setattr(runtime, "RUNNER_CHECK", 0.01)
+    t = _LossyTransport()
+    rt = runtime.Runtime(t, timeout=5.0, follow_restarts=True)  # type: ignore[arg-type]
+    rt.runner, rt.generation = "runner", 1
+    msg = m.SendMessage(request_id="r1", session_id="s", key="k", text="hi")
+    assert isinstance(rt.request(msg, 5.0), m.Done)
+    assert t.sent == [msg, msg]
+
+
+def test_a_create_is_never_sent_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second create would report the session it made as already existing."""
+    from actors.host import runtime
+
+    monkeypatch.setattr(runtime, "RESEND_AFTER", 0.01)
+    monkeypatch.setattr(runtime, "RUNNER_CHECK", 0.01)
+    t = _LossyTransport()
+    rt = runtime.Runtime(t, timeout=0.2, follow_restarts=True)  # type: ignore[arg-type]
+    rt.runner, rt.generation = "runner", 1
+    with pytest.raises(HostTimeout):
+        rt.request(m.CreateSession(request_id="r2", session_id="s"), 0.2)
+    assert len(t.sent) == 1

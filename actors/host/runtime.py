@@ -2,8 +2,9 @@
 
 The guardian (``vertebra.guardian``) creates the Runner and the status projection actor
 and replaces either when it dies; `Runtime` remembers their addresses, asks the guardian
-again when the Runner stops answering, and resends the request to a replacement (every
-request is idempotent: ingress by key, the rest by nature). Projection requests go
+again when the Runner stops answering, and resends the request to a replacement. A request
+that may be delivered twice (`IDEMPOTENT`) is also sent again after `RESEND_AFTER` seconds
+without a reply: Thespian delivers at most once. Projection requests go
 through the same reply matching; a projection actor that is missing, silent or refusing
 only means the Host folds the stream itself.
 """
@@ -16,8 +17,9 @@ import time
 import uuid
 from typing import Any
 
+from .. import messages as m
 from ..errors import ActorsError, HostTimeout
-from ..messages import GetRunner, Ping, Pong, RunnerAddress, RunnerConfig
+from ..messages import GetRunner, Ping, Pong, RunnerAddress, RunnerConfig, SessionPid
 from ..runner.guardian import Guardian
 from .replies import raise_failed
 from .transport import Transport
@@ -27,6 +29,25 @@ log = logging.getLogger("vertebra.host")
 GUARDIAN_NAME = "vertebra.guardian"
 #: Seconds between checks, while a request waits, that the Runner is still the same one.
 RUNNER_CHECK = 0.25
+#: Seconds without a reply after which an idempotent request is sent again.
+RESEND_AFTER = 2.0
+#: Requests that may be delivered twice: ingress dedups by its key, the rest change
+#: nothing or the same thing again. A create is not among them (a second one would report
+#: the session it created as already existing), nor a subscribe (a second subscription).
+IDEMPOTENT: tuple[type, ...] = (
+    m.SendMessage,
+    m.Interrupt,
+    m.SetMetadata,
+    m.SwitchSession,
+    m.GetSession,
+    m.RegisterSession,
+    m.ListSessions,
+    m.CloseSession,
+    m.CloseAll,
+    m.GetRunnerStats,
+    SessionPid,
+    Ping,
+)
 #: Seconds to wait for the projection actor before looking it up again (or folding here).
 PROJECTION_TIMEOUT = 1.0
 
@@ -71,13 +92,24 @@ class Runtime:
         costs well under a second.
         """
         deadline = time.monotonic() + timeout
+        sent = time.monotonic()
         reply = self._transport.ask(self.runner, msg, min(RUNNER_CHECK, timeout))
         while reply is None:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left <= 0:
                 raise HostTimeout(f"no reply to {type(msg).__name__} within {timeout}s")
             if self._follow and self.refresh():
                 self._transport.tell(self.runner, msg)
+                sent = now
+            elif self._follow and now - sent >= RESEND_AFTER and isinstance(msg, IDEMPOTENT):
+                # Thespian delivers at most once: a message lost between actors is sent
+                # again rather than waited for until the timeout.
+                log.warning(
+                    "no reply to %s after %.1fs; sending it again", type(msg).__name__, now - sent
+                )
+                self._transport.tell(self.runner, msg)
+                sent = now
             reply = self._transport.wait(msg.request_id, min(RUNNER_CHECK, left))
         return raise_failed(reply)
 
