@@ -303,7 +303,6 @@ class RunnerConfig:
     busy_policy: BusyPolicy = attrs.field(default=BusyPolicy.ENQUEUE, converter=_busy_policy)
     idle_timeout: float | None = None
     restart: RestartPolicy = attrs.field(factory=RestartPolicy)
-    sink_max_pending: int = 1000
     # Run the status projection actor beside the Runner (woken on every append).
     projections: bool = True
 
