@@ -7,7 +7,7 @@ import functools
 import gc
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
 import attrs
@@ -143,20 +143,42 @@ class Log(Protocol):
 class Wakeup:
     """A generation counter with a condition: appends bump it, subscribers wait on it.
 
-    A wake is only a hint; readers always re-read the log, so a lost wake costs latency
-    (bounded by the poll floor), never correctness.
+    A bump may say which streams moved and up to which seq (``marks``), so that a
+    subscriber of another stream need not re-read the log when woken: with many
+    subscribers, one wake per commit would otherwise cost one query per subscriber. A bump
+    that cannot say forgets every mark, and subscribers read again. A wake is only a hint;
+    readers always re-read the log when in doubt and on their poll floor, so a lost wake
+    costs latency, never correctness.
     """
 
-    __slots__ = ("_cond", "generation")
+    __slots__ = ("_cond", "_marks", "epoch", "generation")
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
+        self._marks: dict[str, int] = {}
+        #: Bumped whenever the marks are forgotten: within one epoch every bump said which
+        #: streams it moved, so a stream without a mark has not moved in it.
+        self.epoch = 0
         self.generation = 0
 
-    def bump(self) -> None:
+    def bump(self, marks: Mapping[str, int] | None = None) -> None:
+        """Wake every waiter; ``marks`` maps each stream that moved to its last seq now
+        (None: unknown, every subscriber reads again)."""
         with self._cond:
+            if marks is None:
+                self._marks.clear()
+                self.epoch += 1
+            else:
+                for stream, seq in marks.items():
+                    if seq > self._marks.get(stream, 0):
+                        self._marks[stream] = seq
             self.generation += 1
             self._cond.notify_all()
+
+    def mark(self, stream: str) -> int | None:
+        """The last seq of ``stream`` a bump reported, None if none did since the marks
+        were last forgotten."""
+        return self._marks.get(stream)
 
     def wait(self, seen: int, timeout: float | None) -> int:
         """Block until the generation moves past ``seen`` or ``timeout`` passes."""

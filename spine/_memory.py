@@ -81,7 +81,7 @@ class MemoryLog:
             )
             if idempotency_key is not None:
                 self._keys[(stream, idempotency_key)] = result
-        self.wakeup.bump()
+        self.wakeup.bump({stream: result.last_seq})
         return result
 
     def read(

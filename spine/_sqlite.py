@@ -68,6 +68,8 @@ _INSERT = "INSERT INTO events (stream, seq, position, kind, payload, version) VA
 # The CAST keeps `Record.payload` bytes even for a row someone rewrote as TEXT (SQLite's
 # string functions return TEXT): a tampered row must reach the verifier, not crash it.
 _COLUMNS = "stream, seq, position, kind, CAST(payload AS BLOB), version"
+_MAX_POSITION = "SELECT COALESCE(MAX(position), 0) FROM events"
+_MOVED = "SELECT stream, MAX(seq), MAX(position) FROM events WHERE position > ? GROUP BY stream"
 _UPSERT_STREAM = (
     "INSERT INTO streams (stream, last_seq, last_position, first_position) VALUES (?,?,?,?) "
     "ON CONFLICT (stream) DO UPDATE SET last_seq = excluded.last_seq, "
@@ -219,7 +221,7 @@ class SqliteLog:
                 if isinstance(exc, sqlite3.Error):
                     raise StorageError(f"append to {stream!r} failed: {exc}") from exc
                 raise
-        self.wakeup.bump()
+        self.wakeup.bump({stream: encoded[-1][0]})
         return AppendResult(
             stream=stream,
             first_seq=last + 1,
@@ -346,13 +348,20 @@ class SqliteLog:
                 # A baseline taken later in the thread could swallow a commit made between.
                 c = self._connect()
                 try:
+                    # The position first: a commit between the two reads is then both
+                    # after the position and inside the baseline, and its stream is simply
+                    # not marked (a subscriber reads when it has no mark).
+                    pos = c.execute(_MAX_POSITION).fetchone()[0]
                     last = c.execute("PRAGMA data_version").fetchone()[0]
                 except sqlite3.Error as exc:
                     c.close()
                     self._watchers -= 1
                     raise StorageError(f"cannot watch {self.path!r}: {exc}") from exc
+                # Marks from before this watcher may have missed commits made while
+                # nobody watched: forget them.
+                self.wakeup.bump(None)
                 t = threading.Thread(
-                    target=self._watch_loop, args=(c, last), name="spine-watch", daemon=True
+                    target=self._watch_loop, args=(c, last, pos), name="spine-watch", daemon=True
                 )
                 self._watch_thread = t
                 t.start()
@@ -361,7 +370,7 @@ class SqliteLog:
         with self._watch_lock:
             self._watchers = max(0, self._watchers - 1)
 
-    def _watch_loop(self, c: sqlite3.Connection, last: int) -> None:
+    def _watch_loop(self, c: sqlite3.Connection, last: int, pos: int) -> None:
         # data_version changes when another connection (another process, or this one's
         # writer) commits; that is the cross-process wake. It is only a hint: subscribers
         # re-read the log and keep their poll floor.
@@ -374,11 +383,17 @@ class SqliteLog:
                 time.sleep(self._watch_interval)
                 try:
                     v = c.execute("PRAGMA data_version").fetchone()[0]
+                    if v == last:
+                        continue
+                    # Which streams moved, in one indexed read of the new rows: each
+                    # subscriber then reads only when its own stream did.
+                    moved = c.execute(_MOVED, (pos,)).fetchall()
                 except sqlite3.Error:
                     continue
-                if v != last:
-                    last = v
-                    self.wakeup.bump()
+                last = v
+                if moved:
+                    pos = max(row[2] for row in moved)
+                self.wakeup.bump({stream: seq for stream, seq, _ in moved})
         finally:
             c.close()
 

@@ -77,9 +77,14 @@ class _Cursor(Generic[T]):
     def _convert(self, r: Record) -> T:
         raise NotImplementedError
 
+    def _nothing_new(self) -> bool:
+        """After a wake: whether the wake's marks show nothing new for this cursor."""
+        return False
+
     def _next_record(self, timeout: float | None) -> Record | None:
         deadline = None if timeout is None else time.monotonic() + timeout
         wake = self._log.wakeup
+        woken = False
         while True:
             if self._closed:
                 raise SubscriptionClosedError("the subscription is closed")
@@ -89,10 +94,13 @@ class _Cursor(Generic[T]):
                 return r
             # Take the generation before reading so an append after the read is noticed.
             gen = wake.generation
-            page = self._fetch()
-            if page:
-                self._buf.extend(page)
-                continue
+            # Read on the first pass, on the poll floor, and after a wake that may concern
+            # this cursor; a wake for other streams only costs a look at the marks.
+            if not (woken and self._nothing_new()):
+                page = self._fetch()
+                if page:
+                    self._buf.extend(page)
+                    continue
             wait = self._poll
             if deadline is not None:
                 left = deadline - time.monotonic()
@@ -100,7 +108,7 @@ class _Cursor(Generic[T]):
                     return None
                 wait = left if wait is None else min(wait, left)
             # With the floor off and no deadline, only a wake (or a close) ends the wait.
-            wake.wait(gen, wait)
+            woken = wake.wait(gen, wait) != gen
 
     def get(self, timeout: float | None = None) -> T | None:
         """The next item, or ``None`` if none arrives within ``timeout`` seconds."""
@@ -161,6 +169,10 @@ class StreamSubscription(_Cursor[Event]):
         page: int = 500,
     ) -> None:
         self.stream = validate_session_id(stream)
+        # Seq up to which a read found nothing for this cursor, and the marks' epoch of
+        # the last read (see `_nothing_new`).
+        self._checked = 0
+        self._epoch = -1
         super().__init__(log, after_seq, kinds, poll_floor, page)
 
     @property
@@ -169,10 +181,25 @@ class StreamSubscription(_Cursor[Event]):
         return self._cursor
 
     def _fetch(self) -> list[Record]:
-        return self._log.read(self.stream, self._cursor, self._page, self._kinds)
+        wake = self._log.wakeup
+        epoch, mark = wake.epoch, wake.mark(self.stream)
+        page = self._log.read(self.stream, self._cursor, self._page, self._kinds)
+        self._epoch = epoch
+        if not page and mark is not None:
+            # Nothing this cursor wants up to the mark (rows of other kinds, if filtered).
+            self._checked = max(self._checked, mark)
+        return page
 
     def _advance(self, r: Record) -> None:
         self._cursor = r.seq
+
+    def _nothing_new(self) -> bool:
+        wake = self._log.wakeup
+        if wake.epoch != self._epoch:
+            return False
+        mark = wake.mark(self.stream)
+        # No mark in the epoch of the last read: no bump since named this stream.
+        return mark is None or mark <= max(self._cursor, self._checked)
 
     def _convert(self, r: Record) -> Event:
         return r.event()

@@ -41,7 +41,7 @@ def ev(text: str, kind: str = Kind.ASSISTANT) -> Event:
 class _DeafWakeup(Wakeup):
     """A wake signal that is never raised: every wake is lost."""
 
-    def bump(self) -> None:
+    def bump(self, marks: Any = None) -> None:
         pass
 
 
@@ -523,3 +523,68 @@ def test_a_commit_right_after_watch_returns_is_noticed(tmp_path: pathlib.Path) -
                 assert log.wakeup.wait(seen, WAIT) != seen, f"round {round_}: no wake"
             finally:
                 log.unwatch()
+
+
+class _CountingReads:
+    """Counts reads of each stream on the wrapped log."""
+
+    def __init__(self, log: Log) -> None:
+        self._log = log
+        self.reads: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+    def read(self, stream: str, *args: Any, **kwargs: Any) -> Any:
+        self.reads[stream] = self.reads.get(stream, 0) + 1
+        return self._log.read(stream, *args, **kwargs)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_a_subscriber_does_not_reread_the_log_when_only_other_streams_move(
+    backend: str, tmp_path: pathlib.Path
+) -> None:
+    """Wakes say which streams moved: commits to "b" cost a subscriber of "a" no query,
+    and its own stream's next event still arrives at once."""
+    log = BACKENDS[backend](tmp_path)
+    counting = _CountingReads(log)
+    try:
+        with subscribe(counting, "a", poll_floor=60) as sub:  # type: ignore[arg-type]
+            got: list[Any] = []
+            t = in_thread(lambda: got.append(sub.get(WAIT)))
+            for i in range(50):
+                log.append("b", [ev(f"b{i}")])
+            log.append("a", [ev("for a")])
+            t.join(WAIT)
+            assert got and got[0] is not None and got[0].text == "for a"
+            # The first read, perhaps one racing the wakes, and the one that found "a".
+            assert counting.reads["a"] <= 4, counting.reads
+    finally:
+        log.close()
+
+
+def test_marks_from_another_process_wake_only_the_stream_that_moved(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Across connections the watcher reads which streams the new rows belong to; a
+    filtered subscriber whose stream only got other kinds reads once, not per commit."""
+    writer = SqliteLog(tmp_path / "spine.db")
+    reader = SqliteLog(tmp_path / "spine.db")
+    counting = _CountingReads(reader)
+    try:
+        writer.append("a", [Event(kind=Kind.USER_MESSAGE, text="a0")])
+        with subscribe(counting, "a", kinds=["assistant.message"], poll_floor=60) as sub:  # type: ignore[arg-type]
+            assert sub.get(0) is None
+            base = counting.reads["a"]
+            got: list[Any] = []
+            t = in_thread(lambda: got.append(sub.get(WAIT)))
+            writer.append("a", [Event(kind=Kind.USER_MESSAGE, text="not wanted")])
+            for i in range(30):
+                writer.append("b", [ev(f"b{i}")])
+            writer.append("a", [Event(kind=Kind.ASSISTANT, text="wanted")])
+            t.join(WAIT)
+            assert got and got[0] is not None and got[0].text == "wanted"
+            assert counting.reads["a"] - base <= 6, counting.reads
+    finally:
+        reader.close()
+        writer.close()

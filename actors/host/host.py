@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -45,6 +44,7 @@ from ..messages import Ping, Pong, RunnerConfig, SessionPid
 from ..policy import BusyPolicy, RestartPolicy
 from ..runner import spine_path
 from ..system import free_port, loopback_only
+from .replies import request_id
 from .runtime import Runtime
 from .sinks import SinkFn, Sinks
 from .subscription import SessionSubscription
@@ -161,7 +161,7 @@ class Host:
         except ValueError as exc:
             raise InvalidRequest(str(exc), session_id=str(sid)) from None
         self._request(
-            m.CreateSession(request_id=_rid(), session_id=sid, metadata=dict(metadata or {}))
+            m.CreateSession(request_id=request_id(), session_id=sid, metadata=dict(metadata or {}))
         )
         return sid
 
@@ -170,19 +170,19 @@ class Host:
 
         Raises `SessionNotFound` for an unknown id.
         """
-        reply = self._request(m.GetSession(request_id=_rid(), session_id=session_id))
+        reply = self._request(m.GetSession(request_id=request_id(), session_id=session_id))
         info: m.SessionInfo = reply.info
         return info
 
     def register(self, session_id: str) -> m.SessionInfo:
         """Insert a session into the Runner's registry without checking for duplicates."""
-        return self._request(m.RegisterSession(request_id=_rid(), session_id=session_id)).info  # type: ignore[no-any-return]
+        return self._request(m.RegisterSession(request_id=request_id(), session_id=session_id)).info  # type: ignore[no-any-return]
 
     def sessions(self) -> list[m.SessionInfo]:
         """Every session the spine knows, with its state. A session the Runner has not
         loaded since it started is "passivated" to the Runner; the sessions index tells
         whether it is in fact closed or failed."""
-        infos = list(self._request(m.ListSessions(request_id=_rid())).sessions)
+        infos = list(self._request(m.ListSessions(request_id=request_id())).sessions)
         index = self.index() if any(i.state == "passivated" for i in infos) else None
         if index is None:
             return infos
@@ -199,7 +199,9 @@ class Host:
         consumed it). Retrying with the same ``key`` never stores it twice."""
         if not isinstance(text, str):
             raise InvalidRequest("a message's text must be a string")
-        msg = m.SendMessage(request_id=_rid(), session_id=session_id, key=key or _rid(), text=text)
+        msg = m.SendMessage(
+            request_id=request_id(), session_id=session_id, key=key or request_id(), text=text
+        )
         return self._request(msg)  # type: ignore[no-any-return]
 
     def interrupt(
@@ -207,7 +209,7 @@ class Host:
     ) -> m.Ack:
         """Cut the running turn off; it closes with ``turn.cancelled`` keeping partial output."""
         msg = m.Interrupt(
-            request_id=_rid(), session_id=session_id, key=key or _rid(), reason=reason
+            request_id=request_id(), session_id=session_id, key=key or request_id(), reason=reason
         )
         return self._request(msg)  # type: ignore[no-any-return]
 
@@ -221,49 +223,52 @@ class Host:
                     f"metadata must map non-empty string keys to strings or None, got {k!r}: {v!r}"
                 )
         msg = m.SetMetadata(
-            request_id=_rid(), session_id=session_id, key=key or _rid(), properties=dict(properties)
+            request_id=request_id(),
+            session_id=session_id,
+            key=key or request_id(),
+            properties=dict(properties),
         )
         return self._request(msg)  # type: ignore[no-any-return]
 
     def switch(self, session_id: str, target: str, *, key: str | None = None) -> m.Ack:
         """Record that the conduit moves to ``target`` (a session switch event)."""
         msg = m.SwitchSession(
-            request_id=_rid(), session_id=session_id, key=key or _rid(), target=target
+            request_id=request_id(), session_id=session_id, key=key or request_id(), target=target
         )
         return self._request(msg)  # type: ignore[no-any-return]
 
     def seal(self, session_id: str) -> m.SealReply:
         """Seal what is new in the session's stream: a signed Merkle root over the stored
         bytes, appended as ``record.sealed`` by the session itself. ``seq`` 0: nothing new."""
-        return self._request(m.SealSession(request_id=_rid(), session_id=session_id))  # type: ignore[no-any-return]
+        return self._request(m.SealSession(request_id=request_id(), session_id=session_id))  # type: ignore[no-any-return]
 
     def verify(self, session_id: str) -> m.VerifyReply:
         """Verify every seal of the session; ``record.verified`` records the outcome, pass
         or failure (``ok`` and ``summary`` say which)."""
-        return self._request(m.VerifySession(request_id=_rid(), session_id=session_id))  # type: ignore[no-any-return]
+        return self._request(m.VerifySession(request_id=request_id(), session_id=session_id))  # type: ignore[no-any-return]
 
     def close_session(self, session_id: str) -> None:
         """Close one session: it records a "closed" lifecycle event and its actor stops."""
-        self._request(m.CloseSession(request_id=_rid(), session_id=session_id))
+        self._request(m.CloseSession(request_id=request_id(), session_id=session_id))
 
     def close_all(self) -> None:
         """Close every session; the Runner takes no more ingress afterwards."""
-        self._request(m.CloseAll(request_id=_rid()))
+        self._request(m.CloseAll(request_id=request_id()))
 
     def stats(self) -> dict[str, int]:
         """The Runner's counters, plus ``host_sink_failures`` (this Host's raising sinks)."""
-        counters = dict(self._request(m.GetRunnerStats(request_id=_rid())).counters)
+        counters = dict(self._request(m.GetRunnerStats(request_id=request_id())).counters)
         counters["host_sink_failures"] = self._sinks.failures
         return counters
 
     def session_pid(self, session_id: str) -> int:
         """The OS process id of a live session (bringing it back if passivated)."""
-        reply = self._request(SessionPid(request_id=_rid(), session_id=session_id))
+        reply = self._request(SessionPid(request_id=request_id(), session_id=session_id))
         assert isinstance(reply, Pong)
         return reply.pid
 
     def runner_pid(self) -> int:
-        reply = self._request(Ping(request_id=_rid()))
+        reply = self._request(Ping(request_id=request_id()))
         assert isinstance(reply, Pong)
         return reply.pid
 
@@ -303,7 +308,7 @@ class Host:
         """
         last = self._log.last_seq(session_id)
         if last > 0:
-            reply = self._ask_projection(QueryStatus(request_id=_rid(), session=session_id))
+            reply = self._ask_projection(QueryStatus(request_id=request_id(), session=session_id))
             if (
                 isinstance(reply, StatusReply)
                 and reply.status is not None
@@ -316,12 +321,12 @@ class Host:
     def index(self) -> SessionsIndex | None:
         """The sessions index (created, last seq, last activity, terminal state of every
         session), or None while the projection actor rebuilds or when it is disabled."""
-        reply = self._ask_projection(QueryIndex(request_id=_rid()))
+        reply = self._ask_projection(QueryIndex(request_id=request_id()))
         return reply.index if isinstance(reply, IndexReply) else None
 
     def projection_pid(self) -> int | None:
         """The projection actor's process id (None if it does not answer)."""
-        reply = self._ask_projection(QueryProgress(request_id=_rid()))
+        reply = self._ask_projection(QueryProgress(request_id=request_id()))
         return reply.pid if isinstance(reply, ProgressReply) else None
 
     def _ask_projection(self, msg: Any) -> Any:
@@ -373,7 +378,3 @@ class Host:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _rid() -> str:
-    return uuid.uuid4().hex

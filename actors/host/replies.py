@@ -11,7 +11,9 @@ hands pushes to a callback. Failure replies (`RequestFailed` from the actors,
 
 from __future__ import annotations
 
+import itertools
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -68,6 +70,16 @@ class ReplyMatcher:
             if left <= 0:
                 return None
             self.offer(listen(left))
+
+
+_PREFIX = uuid.uuid4().hex[:16]
+_COUNTER = itertools.count(1)
+
+
+def request_id() -> str:
+    """A request id unique to this process's life and to the host (a random prefix and a
+    counter: uuid4 per request cost a system call each, about 1% of a busy Host)."""
+    return f"{_PREFIX}{next(_COUNTER):x}"
 
 
 def raise_failed(reply: Any) -> Any:

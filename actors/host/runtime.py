@@ -14,21 +14,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-import uuid
 from typing import Any
 
 from .. import messages as m
 from ..errors import ActorsError, HostTimeout
 from ..messages import GetRunner, Ping, Pong, RunnerAddress, RunnerConfig, SessionPid
 from ..runner.guardian import Guardian
-from .replies import raise_failed
+from .replies import raise_failed, request_id
 from .transport import Transport
 
 log = logging.getLogger("vertebra.host")
 
 GUARDIAN_NAME = "vertebra.guardian"
 #: Seconds between checks, while a request waits, that the Runner is still the same one.
-RUNNER_CHECK = 0.25
+RUNNER_CHECK = 0.5
 #: Seconds without a reply after which an idempotent request is sent again.
 RESEND_AFTER = 2.0
 #: Requests that may be delivered twice: ingress dedups by its key, the rest change
@@ -79,7 +78,7 @@ class Runtime:
 
     def guardian_pid(self) -> int:
         """The guardian's process id."""
-        pong = self._transport.ask(self.guardian, Ping(request_id=_rid()), self._timeout)
+        pong = self._transport.ask(self.guardian, Ping(request_id=request_id()), self._timeout)
         if not isinstance(pong, Pong):
             raise HostTimeout(f"the guardian did not answer within {self._timeout}s")
         return pong.pid
@@ -116,7 +115,9 @@ class Runtime:
     def refresh(self) -> bool:
         """Ask the guardian where the Runner and the projection actor are; True if the
         Runner changed."""
-        reply = self._transport.ask(self.guardian, GetRunner(request_id=_rid()), self._timeout)
+        reply = self._transport.ask(
+            self.guardian, GetRunner(request_id=request_id()), self._timeout
+        )
         if not isinstance(reply, RunnerAddress):
             return False
         changed = bool(reply.generation != self.generation or reply.address != self.runner)
@@ -145,7 +146,3 @@ class Runtime:
                 with contextlib.suppress(ActorsError):
                     self.refresh()
         return None
-
-
-def _rid() -> str:
-    return uuid.uuid4().hex

@@ -20,7 +20,6 @@ import signal
 import threading
 import time
 import traceback
-import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -28,7 +27,7 @@ from thespian.actors import ActorSystem
 
 from .. import messages as m
 from ..system import log_defs, processes_in_session
-from .replies import ReplyMatcher
+from .replies import ReplyMatcher, request_id
 
 log = logging.getLogger("vertebra.host")
 
@@ -115,7 +114,7 @@ class SimpleTransport:
                 return True
             # Known before the reply: a batch may arrive in the same wait, right after it.
             self._runner = runner
-            reply = self.ask(runner, m.AddSink(request_id=_rid()), timeout)
+            reply = self.ask(runner, m.AddSink(request_id=request_id()), timeout)
             if not isinstance(reply, m.SinkReply):
                 self._runner = None
                 return False
@@ -206,7 +205,7 @@ class MultiprocTransport:
 
     def _pump_loop(self, runner: Any, timeout: float) -> None:
         ctx = self._endpoint()[0]
-        reply = self.ask(runner, m.AddSink(request_id=_rid()), timeout)
+        reply = self.ask(runner, m.AddSink(request_id=request_id()), timeout)
         if not isinstance(reply, m.SinkReply):
             log.error("sink registration got no reply")
             return
@@ -216,7 +215,7 @@ class MultiprocTransport:
             if isinstance(msg, m.SinkBatch):
                 deliver_and_ack(msg, self._on_batch, ctx.tell, runner)
         with contextlib.suppress(Exception):
-            ctx.tell(runner, m.RemoveSink(request_id=_rid(), sink_id=reply.sink_id))
+            ctx.tell(runner, m.RemoveSink(request_id=request_id(), sink_id=reply.sink_id))
 
     def stop(self) -> None:
         self._stop.set()
@@ -262,7 +261,3 @@ def reap_system(session_id: int) -> None:
         log.warning("actor process %d outlived the shutdown; killing it", pid)
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-
-
-def _rid() -> str:
-    return uuid.uuid4().hex

@@ -77,9 +77,13 @@ def ingress_seq(records: Sequence[tuple[int, str]]) -> int:
 
 
 def _then_settle(d: Decision) -> Decision:
-    st = d.state.stored
-    numbered = [attrs.evolve(e, seq=st.last_seq + i) for i, e in enumerate(d.events, 1)]
-    after = attrs.evolve(d.state, stored=fold(st, numbered))
+    s = d.state
+    if s.running is not None or s.stopping or s.stored.terminal:
+        return d
+    if not s.stored.pending and not any(e.kind == Kind.USER_MESSAGE for e in d.events):
+        return d
+    st = s.stored
+    after = attrs.evolve(s, stored=fold(st, d.events, st.last_seq + 1))
     nxt = settle(after, Settle())
     if not nxt.events:
         return d

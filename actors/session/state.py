@@ -6,7 +6,8 @@ the handlers decide, and replies.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import attrs
 
@@ -58,56 +59,58 @@ class SessionState:
         return self.open_turn is not None or bool(self.pending)
 
 
-def _meta(state: SessionState, ev: Event) -> SessionState:
+# Each handler returns the fields an event changes; `evolve` applies them, with the new
+# last seq, in one step (a fold runs on every append, so one copy per event, not two).
+Changes = dict[str, Any]
+
+
+def _meta(state: SessionState, ev: Event, seq: int) -> Changes:
     md = dict(state.metadata)
     for k, v in ev.properties.items():
         if v is None:
             md.pop(k, None)
         else:
             md[k] = v
-    return attrs.evolve(state, metadata=md)
+    return {"metadata": md}
 
 
-def _user(state: SessionState, ev: Event) -> SessionState:
-    return attrs.evolve(
-        state,
-        pending=(*state.pending, (ev.seq, ev.text)),
-        history=_push(state.history, ("user", ev.text)),
-    )
+def _user(state: SessionState, ev: Event, seq: int) -> Changes:
+    return {
+        "pending": (*state.pending, (seq, ev.text)),
+        "history": _push(state.history, ("user", ev.text)),
+    }
 
 
-def _turn_started(state: SessionState, ev: Event) -> SessionState:
-    return attrs.evolve(
-        state,
-        turns=max(state.turns, ev.turn),
-        open_turn=OpenTurn(turn=ev.turn),
-        pending=state.pending[1:],
-    )
+def _turn_started(state: SessionState, ev: Event, seq: int) -> Changes:
+    return {
+        "turns": max(state.turns, ev.turn),
+        "open_turn": OpenTurn(turn=ev.turn),
+        "pending": state.pending[1:],
+    }
 
 
-def _assistant(state: SessionState, ev: Event) -> SessionState:
+def _assistant(state: SessionState, ev: Event, seq: int) -> Changes:
     ot = state.open_turn
-    return attrs.evolve(
-        state,
-        open_turn=attrs.evolve(ot, text=ev.text) if ot is not None else None,
-        history=_push(state.history, ("assistant", ev.text)),
-    )
+    return {
+        "open_turn": attrs.evolve(ot, text=ev.text) if ot is not None else None,
+        "history": _push(state.history, ("assistant", ev.text)),
+    }
 
 
-def _turn_ended(state: SessionState, ev: Event) -> SessionState:
+def _turn_ended(state: SessionState, ev: Event, seq: int) -> Changes:
     usage = state.usage + ev.usage if ev.usage is not None else state.usage
     hist = state.history
     if ev.kind == Kind.TURN_CANCELLED and ev.text:
         hist = _push(hist, ("assistant", ev.text))
-    return attrs.evolve(state, open_turn=None, usage=usage, history=hist)
+    return {"open_turn": None, "usage": usage, "history": hist}
 
 
-def _lifecycle(state: SessionState, ev: Event) -> SessionState:
+def _lifecycle(state: SessionState, ev: Event, seq: int) -> Changes:
     terminal = terminal_after(state.terminal, ev.phase)
-    return state if terminal == state.terminal else attrs.evolve(state, terminal=terminal)
+    return {} if terminal == state.terminal else {"terminal": terminal}
 
 
-_HANDLERS = {
+_HANDLERS: dict[str, Callable[[SessionState, Event, int], Changes]] = {
     Kind.PROPERTIES: _meta,
     Kind.USER_MESSAGE: _user,
     Kind.TURN_STARTED: _turn_started,
@@ -123,17 +126,23 @@ def _push(hist: tuple[tuple[str, str], ...], item: tuple[str, str]) -> tuple[tup
     return out[-HISTORY_LIMIT:] if len(out) > HISTORY_LIMIT else out
 
 
-def evolve(state: SessionState, ev: Event) -> SessionState:
-    """Fold one stored event into the session's state."""
-    handler = _HANDLERS.get(ev.kind)  # type: ignore[call-overload]
-    if handler is not None:
-        state = handler(state, ev)
-    return attrs.evolve(state, last_seq=ev.seq)
+def evolve(state: SessionState, ev: Event, seq: int | None = None) -> SessionState:
+    """Fold one stored event into the session's state. ``seq`` is the event's seq when the
+    event object does not carry it (an event as appended, before the log numbered it)."""
+    at = ev.seq if seq is None else seq
+    handler = _HANDLERS.get(ev.kind)
+    if handler is None:
+        return attrs.evolve(state, last_seq=at)
+    return attrs.evolve(state, last_seq=at, **handler(state, ev, at))
 
 
-def fold(state: SessionState, events: Iterable[Event]) -> SessionState:
-    for ev in events:
-        state = evolve(state, ev)
+def fold(
+    state: SessionState, events: Iterable[Event], first_seq: int | None = None
+) -> SessionState:
+    """Fold ``events`` in order; with ``first_seq`` they are taken to be stored at
+    ``first_seq``, ``first_seq + 1``, ... (whatever seq the objects carry)."""
+    for i, ev in enumerate(events):
+        state = evolve(state, ev, None if first_seq is None else first_seq + i)
     return state
 
 
