@@ -7,7 +7,7 @@ import functools
 import gc
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
 import attrs
@@ -155,30 +155,37 @@ class Wakeup:
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
-        self._marks: dict[str, int] = {}
+        # stream -> kind -> the last seq of that kind a bump reported.
+        self._marks: dict[str, dict[str, int]] = {}
         #: Bumped whenever the marks are forgotten: within one epoch every bump said which
         #: streams it moved, so a stream without a mark has not moved in it.
         self.epoch = 0
         self.generation = 0
 
-    def bump(self, marks: Mapping[str, int] | None = None) -> None:
-        """Wake every waiter; ``marks`` maps each stream that moved to its last seq now
-        (None: unknown, every subscriber reads again)."""
+    def bump(self, marks: Iterable[tuple[str, str, int]] | None = None) -> None:
+        """Wake every waiter; ``marks`` are ``(stream, kind, seq)``: the last seq of each
+        kind that moved in each stream (None: unknown, every subscriber reads again)."""
         with self._cond:
             if marks is None:
                 self._marks.clear()
                 self.epoch += 1
             else:
-                for stream, seq in marks.items():
-                    if seq > self._marks.get(stream, 0):
-                        self._marks[stream] = seq
+                for stream, kind, seq in marks:
+                    kinds = self._marks.setdefault(stream, {})
+                    if seq > kinds.get(kind, 0):
+                        kinds[kind] = seq
             self.generation += 1
             self._cond.notify_all()
 
-    def mark(self, stream: str) -> int | None:
-        """The last seq of ``stream`` a bump reported, None if none did since the marks
-        were last forgotten."""
-        return self._marks.get(stream)
+    def mark(self, stream: str, kinds: Iterable[str] | None = None) -> int | None:
+        """The last seq of ``stream`` (of one of ``kinds``) a bump reported, None if none
+        did since the marks were last forgotten."""
+        seen = self._marks.get(stream)
+        if not seen:
+            return None
+        if kinds is None:
+            return max(seen.values())
+        return max((seen.get(k, 0) for k in kinds), default=0) or None
 
     def wait(self, seen: int, timeout: float | None) -> int:
         """Block until the generation moves past ``seen`` or ``timeout`` passes."""

@@ -81,7 +81,7 @@ class MemoryLog:
             )
             if idempotency_key is not None:
                 self._keys[(stream, idempotency_key)] = result
-        self.wakeup.bump({stream: result.last_seq})
+        self.wakeup.bump([(stream, r.kind, r.seq) for r in result.records])
         return result
 
     def read(

@@ -69,7 +69,10 @@ _INSERT = "INSERT INTO events (stream, seq, position, kind, payload, version) VA
 # string functions return TEXT): a tampered row must reach the verifier, not crash it.
 _COLUMNS = "stream, seq, position, kind, CAST(payload AS BLOB), version"
 _MAX_POSITION = "SELECT COALESCE(MAX(position), 0) FROM events"
-_MOVED = "SELECT stream, MAX(seq), MAX(position) FROM events WHERE position > ? GROUP BY stream"
+_MOVED = (
+    "SELECT stream, kind, MAX(seq), MAX(position) FROM events WHERE position > ? "
+    "GROUP BY stream, kind"
+)
 _UPSERT_STREAM = (
     "INSERT INTO streams (stream, last_seq, last_position, first_position) VALUES (?,?,?,?) "
     "ON CONFLICT (stream) DO UPDATE SET last_seq = excluded.last_seq, "
@@ -221,7 +224,7 @@ class SqliteLog:
                 if isinstance(exc, sqlite3.Error):
                     raise StorageError(f"append to {stream!r} failed: {exc}") from exc
                 raise
-        self.wakeup.bump({stream: encoded[-1][0]})
+        self.wakeup.bump([(stream, kind, seq) for seq, kind, _ in encoded])
         return AppendResult(
             stream=stream,
             first_seq=last + 1,
@@ -392,8 +395,8 @@ class SqliteLog:
                     continue
                 last = v
                 if moved:
-                    pos = max(row[2] for row in moved)
-                self.wakeup.bump({stream: seq for stream, seq, _ in moved})
+                    pos = max(row[3] for row in moved)
+                self.wakeup.bump([(stream, kind, seq) for stream, kind, seq, _ in moved])
         finally:
             c.close()
 

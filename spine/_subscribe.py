@@ -197,8 +197,9 @@ class StreamSubscription(_Cursor[Event]):
         wake = self._log.wakeup
         if wake.epoch != self._epoch:
             return False
-        mark = wake.mark(self.stream)
-        # No mark in the epoch of the last read: no bump since named this stream.
+        # Only the kinds this cursor wants; no mark in the epoch of the last read: no bump
+        # since named them.
+        mark = wake.mark(self.stream, self._kinds)
         return mark is None or mark <= max(self._cursor, self._checked)
 
     def _convert(self, r: Record) -> Event:

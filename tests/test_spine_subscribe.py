@@ -588,3 +588,25 @@ def test_marks_from_another_process_wake_only_the_stream_that_moved(
     finally:
         reader.close()
         writer.close()
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_a_filtered_subscriber_does_not_reread_for_kinds_it_does_not_want(
+    backend: str, tmp_path: pathlib.Path
+) -> None:
+    """Marks are per kind: thirty user messages on its own stream cost a subscriber to
+    assistant messages no query; the assistant message after them arrives at once."""
+    log = BACKENDS[backend](tmp_path)
+    counting = _CountingReads(log)
+    try:
+        with subscribe(counting, "a", kinds=["assistant.message"], poll_floor=60) as sub:  # type: ignore[arg-type]
+            got: list[Any] = []
+            t = in_thread(lambda: got.append(sub.get(WAIT)))
+            for i in range(30):
+                log.append("a", [Event(kind=Kind.USER_MESSAGE, text=f"u{i}")])
+            log.append("a", [Event(kind=Kind.ASSISTANT, text="wanted")])
+            t.join(WAIT)
+            assert got and got[0] is not None and got[0].text == "wanted"
+            assert counting.reads["a"] <= 4, counting.reads
+    finally:
+        log.close()
