@@ -261,11 +261,7 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vertebra", description=__doc__)
-    parser.add_argument("--data", default="vertebra-data", help="data directory")
-    sub = parser.add_subparsers(dest="command")
-
+def _daemon_commands(sub: Any) -> None:
     p = sub.add_parser("demo", help="run a short conversation on the full runtime")
     p.set_defaults(func=_demo)
 
@@ -291,17 +287,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("sessions", help="list the daemon's sessions")
     p.set_defaults(func=_sessions)
 
-    p = sub.add_parser("seal", help="seal what is new in a session (signed Merkle root)")
-    p.add_argument("session")
-    p.set_defaults(func=_seal)
 
-    p = sub.add_parser("verify", help="verify a session's seals (exit 1 if tampered)")
-    p.add_argument("session")
-    p.set_defaults(func=_verify)
-
-    p = sub.add_parser("history", help="print a session's stored events")
-    p.add_argument("session")
-    p.set_defaults(func=_history)
+def _session_commands(sub: Any) -> None:
+    for name, text, func in (
+        ("seal", "seal what is new in a session (signed Merkle root)", _seal),
+        ("verify", "verify a session's seals (exit 1 if tampered)", _verify),
+        ("history", "print a session's stored events", _history),
+        ("status", "print a session's status projection", _status),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("session")
+        p.set_defaults(func=func)
 
     p = sub.add_parser("tail", help="follow a session's events live")
     p.add_argument("session")
@@ -309,10 +305,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--for-seconds", type=float, default=None)
     p.set_defaults(func=_tail)
 
-    p = sub.add_parser("status", help="print a session's status projection")
-    p.add_argument("session")
-    p.set_defaults(func=_status)
 
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="vertebra", description=__doc__)
+    parser.add_argument("--data", default="vertebra-data", help="data directory")
+    sub = parser.add_subparsers(dest="command")
+    _daemon_commands(sub)
+    _session_commands(sub)
     args = parser.parse_args(argv)
     if args.command is None:
         args.func = _demo

@@ -16,18 +16,18 @@ test plays the worker's part with `SessionKit.progress` and `SessionKit.finish`:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import attrs
 
 from spine import Event, Kind, MemoryLog, Usage
-from spine.seal import NothingToSealError, SigningKey, prepare_seal, verify_stream
+from spine.seal import SigningKey
 
 from . import messages as m
-from .interceptors import Emitter, Ingress, Interceptor, SessionView, SlashCommands, run_chain
+from .interceptors import Ingress, Interceptor, SlashCommands
 from .policy import BusyPolicy
 from .session import commands as c
+from .session import effects
 from .session.decide import decide, ingress_seq
 from .session.state import SessionState, fold
 
@@ -142,31 +142,14 @@ class SessionKit:
 
     def _effect(self, effect: c.Effect, acc: _Acc) -> None:
         if isinstance(effect, c.RunInterceptors):
-            st = self.state.stored
-            view = SessionView(
-                st.session_id, st.metadata, st.last_seq, st.turns, self.state.running is not None
-            )
-            emitter = Emitter()
-            res = run_chain(self.interceptors, effect.ingress, view, emitter)
-            cmd: c.Command = c.Intercepted(
-                request_id=effect.request_id,
-                key=effect.ingress.key,
-                ingress=res.event,
-                changes=view.changes,
-                emitted=tuple(emitter.items),
-                notices=res.notices,
-            )
-            self._apply(decide(self.state, cmd), acc)
+            cmd: c.Command = effects.intercept(self.interceptors, effect, self.state)
         elif isinstance(effect, c.ComputeSeal):
-            try:
-                seal = prepare_seal(self.log, self.session_id, self.key)
-            except NothingToSealError:
-                seal = None
-            self._apply(decide(self.state, c.Sealed(request_id=effect.request_id, seal=seal)), acc)
+            cmd = effects.seal(self.log, self.session_id, self.key, effect.request_id)
         elif isinstance(effect, c.ComputeVerification):
-            report = verify_stream(self.log, self.session_id, self.key, append=False)
-            cmd = c.Verified(request_id=effect.request_id, report=report, time=datetime.now(UTC))
-            self._apply(decide(self.state, cmd), acc)
+            cmd = effects.verification(self.log, self.session_id, self.key, effect.request_id)
+        else:
+            return
+        self._apply(decide(self.state, cmd), acc)
 
     # -- conveniences ----------------------------------------------------------------
 

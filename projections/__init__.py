@@ -7,8 +7,8 @@ whole log. See docs/projections.md.
 """
 
 from ._actor import ProjectionActor
+from ._checkpoints import CheckpointStore, Generation
 from ._errors import CheckpointError, FoldError, ProjectionError
-from ._fast import StatusFolder
 from ._index import (
     CLOSED,
     InfoFolder,
@@ -64,7 +64,7 @@ from ._status import (
     reduce,
     verification_passed,
 )
-from ._store import CheckpointStore, Generation
+from ._status_rows import StatusFolder
 from ._thread import ACTIVATES, EDITS, REGENERATES, Thread, Turn, thread_from, turns
 from .messages import (
     DEFAULT_POLL_FLOOR,

@@ -100,6 +100,19 @@ class ProjectionActor(ActorTypeDispatcher):  # type: ignore[misc]
             sender, StartedReply(request_id=msg.request_id, progress=progress, pid=os.getpid())
         )
 
+    def receiveMessage(self, msg: Any, sender: Any) -> None:
+        # Thespian runs a handler that raises a second time (its effects twice) and then
+        # bounces the message as poison: answer the failure here instead, once.
+        try:
+            super().receiveMessage(msg, sender)
+        except Exception as exc:
+            log.exception("projection handler for %s failed", type(msg).__name__)
+            if (
+                isinstance(getattr(msg, "request_id", None), str)
+                and "Reply" not in type(msg).__name__
+            ):
+                self._fail(msg, sender, f"{type(exc).__name__}: {exc}")
+
     def _fail(self, msg: Any, sender: Any, reason: str) -> None:
         """Answer ``msg`` with the failure reply, echoing its request id."""
         self.send(sender, ProjectionFailed(request_id=msg.request_id, reason=reason))

@@ -26,14 +26,14 @@ import orjson
 
 from spine import SCHEMA_VERSION, Record, SqliteLog, StorageError, event_to_dict
 
-from . import _fast, _index, _metadata, _status
+from . import _index, _metadata, _status, _status_rows
+from ._checkpoints import CheckpointStore
 from ._errors import FoldError
-from ._fast import STATUS_HANDLERS, StatusFolder
 from ._index import INFO_STATE_HANDLERS, InfoFolder, SessionInfo, SessionsIndex
 from ._policy import Fail, FailurePolicy, RetryThenFail, Skip
 from ._reader import LogReader, SqliteLogReader, connect_read_only
 from ._status import Projection
-from ._store import CheckpointStore
+from ._status_rows import STATUS_HANDLERS, StatusFolder
 
 log = logging.getLogger("projections")
 
@@ -50,7 +50,7 @@ def _code_version() -> str:
     # Any change to the fold's source rebuilds the checkpoint: a stale fold is never served
     # as current, and a rebuild costs seconds.
     h = hashlib.sha256()
-    for mod in (_status, _fast, _index, _metadata):
+    for mod in (_status, _status_rows, _index, _metadata):
         f = getattr(mod, "__file__", None)
         if f:
             h.update(pathlib.Path(f).read_bytes())

@@ -309,3 +309,25 @@ def test_a_new_code_version_rebuilds_automatically_and_serves_the_old_state_mean
     after = simple.ask(new, QueryProgress(), ASK).progress
     assert after.version == "v2" and not after.stale
     assert_state_equals_fold_from_zero(simple, new, log)
+
+
+class _Exploding(ProjectionActor):
+    """A projection actor whose progress handler raises, counting its calls."""
+
+    calls = 0
+
+    def receiveMsg_QueryProgress(self, msg: Any, sender: Any) -> None:
+        type(self).calls += 1
+        raise RuntimeError("boom")
+
+
+def test_a_handler_that_raises_runs_once_and_its_request_is_answered() -> None:
+    """No retry by Thespian runs it twice; the asker gets ProjectionFailed with its id."""
+    asys = ActorSystem("simpleSystemBase", transientUnique=True, logDefs=LOGDEFS)
+    try:
+        actor = asys.createActor(_Exploding)
+        reply = asys.ask(actor, QueryProgress(request_id="q1"), 5)
+        assert isinstance(reply, ProjectionFailed) and reply.request_id == "q1"
+        assert "boom" in reply.reason and _Exploding.calls == 1
+    finally:
+        asys.shutdown()

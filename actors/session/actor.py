@@ -14,22 +14,22 @@ from __future__ import annotations
 
 import logging
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import attrs
 from thespian.actors import ActorExitRequest, WakeupMessage
 
 from spine import AppendResult, ConflictError, Event, SqliteLog
-from spine.seal import KeyStore, NothingToSealError, prepare_seal, verify_stream
+from spine.seal import KeyStore
 
 from .. import messages as m
 from ..agents import ScriptedFactory
-from ..interceptors import Emitter, SessionView, run_chain
 from ..messages import Ping, Pong
 from ..shell import GuardedActor
 from ..system import configure_actor_logging
 from . import commands as c
+from . import effects
 from .decide import decide, ingress_seq
 from .outbox import NOTIFY_INTERVAL, Outbox
 from .protocol import RecordPoison, Routed, SessionConfig, SessionReady, SessionStopping
@@ -209,38 +209,25 @@ class SessionActor(GuardedActor):
         elif isinstance(effect, c.StopSelf):
             self._stop_self(effect.reason)
         elif isinstance(effect, c.ComputeSeal):
-            self._run(c.Sealed(request_id=effect.request_id, seal=self._compute_seal()), reply_to)
+            assert self.log is not None and self.cfg is not None
+            key = self._keys().signing_key()
+            self._run(effects.seal(self.log, self.cfg.session_id, key, effect.request_id), reply_to)
         elif isinstance(effect, c.ComputeVerification):
             assert self.log is not None and self.cfg is not None
-            report = verify_stream(
-                self.log, self.cfg.session_id, self._keys().keyring(), append=False
-            )
-            now = datetime.now(UTC)
-            self._run(c.Verified(request_id=effect.request_id, report=report, time=now), reply_to)
+            ring = self._keys().keyring()
+            cmd = effects.verification(self.log, self.cfg.session_id, ring, effect.request_id)
+            self._run(cmd, reply_to)
 
     def _intercept(self, effect: c.RunInterceptors, reply_to: Any) -> None:
         assert self.cfg is not None and self.state is not None
-        st = self.state.stored
-        view = SessionView(
-            st.session_id, st.metadata, st.last_seq, st.turns, self.state.running is not None
-        )
-        emitter = Emitter()
         try:
-            res = run_chain(self.cfg.interceptors, effect.ingress, view, emitter)
+            cmd = effects.intercept(self.cfg.interceptors, effect, self.state)
         except Exception as exc:
             # Called once, answered once: the caller gets the interceptor's own error.
-            _log().warning("session %s: interceptor raised: %r", st.session_id, exc)
+            _log().warning("session %s: interceptor raised: %r", self.cfg.session_id, exc)
             text = f"interceptor failed: {type(exc).__name__}: {exc}"
             self._reply(reply_to, self._failure(effect.request_id, "InterceptorError", text))
             return
-        cmd = c.Intercepted(
-            request_id=effect.request_id,
-            key=effect.ingress.key,
-            ingress=res.event,
-            changes=view.changes,
-            emitted=tuple(emitter.items),
-            notices=res.notices,
-        )
         self._run(cmd, reply_to)
 
     def _start_turn(self, effect: c.StartTurn) -> None:
@@ -268,13 +255,6 @@ class SessionActor(GuardedActor):
     def _keys(self) -> KeyStore:
         assert self.cfg is not None
         return KeyStore(os.path.join(os.path.dirname(self.cfg.db_path), "keys"))
-
-    def _compute_seal(self) -> Any:
-        assert self.log is not None and self.cfg is not None
-        try:
-            return prepare_seal(self.log, self.cfg.session_id, self._keys().signing_key())
-        except NothingToSealError:
-            return None
 
     # -- news for the Runner -------------------------------------------------------------
 
@@ -350,7 +330,10 @@ class SessionActor(GuardedActor):
             self._reply(reply_to, Pong(request_id=msg.request_id, pid=os.getpid()))
         elif isinstance(msg, m.GetSession):
             self._reply(
-                reply_to, m.SessionReply(request_id=msg.request_id, info=self._info(restarts))
+                reply_to,
+                m.SessionReply(
+                    request_id=msg.request_id, info=c.session_info(self.state.stored, restarts)
+                ),
             )
         elif isinstance(msg, m.Subscribe):
             self.subs.add(msg, reply_to, st.last_seq, st.closed)
@@ -370,17 +353,6 @@ class SessionActor(GuardedActor):
                 self._reply(reply_to, self._failure(msg.request_id, "SessionNotFound", text))
                 return
             self._settle()
-
-    def _info(self, restarts: int) -> m.SessionInfo:
-        assert self.state is not None
-        st = self.state.stored
-        return m.SessionInfo(
-            session_id=st.session_id,
-            state=st.terminal or "live",
-            last_seq=st.last_seq,
-            restarts=restarts,
-            metadata=dict(st.metadata),
-        )
 
     # -- from the worker, the Runner and the timer ---------------------------------------
 

@@ -284,3 +284,14 @@ def command_of(msg: Any) -> Command | None:
     else:
         return None
     return Receive(request_id=msg.request_id, ingress=ingress)
+
+
+def session_info(stored: SessionState, restarts: int) -> m.SessionInfo:
+    """Where the session stands, as the protocol's `SessionInfo`."""
+    return m.SessionInfo(
+        session_id=stored.session_id,
+        state=stored.terminal or "live",
+        last_seq=stored.last_seq,
+        restarts=restarts,
+        metadata=dict(stored.metadata),
+    )
