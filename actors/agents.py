@@ -12,34 +12,15 @@ from typing import Protocol, runtime_checkable
 
 from spine import Usage
 
-from .spec import (
-    LEGACY_PREFIX,
-    MODEL_MAX_OUTPUT_TOKENS,
-    MODEL_NAME,
-    MODEL_TEMPERATURE,
-    MODEL_THINKING_LEVEL,
-    PARSERS,
-    THINKING_LEVELS,
-    AgentSpec,
-    SettingsError,
-    TurnInput,
-)
+from .spec import AgentSpec, TurnInput
 
 __all__ = [
-    "LEGACY_PREFIX",
-    "MODEL_MAX_OUTPUT_TOKENS",
-    "MODEL_NAME",
-    "MODEL_TEMPERATURE",
-    "MODEL_THINKING_LEVEL",
-    "PARSERS",
-    "THINKING_LEVELS",
     "Agent",
     "AgentError",
     "AgentFactory",
     "AgentSpec",
     "ScriptedAgent",
     "ScriptedFactory",
-    "SettingsError",
     "TurnInput",
     "TurnOutput",
 ]

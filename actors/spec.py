@@ -22,8 +22,8 @@ from projections import (
     THINKING_LEVELS,
     SettingsError,
     model_settings,
+    parse_temperature,
 )
-from projections._metadata import parse_temperature
 
 __all__ = [
     "LEGACY_PREFIX",

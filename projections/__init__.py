@@ -32,6 +32,9 @@ from ._metadata import (
     metadata_from,
     model_settings,
     model_value,
+    parse_max_tokens,
+    parse_temperature,
+    parse_thinking,
     reduce_metadata,
 )
 from ._policy import Fail, FailurePolicy, RetryThenFail, Skip
@@ -159,6 +162,9 @@ __all__ = [
     "metadata_from",
     "model_settings",
     "model_value",
+    "parse_max_tokens",
+    "parse_temperature",
+    "parse_thinking",
     "new_projection",
     "project",
     "record_rank",

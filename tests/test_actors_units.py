@@ -8,7 +8,6 @@ import attrs
 import pytest
 
 from actors import messages
-from actors.agents import MODEL_NAME, MODEL_TEMPERATURE, AgentSpec
 from actors.interceptors import (
     Emitter,
     Ingress,
@@ -21,6 +20,7 @@ from actors.interceptors import (
 from actors.runner import SinkRouter
 from actors.session import protocol as _internal
 from actors.session.state import SessionState, fold, metadata_diff, recovery_events
+from actors.spec import MODEL_NAME, MODEL_TEMPERATURE, AgentSpec
 from spine import Event, Kind, Phase, Usage
 
 _INTERNAL = [

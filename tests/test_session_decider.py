@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from actors.agents import AgentSpec
 from actors.interceptors import Emitter, Ingress, InterceptResult, SessionView, SlashCommands
 from actors.policy import BusyPolicy
 from actors.session import commands as c
+from actors.spec import AgentSpec
 from actors.testing import SessionKit
 from spine import Event, Kind, Phase, Usage
 
