@@ -90,6 +90,9 @@ class SqliteLog:
     setting: ``NORMAL`` (default) survives a process crash, ``FULL`` also a power loss.
     Appends by other processes wake local subscribers through a watcher that polls
     ``PRAGMA data_version`` every ``watch_interval`` seconds while anyone subscribes.
+    ``single_connection`` makes reads share the writer's connection (serialized with
+    appends) instead of one connection per reading thread: for a process with one user of
+    the log, such as a session actor, it saves a connection's memory (about 0.3 MB).
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class SqliteLog:
         synchronous: str = "NORMAL",
         busy_timeout: float = 30.0,
         watch_interval: float = 0.001,
+        single_connection: bool = False,
     ) -> None:
         if synchronous.upper() not in _SYNC_MODES:
             raise InvalidArgumentError(f"synchronous must be one of {_SYNC_MODES}")
@@ -106,6 +110,7 @@ class SqliteLog:
         self._sync = synchronous.upper()
         self._busy = busy_timeout
         self._watch_interval = watch_interval
+        self._single = single_connection
         self._wlock = threading.Lock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
@@ -155,6 +160,10 @@ class SqliteLog:
             raise StorageError(f"{self.path!r} is not a usable spine database: {exc}") from exc
 
     def _reader(self) -> sqlite3.Connection:
+        if self._single:
+            if self._closed:
+                raise StorageError(f"spine log {self.path!r} is closed")
+            return self._w
         c: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if c is None:
             if self._closed:
@@ -282,19 +291,22 @@ class SqliteLog:
         check_page(after_seq, None, "after_seq")
         out: list[Event] = []
         try:
-            cur = self._reader().execute(
-                "SELECT seq, version, CAST(payload AS BLOB) FROM events "
-                "WHERE stream=? AND seq>? ORDER BY seq",
-                (stream, after_seq),
-            )
-            # Decode page by page so rows do not pile up next to the events made from them.
-            # Close the cursor even if a row fails to decode: an open statement holds a read
-            # snapshot, which would keep the WAL from being checkpointed past it.
-            with contextlib.closing(cur), gc_paused():
-                while rows := cur.fetchmany(_REPLAY_PAGE):
-                    out.extend(
-                        [decode_event(b, stream=stream, seq=s, version=v) for s, v, b in rows]
-                    )
+            # A shared connection is serialized with appends for the whole read.
+            shared = self._wlock if self._single else contextlib.nullcontext()
+            with shared:
+                cur = self._reader().execute(
+                    "SELECT seq, version, CAST(payload AS BLOB) FROM events "
+                    "WHERE stream=? AND seq>? ORDER BY seq",
+                    (stream, after_seq),
+                )
+                # Decode page by page so rows do not pile up next to the events made from
+                # them. Close the cursor even if a row fails to decode: an open statement
+                # holds a read snapshot, which would keep the WAL from being checkpointed.
+                with contextlib.closing(cur), gc_paused():
+                    while rows := cur.fetchmany(_REPLAY_PAGE):
+                        out.extend(
+                            [decode_event(b, stream=stream, seq=s, version=v) for s, v, b in rows]
+                        )
         except sqlite3.Error as exc:
             raise StorageError(f"read from {self.path!r} failed: {exc}") from exc
         return out
@@ -336,6 +348,9 @@ class SqliteLog:
     def _query(self, sql: str, args: Sequence[object]) -> list[Any]:
         # A read outside a transaction sees one consistent snapshot per statement.
         try:
+            if self._single:
+                with self._wlock:
+                    return self._reader().execute(sql, args).fetchall()
             return self._reader().execute(sql, args).fetchall()
         except sqlite3.Error as exc:
             raise StorageError(f"read from {self.path!r} failed: {exc}") from exc

@@ -104,3 +104,17 @@ class TestSqliteLog(DurableLogContract):
         t.join(10)
         assert seen == [1]
         assert snapshot(log)[0].stream == "s"
+
+
+class TestSqliteLogOneConnection(DurableLogContract):
+    """With reads on the writer's connection (a session's setting) the contract holds."""
+
+    def new_log(self, tmp_path: pathlib.Path) -> Log:
+        return SqliteLog(tmp_path / "spine.db", single_connection=True)
+
+    def reopen(self, log: Log, tmp_path: pathlib.Path) -> Log:
+        return SqliteLog(tmp_path / "spine.db", single_connection=True)
+
+    def opener(self, tmp_path: pathlib.Path) -> Callable[[], Log]:
+        return functools.partial(SqliteLog, str(tmp_path / "spine.db"), single_connection=True)
+

@@ -91,7 +91,8 @@ class SessionActor(GuardedActor):
         self.wakeupAfter(timedelta(seconds=_ORPHAN_CHECK), "orphan-check")
         data_dir = os.path.dirname(cfg.db_path)
         configure_actor_logging(data_dir)
-        self.log = SqliteLog(cfg.db_path)
+        # The session is its log's only user in this process: one connection, not two.
+        self.log = SqliteLog(cfg.db_path, single_connection=True)
         self.snapshots = SnapshotStore(data_dir)
         self.subs = Subscriptions(sid, self.log, self.send)
         self.outbox = Outbox(sid, cfg.incarnation)
