@@ -154,7 +154,9 @@ class SessionKit:
     # -- conveniences ----------------------------------------------------------------
 
     def _ingress(self, ingress: Ingress) -> Outcome:
-        return self.run(c.Receive(request_id=self._rid(), ingress=ingress))
+        prior = self.log.find_key(self.session_id, ingress.key)
+        stored = () if prior is None else tuple((r.seq, r.kind) for r in prior.records)
+        return self.run(c.Receive(request_id=self._rid(), ingress=ingress, stored=stored))
 
     def send(self, text: str, *, key: str | None = None) -> Outcome:
         k = key or self._rid()

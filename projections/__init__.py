@@ -6,7 +6,6 @@ turn tree; `metadata_from` its properties; `SessionsIndex` lists every session; 
 whole log. See docs/projections.md.
 """
 
-from ._actor import ProjectionActor
 from ._checkpoints import CheckpointStore, Generation
 from ._errors import CheckpointError, FoldError, ProjectionError
 from ._index import (
@@ -176,3 +175,13 @@ __all__ = [
     "turns",
     "verification_passed",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The actor pulls in Thespian; the folds, the reducer and the metadata parsers (which
+    # the session's pure decisions use) should not.
+    if name == "ProjectionActor":
+        from ._actor import ProjectionActor
+
+        return ProjectionActor
+    raise AttributeError(f"module 'projections' has no attribute {name!r}")

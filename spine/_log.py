@@ -100,6 +100,11 @@ class Log(Protocol):
         """
         ...
 
+    def find_key(self, stream: str, idempotency_key: str) -> AppendResult | None:
+        """The append that ``idempotency_key`` made on ``stream`` (``duplicate=True``, as
+        a repeated append would return it), or None if the key was never used there."""
+        ...
+
     def read(
         self,
         stream: str,

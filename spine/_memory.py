@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Sequence
 
+import attrs
 from sortedcontainers import SortedDict
 
 from ._errors import ConflictError
@@ -83,6 +84,11 @@ class MemoryLog:
                 self._keys[(stream, idempotency_key)] = result
         self.wakeup.bump([(stream, r.kind, r.seq) for r in result.records])
         return result
+
+    def find_key(self, stream: str, idempotency_key: str) -> AppendResult | None:
+        with self._lock:
+            prior = self._keys.get((stream, idempotency_key))
+        return None if prior is None else attrs.evolve(prior, duplicate=True)
 
     def read(
         self,

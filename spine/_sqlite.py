@@ -243,6 +243,18 @@ class SqliteLog:
             records=tuple(map(make_record, rows)),
         )
 
+    def find_key(self, stream: str, idempotency_key: str) -> AppendResult | None:
+        try:
+            with self._wlock:
+                prior = self._w.execute(
+                    "SELECT first_seq, last_seq, first_position, last_position "
+                    "FROM idempotency WHERE stream=? AND key=?",
+                    (stream, idempotency_key),
+                ).fetchone()
+                return None if prior is None else self._duplicate(stream, *prior)
+        except sqlite3.Error as exc:
+            raise StorageError(f"read from {self.path!r} failed: {exc}") from exc
+
     def _duplicate(
         self, stream: str, first_seq: int, last_seq: int, first_pos: int, last_pos: int
     ) -> AppendResult:
@@ -366,9 +378,11 @@ class SqliteLog:
                 # A baseline taken later in the thread could swallow a commit made between.
                 c = self._connect()
                 try:
-                    # The position first: a commit between the two reads is then both
-                    # after the position and inside the baseline, and its stream is simply
-                    # not marked (a subscriber reads when it has no mark).
+                    # The position first: a commit between the two reads is after the
+                    # position, so the first change the watcher notices reports it. Until
+                    # then it is unmarked; that is safe because the marks are forgotten
+                    # below, after this baseline, and every subscriber reads on its first
+                    # pass after that.
                     pos = c.execute(_MAX_POSITION).fetchone()[0]
                     last = c.execute("PRAGMA data_version").fetchone()[0]
                 except sqlite3.Error as exc:

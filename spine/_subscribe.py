@@ -66,6 +66,7 @@ class _Cursor(Generic[T]):
         self._buf: deque[Record] = deque()
         self._closed = False
         self._lock = threading.Lock()
+        self._read_at = 0.0
         log.watch()
 
     def _fetch(self) -> list[Record]:
@@ -94,9 +95,12 @@ class _Cursor(Generic[T]):
                 return r
             # Take the generation before reading so an append after the read is noticed.
             gen = wake.generation
-            # Read on the first pass, on the poll floor, and after a wake that may concern
-            # this cursor; a wake for other streams only costs a look at the marks.
-            if not (woken and self._nothing_new()):
+            # Read on the first pass, after a wake that may concern this cursor, and once
+            # the poll floor has passed since the last read even if wakes for other streams
+            # keep coming; such a wake otherwise only costs a look at the marks.
+            due = self._poll is not None and time.monotonic() - self._read_at >= self._poll
+            if due or not (woken and self._nothing_new()):
+                self._read_at = time.monotonic()
                 page = self._fetch()
                 if page:
                     self._buf.extend(page)
@@ -146,7 +150,8 @@ class _Cursor(Generic[T]):
                 return
             self._closed = True
         self._log.unwatch()
-        self._log.wakeup.bump()
+        # Wake the reader blocked in this subscription; the marks stay good for the others.
+        self._log.wakeup.bump([])
 
     def __enter__(self) -> Self:
         return self

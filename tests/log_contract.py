@@ -186,6 +186,16 @@ class LogContract:
         assert list(again.records) == list(first.records)
         assert texts(log.read("s")) == ["a", "b"]
 
+    def test_a_key_can_be_looked_up_without_appending(self, log: Log) -> None:
+        """find_key returns what a repeated append would, and None for an unused key."""
+        first = log.append("s", [ev("a"), ev("b")], idempotency_key="msg-1")
+        found = log.find_key("s", "msg-1")
+        assert found is not None and found.duplicate
+        assert (found.first_seq, found.last_seq) == (first.first_seq, first.last_seq)
+        assert [r.seq for r in found.records] == [1, 2]
+        assert log.find_key("s", "msg-2") is None
+        assert log.find_key("other", "msg-1") is None
+
     def test_a_redelivery_with_a_stale_expected_seq_is_recognised_not_refused(
         self, log: Log
     ) -> None:

@@ -99,3 +99,33 @@ def test_a_snapshot_on_the_single_process_base_does_not_stop_the_session(
         assert h.get(sid).last_seq >= 30
     finally:
         h.close()
+
+
+def test_a_session_that_cannot_load_its_stream_fails_instead_of_hanging(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """A damaged row makes every start fail: the Runner restarts within its budget, then
+    marks the session failed, and the waiting request is answered (it used to wait for
+    ever on an incarnation that never became ready)."""
+    import sqlite3
+
+    from actors.errors import SessionFailed
+
+    h = Host(tmp_path, base="multiprocTCPBase", timeout=20)
+    try:
+        sid = h.create()
+        h.wait_turn(sid, h.send(sid, "hello").seq, timeout=10)
+    finally:
+        h.close()
+    db = sqlite3.connect(tmp_path / "spine.db")
+    db.execute("DROP TRIGGER events_append_only_update")
+    db.execute("UPDATE events SET payload = x'7b' WHERE stream = ? AND seq = 2", (sid,))
+    db.commit()
+    db.close()
+    h = Host(tmp_path, base="multiprocTCPBase", max_restarts=1, timeout=20)
+    try:
+        with pytest.raises(SessionFailed):
+            h.send(sid, "anyone?")
+        assert h.get(sid).state == "failed"
+    finally:
+        h.close()

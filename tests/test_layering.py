@@ -90,3 +90,19 @@ def test_decision_modules_are_pure(module: str) -> None:
     """Deciders import no actor framework, threads, clock or storage, not even indirectly."""
     hit = _transitive(ROOT / module, set()) & EFFECTFUL
     assert not hit, f"{module} reaches {sorted(hit)}"
+
+
+def test_importing_the_deciders_loads_no_actor_framework() -> None:
+    """The static check above follows relative imports only; this one imports the pure
+    modules and the test kit in a fresh interpreter and looks at what got loaded."""
+    import subprocess
+    import sys
+
+    mods = [m.removesuffix(".py").replace("/", ".") for m in PURE] + ["actors.testing"]
+    code = "import sys\n" + "".join(f"import {m}\n" for m in mods)
+    code += "print(sorted(m for m in sys.modules if m.split('.')[0] == 'thespian'))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout

@@ -427,3 +427,17 @@ def test_a_failing_handler_is_answered_to_the_requester_not_to_a_reply() -> None
     assert found is not None and found[0] == CALLER
     assert requester_of(m.Done(request_id="x"), "someone") is None
     assert requester_of(object(), "someone") is None
+
+
+def test_a_request_bounced_by_a_stopping_incarnation_is_served_once() -> None:
+    """Forwarded while live (so in flight), bounced back by the stopping incarnation: the
+    next incarnation gets it once, not from both the queue and the in-flight list."""
+    r = _live()
+    r.route(SID, _send("k1", "r1"), CALLER, 0.0)
+    assert "k1" in r.entries[SID].in_flight
+    r.stopping(SessionStopping(session_id=SID, incarnation=1, reason="passivate"))
+    r.route(SID, _send("k1", "r1"), CALLER, 0.0)  # the bounce
+    out = r.child_exited("addr-1", 0.0)
+    out += _ready(r, r.entries[SID].incarnation)
+    forwarded = [a for a in out if isinstance(a, Forward)]
+    assert [f.routed.message.key for f in forwarded] == ["k1"]

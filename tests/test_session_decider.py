@@ -380,3 +380,57 @@ def test_a_failed_verification_is_recorded_too() -> None:
     out = other.verify()
     assert out.kinds == ["record.verified"] and not out.reply.ok
     assert out.events[0].record["ok"] is False and out.events[0].record["problem"]
+
+
+@pytest.mark.parametrize("policy", list(BusyPolicy))
+def test_a_repeated_key_is_answered_as_first_delivered_whatever_the_state_now(
+    policy: BusyPolicy,
+) -> None:
+    """Mid-turn, under any policy, the redelivery of a stored message is its first ack."""
+    kit = SessionKit(busy_policy=policy)
+    kit.create()
+    first = kit.send("hello", key="k1")
+    again = kit.send("hello", key="k1")  # its turn is running now
+    assert again.events == () and again.error == ""
+    assert again.reply.duplicate and again.reply.seq == first.reply.seq
+
+
+def test_a_repeated_interrupt_key_names_what_the_interrupt_stored() -> None:
+    """The second delivery of an interrupt does not report nothing to interrupt."""
+    kit = _running()
+    first = kit.interrupt(key="i1")
+    again = kit.interrupt(key="i1")
+    assert again.reply.duplicate and again.reply.seq == first.reply.seq
+    assert again.events == ()
+
+
+def test_a_repeated_key_after_close_is_still_acknowledged() -> None:
+    """A message stored before the close, delivered again after it, is not refused."""
+    kit = SessionKit()
+    kit.create()
+    first = kit.send("hello", key="k1")
+    kit.close()
+    again = kit.send("hello", key="k1")
+    assert again.error == "" and again.reply.duplicate and again.reply.seq == first.reply.seq
+
+
+def test_interceptors_do_not_run_again_for_a_repeated_key() -> None:
+    """The chain saw the ingress when it was stored; a redelivery skips it."""
+    rec = _Recorder()
+    kit = SessionKit(interceptors=[rec])
+    kit.create()
+    kit.set_metadata({"a": "b"}, key="m1")
+    kit.set_metadata({"a": "b"}, key="m1")
+    assert rec.seen == ["session.properties"]
+
+
+def test_a_queued_turn_sees_the_answer_before_it_and_not_itself() -> None:
+    """m2 waits behind turn 1; its turn's history is m1 and r1, not m1 and m2 again."""
+    kit = SessionKit()
+    kit.create()
+    kit.send("m1")
+    kit.send("m2")
+    out = kit.finish(text="r1")
+    (start,) = [e for e in out.effects if isinstance(e, c.StartTurn)]
+    assert start.input.text == "m2"
+    assert start.input.history == (("user", "m1"), ("assistant", "r1"))

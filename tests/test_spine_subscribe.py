@@ -6,6 +6,7 @@ import multiprocessing as mp
 import pathlib
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -609,4 +610,51 @@ def test_a_filtered_subscriber_does_not_reread_for_kinds_it_does_not_want(
             assert got and got[0] is not None and got[0].text == "wanted"
             assert counting.reads["a"] <= 4, counting.reads
     finally:
+        log.close()
+
+
+class _BlindToA(Wakeup):
+    """Bumps, but never marks stream "a": an append the marks miss. ``waiting`` is set
+    once a reader waits on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = threading.Event()
+
+    def bump(self, marks: Any = None) -> None:
+        super().bump(None if marks is None else [m for m in marks if m[0] != "a"])
+
+    def wait(self, seen: int, timeout: float | None) -> int:
+        self.waiting.set()
+        return super().wait(seen, timeout)
+
+
+def test_the_poll_floor_still_reads_while_wakes_for_other_streams_keep_coming() -> None:
+    """Even if the marks missed an append and other streams wake the subscriber all the
+    time, it reads on its floor: a lost mark costs latency, never the event."""
+    log = MemoryLog()
+    wake = log.wakeup = _BlindToA()
+    stop = threading.Event()
+
+    def chatter() -> None:
+        while not stop.is_set():
+            log.append("b", [ev("noise")])
+            stop.wait(0.002)
+
+    try:
+        with subscribe(log, "a", poll_floor=0.05) as sub:
+            t = in_thread(chatter)
+            got: list[Any] = []
+            reader = in_thread(lambda: got.append(sub.get(WAIT)))
+            assert wake.waiting.wait(WAIT)  # the reader is blocked before the append
+            t0 = time.monotonic()
+            log.append("a", [ev("missed by the marks")])
+            reader.join(WAIT)
+            took = time.monotonic() - t0
+            assert got and got[0] is not None and got[0].text == "missed by the marks"
+            assert took < 2.0, f"the floor is 0.05 s; the event took {took:.2f} s"
+            stop.set()
+            t.join(WAIT)
+    finally:
+        stop.set()
         log.close()

@@ -29,6 +29,7 @@ from ..session.state import SessionState, fold, recovery_events
 from ..shell import GuardedActor
 from ..system import configure_actor_logging
 from . import actions as a
+from . import spine_path
 from .protocol import PassivationDue, ProjectionWakeDue, RestartDue, UseProjection
 from .registry import Registry
 from .sinks import SinkRouter
@@ -42,10 +43,6 @@ def _log() -> logging.Logger:
 
 #: Seconds between two wakes of the projection actor (see `RunnerActor._wake_projection`).
 WAKE_INTERVAL = 0.05
-
-
-def spine_path(data_dir: str) -> str:
-    return os.path.join(data_dir, "spine.db")
 
 
 #: Attempts at closing a stream without a process before giving up (a write raced it).

@@ -15,7 +15,8 @@ from .. import messages as m
 from ..messages import GetRunner, Ping, Pong, RunnerAddress, RunnerConfig
 from ..shell import GuardedActor
 from ..system import configure_actor_logging
-from .actor import RunnerActor, spine_path
+from . import spine_path
+from .actor import RunnerActor
 from .protocol import UseProjection
 
 

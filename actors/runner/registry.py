@@ -179,6 +179,12 @@ class Registry:
             return [e.spawn()]
         if e.state in TERMINAL:
             return [e.unservable(routed)]
+        # A request the stopping incarnation bounced back (or the Host sent again) may
+        # still be tracked as in flight: it waits in one place only, or it is served twice.
+        key = getattr(msg, "key", None)
+        if key:
+            e.in_flight.pop(key, None)
+            e.pending = [p for p in e.pending if getattr(p.message, "key", None) != key]
         e.pending.append(routed)
         if e.state != EntryState.PASSIVATED:
             return []

@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 from thespian.actors import ActorExitRequest, WakeupMessage
 
-from spine import AppendResult, ConflictError, Event, SqliteLog
+from spine import AppendResult, ConflictError, Event, SqliteLog, StorageError
 from spine.seal import KeyStore
 
 from .. import messages as m
@@ -84,6 +84,18 @@ class SessionActor(GuardedActor):
         if self.cfg is not None:
             return
         self.cfg, self.runner = cfg, sender
+        try:
+            self._start(cfg, sender)
+        except Exception:
+            # The stream cannot be loaded or written (a damaged row, storage refusing):
+            # exit as a crash, so the Runner restarts with backoff and, if it keeps
+            # failing, marks the session failed and answers what waits for it. Staying
+            # up unready would leave every request to this session waiting for ever.
+            _log().exception("session %s could not start", cfg.session_id)
+            self.exited = True
+            self.send(self.myAddress, ActorExitRequest())
+
+    def _start(self, cfg: SessionConfig, sender: Any) -> None:
         sid = cfg.session_id
         # If the Runner's process dies this process is re-parented: then this incarnation
         # is an orphan that a new Runner will replace, so it stops itself.
@@ -165,6 +177,12 @@ class SessionActor(GuardedActor):
         except ConflictError:
             _log().error("session %s: stale incarnation, stopping", st.session_id)
             self._stop_self("stale incarnation")
+            raise
+        except StorageError:
+            # What this incarnation holds may no longer match the log (a turn it thinks
+            # running, say): a new one rebuilds from the log and closes what is open.
+            _log().exception("session %s: append failed, stopping", st.session_id)
+            self._stop_self("storage error")
             raise
         if not res.duplicate:
             self._absorb(res, events)
@@ -343,6 +361,8 @@ class SessionActor(GuardedActor):
             self._reply(reply_to, m.Done(request_id=msg.request_id))
         else:
             command = c.command_of(msg)
+            if isinstance(command, c.Receive):
+                command = self._with_stored(command)
             if command is None:
                 text = f"a session does not take {type(msg).__name__}"
                 self._reply(reply_to, self._failure(msg.request_id, "InvalidRequest", text))
@@ -350,10 +370,20 @@ class SessionActor(GuardedActor):
             try:
                 self._run(command, reply_to)
             except ConflictError:
-                text = "session incarnation is stale; retry"
-                self._reply(reply_to, self._failure(msg.request_id, "SessionNotFound", text))
+                # Another incarnation writes this stream: this one has asked to be stopped,
+                # and the Runner serves the request with the one that is current.
+                sid = self.cfg.session_id if self.cfg else ""
+                self.send(self.runner, Routed(message=msg, reply_to=reply_to, session_id=sid))
                 return
             self._settle()
+
+    def _with_stored(self, cmd: c.Receive) -> c.Receive:
+        """The command with what an earlier delivery of its key stored, if any."""
+        assert self.log is not None and self.cfg is not None
+        prior = self.log.find_key(self.cfg.session_id, cmd.ingress.key)
+        if prior is None:
+            return cmd
+        return attrs.evolve(cmd, stored=tuple((r.seq, r.kind) for r in prior.records))
 
     # -- from the worker, the Runner and the timer ---------------------------------------
 
@@ -382,11 +412,14 @@ class SessionActor(GuardedActor):
             self._notify_scheduled = False
             self._notify()
             return
-        if msg.payload != "orphan-check" or self.stopping_sent:
+        # Checked until this incarnation has exited, stopping or not: one that asked a
+        # Runner that has since died to stop it would otherwise wait for ever.
+        if msg.payload != "orphan-check" or self.exited:
             return
         if os.getppid() != self.ppid:
             _log().warning("session %s: runner gone, stopping orphaned incarnation", self.ppid)
             self.stopping_sent = True
+            self.exited = True
             if self.worker is not None:
                 self.worker.cancelled.set()
             self.send(self.myAddress, ActorExitRequest())

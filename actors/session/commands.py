@@ -60,10 +60,12 @@ class Open:
 @attrs.frozen(kw_only=True)
 class Receive:
     """Ingress as it arrived (user message, interrupt, metadata change, switch), before
-    the interceptor chain."""
+    the interceptor chain. ``stored`` is what an earlier delivery of the same key stored,
+    as ``(seq, kind)`` rows (the shell looks the key up in the log), empty if nothing."""
 
     request_id: str
     ingress: Ingress
+    stored: tuple[tuple[int, str], ...] = ()
 
 
 @attrs.frozen(kw_only=True)

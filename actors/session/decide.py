@@ -130,6 +130,17 @@ def _open(s: Session, cmd: Open) -> Decision:
 
 
 def _receive(s: Session, cmd: Receive) -> Decision:
+    if cmd.stored:
+        # A redelivery of stored ingress is answered as the first delivery was, whatever
+        # the session's state now: no interceptor runs, no policy applies again.
+        ack = m.Ack(
+            request_id=cmd.request_id,
+            session_id=s.session_id,
+            key=cmd.ingress.key,
+            seq=ingress_seq(cmd.stored),
+            duplicate=True,
+        )
+        return Decision(state=s, reply=ack)
     refused = refusal(s, cmd.request_id)
     if refused is not None:
         return Decision(state=s, reply=refused)

@@ -17,7 +17,7 @@ from spine import Event, Kind, Phase, Usage, terminal_after
 HISTORY_LIMIT = 200
 
 #: Version of `SessionState`'s shape; snapshots written by another version are ignored.
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3
 
 
 @attrs.frozen(kw_only=True)
@@ -40,7 +40,8 @@ class SessionState:
     open_turn: OpenTurn | None = None
     # Stored user messages with no turn started yet, oldest first: (seq, text).
     pending: tuple[tuple[int, str], ...] = ()
-    history: tuple[tuple[str, str], ...] = ()
+    #: Recent conversation, oldest first: (role, text, seq of the event that said it).
+    history: tuple[tuple[str, str, int], ...] = ()
     #: "" while the session serves, else "closed" or "failed" (`spine.terminal_after`).
     terminal: str = ""
     usage: Usage = attrs.field(factory=Usage)
@@ -77,7 +78,7 @@ def _meta(state: SessionState, ev: Event, seq: int) -> Changes:
 def _user(state: SessionState, ev: Event, seq: int) -> Changes:
     return {
         "pending": (*state.pending, (seq, ev.text)),
-        "history": _push(state.history, ("user", ev.text)),
+        "history": _push(state.history, ("user", ev.text, seq)),
     }
 
 
@@ -93,7 +94,7 @@ def _assistant(state: SessionState, ev: Event, seq: int) -> Changes:
     ot = state.open_turn
     return {
         "open_turn": attrs.evolve(ot, text=ev.text) if ot is not None else None,
-        "history": _push(state.history, ("assistant", ev.text)),
+        "history": _push(state.history, ("assistant", ev.text, seq)),
     }
 
 
@@ -101,7 +102,7 @@ def _turn_ended(state: SessionState, ev: Event, seq: int) -> Changes:
     usage = state.usage + ev.usage if ev.usage is not None else state.usage
     hist = state.history
     if ev.kind == Kind.TURN_CANCELLED and ev.text:
-        hist = _push(hist, ("assistant", ev.text))
+        hist = _push(hist, ("assistant", ev.text, seq))
     return {"open_turn": None, "usage": usage, "history": hist}
 
 
@@ -121,7 +122,9 @@ _HANDLERS: dict[str, Callable[[SessionState, Event, int], Changes]] = {
 }
 
 
-def _push(hist: tuple[tuple[str, str], ...], item: tuple[str, str]) -> tuple[tuple[str, str], ...]:
+def _push(
+    hist: tuple[tuple[str, str, int], ...], item: tuple[str, str, int]
+) -> tuple[tuple[str, str, int], ...]:
     out = (*hist, item)
     return out[-HISTORY_LIMIT:] if len(out) > HISTORY_LIMIT else out
 

@@ -22,6 +22,7 @@ from .commands import (
     StartFailed,
     StartTurn,
 )
+from .state import SessionState
 
 
 def done_event(turn: int = 0) -> Event:
@@ -46,6 +47,14 @@ def cancel(run: Running | None, reason: str) -> tuple[list[Event], tuple[Effect,
     return [ev, done_event(run.turn)], (CancelTurn(turn=run.turn),)
 
 
+def history_before(st: SessionState) -> tuple[tuple[str, str], ...]:
+    """The conversation an agent sees for the next waiting message: everything said so
+    far except the messages still waiting for their turns, itself included (a message
+    queued behind a running turn sees that turn's answer, stored after it)."""
+    waiting = {at for at, _ in st.pending}
+    return tuple((role, text) for role, text, at in st.history if at not in waiting)
+
+
 def settle(s: Session, cmd: Settle) -> Decision:
     """Start the next turn when the session is idle and a stored message waits."""
     st = s.stored
@@ -68,7 +77,7 @@ def settle(s: Session, cmd: Settle) -> Decision:
         )
         return Decision(state=s, events=(started, ended, done_event(n)))
     turn_input = TurnInput(
-        session_id=st.session_id, turn=n, text=text, history=st.history[:-1], spec=spec
+        session_id=st.session_id, turn=n, text=text, history=history_before(st), spec=spec
     )
     return Decision(
         state=attrs.evolve(s, running=Running(turn=n)),
