@@ -117,4 +117,3 @@ class TestSqliteLogOneConnection(DurableLogContract):
 
     def opener(self, tmp_path: pathlib.Path) -> Callable[[], Log]:
         return functools.partial(SqliteLog, str(tmp_path / "spine.db"), single_connection=True)
-
