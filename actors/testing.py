@@ -123,9 +123,7 @@ class SessionKit:
             )
             if res.duplicate:
                 if isinstance(reply, m.Ack):
-                    rows = self.log.read(self.session_id, res.first_seq - 1, len(d.events))
-                    rows = [r for r in rows if r.seq <= res.last_seq]
-                    seq = ingress_seq([(r.seq, r.kind) for r in rows]) or res.last_seq
+                    seq = ingress_seq([(r.seq, r.kind) for r in res.records]) or res.last_seq
                     reply = attrs.evolve(reply, seq=seq, duplicate=True)
                 acc.reply = reply if reply is not None else acc.reply
                 return

@@ -64,7 +64,6 @@ class SessionActor(GuardedActor):
         self.outbox: Outbox | None = None
         self.snapshots: SnapshotStore | None = None
         self.snap_seq = 0
-        self.reply_to: Any = None
         self.exited = False
         #: The Runner has been asked to stop this incarnation; ingress now bounces to it.
         self.stopping_sent = False
@@ -161,10 +160,9 @@ class SessionActor(GuardedActor):
 
     def _as_then(self, reply: Any, res: AppendResult) -> Any:
         """The ack of a redelivered key names what the first delivery stored."""
-        if not isinstance(reply, m.Ack) or self.log is None:
+        if not isinstance(reply, m.Ack):
             return reply
-        rows = self.log.read(res.stream, res.first_seq - 1, res.last_seq - res.first_seq + 1)
-        seq = ingress_seq([(r.seq, r.kind) for r in rows]) or res.last_seq
+        seq = ingress_seq([(r.seq, r.kind) for r in res.records]) or res.last_seq
         return attrs.evolve(reply, seq=seq, duplicate=True)
 
     def _append(self, events: tuple[Event, ...], key: str | None) -> AppendResult:
