@@ -68,6 +68,11 @@ _INSERT = "INSERT INTO events (stream, seq, position, kind, payload, version) VA
 # The CAST keeps `Record.payload` bytes even for a row someone rewrote as TEXT (SQLite's
 # string functions return TEXT): a tampered row must reach the verifier, not crash it.
 _COLUMNS = "stream, seq, position, kind, CAST(payload AS BLOB), version"
+# What an idempotency key appended before: the append checks it, `find_key` reports it.
+_PRIOR_KEY = (
+    "SELECT first_seq, last_seq, first_position, last_position "
+    "FROM idempotency WHERE stream=? AND key=?"
+)
 _MAX_POSITION = "SELECT COALESCE(MAX(position), 0) FROM events"
 _MOVED = (
     "SELECT stream, kind, MAX(seq), MAX(position) FROM events WHERE position > ? "
@@ -197,11 +202,7 @@ class SqliteLog:
                 raise StorageError(f"cannot begin an append on {self.path!r}: {exc}") from exc
             try:
                 if idempotency_key is not None:
-                    prior = c.execute(
-                        "SELECT first_seq, last_seq, first_position, last_position "
-                        "FROM idempotency WHERE stream=? AND key=?",
-                        (stream, idempotency_key),
-                    ).fetchone()
+                    prior = c.execute(_PRIOR_KEY, (stream, idempotency_key)).fetchone()
                     if prior is not None:
                         c.execute("COMMIT")
                         return self._duplicate(stream, *prior)
@@ -246,11 +247,7 @@ class SqliteLog:
     def find_key(self, stream: str, idempotency_key: str) -> AppendResult | None:
         try:
             with self._wlock:
-                prior = self._w.execute(
-                    "SELECT first_seq, last_seq, first_position, last_position "
-                    "FROM idempotency WHERE stream=? AND key=?",
-                    (stream, idempotency_key),
-                ).fetchone()
+                prior = self._w.execute(_PRIOR_KEY, (stream, idempotency_key)).fetchone()
                 return None if prior is None else self._duplicate(stream, *prior)
         except sqlite3.Error as exc:
             raise StorageError(f"read from {self.path!r} failed: {exc}") from exc
