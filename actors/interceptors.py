@@ -21,6 +21,13 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
+from projections import (
+    MODEL_BASE_URL,
+    MODEL_PROVIDER,
+    PROVIDERS,
+    parse_base_url,
+    secret_problem,
+)
 from spine import EPHEMERAL_KINDS, Event, InvalidStreamIdError, Kind, Severity, validate_session_id
 
 from .errors import InvalidRequest
@@ -175,6 +182,7 @@ def _err(text: str) -> InterceptResult:
 
 _HELP = """\
 /model NAME         model for the next turns
+/provider NAME [URL] wire format (scripted, openai, responses, anthropic) and server URL
 /temperature X      sampling temperature, 0 to 2
 /thinking LEVEL     thinking level: off, low, medium, high
 /max-tokens N       maximum output tokens per turn (positive integer)
@@ -203,6 +211,22 @@ def _model(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
         return _err("usage: /model NAME")
     s.set_metadata(MODEL_NAME, args[0])
     return _ok(f"model set to {args[0]}")
+
+
+def _provider(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
+    if not 1 <= len(args) <= 2 or args[0] not in PROVIDERS:
+        return _err(f"usage: /provider NAME [BASE_URL], NAME one of {', '.join(PROVIDERS)}")
+    url = None
+    if len(args) == 2:
+        try:
+            url = parse_base_url(args[1])
+        except SettingsError as exc:
+            return _err(str(exc))
+    s.set_metadata(MODEL_PROVIDER, args[0])
+    if url is not None:
+        s.set_metadata(MODEL_BASE_URL, url)
+        return _ok(f"provider set to {args[0]} at {url}")
+    return _ok(f"provider set to {args[0]}")
 
 
 def _temperature(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
@@ -235,6 +259,9 @@ def _set(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
         return _err("usage: /set KEY [VALUE]")
     key = args[0]
     value = args[1] if len(args) > 1 else None
+    problem = secret_problem({key: value})
+    if problem is not None:
+        return _err(problem)
     parse = PARSERS.get(key)
     if parse is not None and value is not None:
         try:
@@ -271,6 +298,7 @@ def _help(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
 
 _COMMANDS = {
     "/model": _model,
+    "/provider": _provider,
     "/temperature": _temperature,
     "/thinking": _thinking,
     "/max-tokens": _max_tokens,

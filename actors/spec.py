@@ -48,6 +48,17 @@ class AgentSpec:
     thinking_level: str = "off"
     temperature: float | None = None
     max_output_tokens: int | None = None
+    #: The wire format (`projections.PROVIDERS`); ``scripted`` runs offline.
+    provider: str = "scripted"
+    base_url: str | None = None
+    #: The name of the environment variable holding the API key (read when the turn runs).
+    api_key_env: str | None = None
+    #: Ask an OpenAI-compatible server for usage (``stream_options.include_usage``).
+    include_usage: bool = True
+    #: Idle seconds allowed between chunks.
+    timeout: float = 60.0
+    system: str | None = None
+    max_tool_rounds: int = 8
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, str]) -> AgentSpec:
@@ -59,12 +70,24 @@ class AgentSpec:
             thinking_level=s.thinking_level or "off",
             temperature=s.temperature,
             max_output_tokens=s.max_output_tokens,
+            provider=s.provider or "scripted",
+            base_url=s.base_url,
+            api_key_env=s.api_key_env,
+            include_usage=True if s.include_usage is None else s.include_usage,
+            timeout=60.0 if s.timeout is None else s.timeout,
+            system=s.system,
+            max_tool_rounds=8 if s.max_tool_rounds is None else s.max_tool_rounds,
         )
 
 
 @attrs.frozen(kw_only=True)
 class TurnInput:
-    """What an agent gets: the message that opened the turn and the conversation so far."""
+    """What an agent gets: the message that opened the turn and the conversation so far.
+
+    ``history`` is ``(role, text)`` pairs, oldest first, rebuilt from the session's own
+    events: ``user`` and ``assistant`` carry text; ``tool.call`` and ``tool.result`` carry
+    a JSON object (``id``, ``name``, ``input`` / ``result``, ``isError``).
+    """
 
     session_id: str
     turn: int

@@ -8,7 +8,9 @@ factory reads them through `model_settings`. Any other key is free-form.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -25,11 +27,35 @@ MODEL_THINKING_LEVEL = "ore.model.thinking_level"
 MODEL_TEMPERATURE = "ore.model.temperature"
 #: Output token cap as decimal text, a positive integer.
 MODEL_MAX_OUTPUT_TOKENS = "ore.model.max_output_tokens"
+#: Which wire format a turn speaks: one of `PROVIDERS`.
+MODEL_PROVIDER = "ore.model.provider"
+#: The model server's base URL (``http://127.0.0.1:11434/v1``).
+MODEL_BASE_URL = "ore.model.base_url"
+#: The NAME of the environment variable that holds the API key (never the key itself).
+MODEL_API_KEY_ENV = "ore.model.api_key_env"
+#: Whether to ask an OpenAI-compatible server for a usage chunk (``stream_options``);
+#: some servers refuse the option.
+MODEL_INCLUDE_USAGE = "ore.model.include_usage"
+#: Idle seconds allowed between two chunks of a model stream.
+MODEL_TIMEOUT = "ore.model.timeout"
+#: The system prompt.
+MODEL_SYSTEM = "ore.model.system"
+#: How many model -> tools -> model rounds one turn may take.
+MODEL_MAX_TOOL_ROUNDS = "ore.model.max_tool_rounds"
 #: Streams written before the seed's keys were adopted spell them without ``ore.``; they
 #: are still read (the seed's spelling wins when both are set).
 LEGACY_PREFIX = "model."
 
 THINKING_LEVELS = ("off", "low", "medium", "high")
+#: ``scripted`` is the offline default; the others are wire formats of real servers.
+PROVIDERS = ("scripted", "openai", "responses", "anthropic")
+
+_TRUE = ("true", "on", "yes", "1")
+_FALSE = ("false", "off", "no", "0")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+# Prefixes of credentials that providers and clouds issue; a value starting with one of
+# them is a key pasted where its variable's name belongs.
+_KEY_PREFIXES = ("sk-", "sk_", "pk-", "AKIA", "ASIA", "AIza", "xai-", "gsk_", "ghp_", "hf_")
 
 
 class SettingsError(ProjectionError, ValueError):
@@ -69,11 +95,102 @@ def parse_thinking(value: str, key: str = MODEL_THINKING_LEVEL) -> str:
     return value
 
 
+def parse_provider(value: str, key: str = MODEL_PROVIDER) -> str:
+    if value not in PROVIDERS:
+        raise SettingsError(f"{key} must be one of {', '.join(PROVIDERS)}, got {value!r}")
+    return value
+
+
+def parse_base_url(value: str, key: str = MODEL_BASE_URL) -> str:
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SettingsError(f"{key} must be an http:// or https:// URL with a host, got {value!r}")
+    return value.strip().rstrip("/")
+
+
+def looks_like_secret(value: str) -> bool:
+    """Whether ``value`` looks like a credential rather than a variable's name."""
+    if value.startswith(_KEY_PREFIXES):
+        return True
+    # Variable names are words joined by underscores; a long run of letters and digits
+    # with no separator is what generated keys look like.
+    longest = max((len(w) for w in value.split("_")), default=0)
+    return longest >= 24 and any(ch.isdigit() for ch in value)
+
+
+def parse_api_key_env(value: str, key: str = MODEL_API_KEY_ENV) -> str:
+    if looks_like_secret(value):
+        raise SettingsError(
+            f"{key} takes the NAME of an environment variable that holds the key, and the "
+            "value given looks like a key itself; it was not stored"
+        )
+    if not _ENV_NAME.fullmatch(value):
+        raise SettingsError(f"{key} must be an environment variable's name, got {value!r}")
+    return value
+
+
+def parse_bool(value: str, key: str = MODEL_INCLUDE_USAGE) -> bool:
+    v = value.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise SettingsError(f"{key} must be true or false, got {value!r}")
+
+
+def parse_timeout(value: str, key: str = MODEL_TIMEOUT) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        x = math.nan
+    if not 0.0 < x <= 86400.0:
+        raise SettingsError(f"{key} must be a number of seconds above 0, got {value!r}")
+    return x
+
+
+def parse_rounds(value: str, key: str = MODEL_MAX_TOOL_ROUNDS) -> int:
+    text = value.strip()
+    if not text.isdigit() or not 1 <= int(text) <= 1000:
+        raise SettingsError(f"{key} must be an integer from 1 to 1000, got {value!r}")
+    return int(text)
+
+
+def secret_problem(changes: Mapping[str, object]) -> str | None:
+    """Why ``changes`` must not be stored (a credential where a name belongs), or ``None``.
+
+    Metadata is an event, kept for ever and replayed everywhere: a key written into it
+    would leak into every copy of the log. So a value that looks like a key is refused
+    before anything is stored, on every path that writes metadata.
+    """
+    for key, value in changes.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            continue
+        name = key.removeprefix("ore.model.").removeprefix(LEGACY_PREFIX)
+        if name == "api_key_env":
+            try:
+                parse_api_key_env(value, key)
+            except SettingsError as exc:
+                if looks_like_secret(value):
+                    return str(exc)
+        elif name in ("api_key", "apikey", "key", "token", "secret") and value:
+            return (
+                f"{key} would store a credential in the log; put the key in an environment "
+                f"variable and store its NAME in {MODEL_API_KEY_ENV}"
+            )
+    return None
+
+
 #: The parser of every model key whose value has a shape (slash commands validate with it).
 PARSERS = {
     MODEL_TEMPERATURE: parse_temperature,
     MODEL_MAX_OUTPUT_TOKENS: parse_max_tokens,
     MODEL_THINKING_LEVEL: parse_thinking,
+    MODEL_PROVIDER: parse_provider,
+    MODEL_BASE_URL: parse_base_url,
+    MODEL_API_KEY_ENV: parse_api_key_env,
+    MODEL_INCLUDE_USAGE: parse_bool,
+    MODEL_TIMEOUT: parse_timeout,
+    MODEL_MAX_TOOL_ROUNDS: parse_rounds,
 }
 
 
@@ -122,6 +239,13 @@ class ModelSettings:
     thinking_level: str | None = None
     temperature: float | None = None
     max_output_tokens: int | None = None
+    provider: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    include_usage: bool | None = None
+    timeout: float | None = None
+    system: str | None = None
+    max_tool_rounds: int | None = None
     invalid: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
 
@@ -143,6 +267,12 @@ def model_settings(metadata: Mapping[str, str]) -> ModelSettings:
         ("thinking_level", MODEL_THINKING_LEVEL),
         ("temperature", MODEL_TEMPERATURE),
         ("max_output_tokens", MODEL_MAX_OUTPUT_TOKENS),
+        ("provider", MODEL_PROVIDER),
+        ("base_url", MODEL_BASE_URL),
+        ("api_key_env", MODEL_API_KEY_ENV),
+        ("include_usage", MODEL_INCLUDE_USAGE),
+        ("timeout", MODEL_TIMEOUT),
+        ("max_tool_rounds", MODEL_MAX_TOOL_ROUNDS),
     ):
         used, raw = model_value(metadata, key)
         if not raw:
@@ -154,6 +284,7 @@ def model_settings(metadata: Mapping[str, str]) -> ModelSettings:
             problems.append(str(exc))
     return ModelSettings(
         name=model_value(metadata, MODEL_NAME)[1] or None,
+        system=model_value(metadata, MODEL_SYSTEM)[1] or None,
         invalid=tuple(invalid),
         problems=tuple(problems),
         **values,  # type: ignore[arg-type]

@@ -26,6 +26,7 @@ from projections import (
     SessionsIndex,
     StatusReply,
     project,
+    secret_problem,
 )
 from spine import (
     Event,
@@ -160,6 +161,9 @@ class Host:
             validate_session_id(sid)
         except ValueError as exc:
             raise InvalidRequest(str(exc), session_id=str(sid)) from None
+        problem = secret_problem(metadata or {})
+        if problem is not None:
+            raise InvalidRequest(problem, session_id=sid)
         self._request(
             m.CreateSession(request_id=request_id(), session_id=sid, metadata=dict(metadata or {}))
         )
@@ -222,6 +226,9 @@ class Host:
                 raise InvalidRequest(
                     f"metadata must map non-empty string keys to strings or None, got {k!r}: {v!r}"
                 )
+        problem = secret_problem(properties)
+        if problem is not None:
+            raise InvalidRequest(problem, session_id=session_id)
         msg = m.SetMetadata(
             request_id=request_id(),
             session_id=session_id,

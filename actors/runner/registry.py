@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 
+from projections import secret_problem
 from spine import SpineError, validate_session_id
 
 from .. import messages as m
@@ -99,7 +100,7 @@ class Registry:
         """`CreateSession` (``sid`` already chosen); answered once the session is ready."""
         if self.closed:
             return [fail(reply_to, request_id, "RunnerClosed", "the runner is closed", sid)]
-        why = _valid(sid)
+        why = _valid(sid) or secret_problem(metadata)
         if why:
             return [fail(reply_to, request_id, "InvalidRequest", why, sid)]
         if sid in self.entries:

@@ -24,7 +24,7 @@ from spine import AppendResult, ConflictError, Event, SqliteLog, StorageError
 from spine.seal import KeyStore
 
 from .. import messages as m
-from ..agents import ScriptedFactory
+from ..agents import ModelFactory
 from ..messages import Ping, Pong
 from ..shell import GuardedActor
 from ..system import configure_actor_logging
@@ -218,7 +218,7 @@ class SessionActor(GuardedActor):
             self._start_turn(effect)
         elif isinstance(effect, c.CancelTurn):
             if self.worker is not None and self.worker.turn == effect.turn:
-                self.worker.cancelled.set()
+                self.worker.cancel()
                 self.worker = None
         elif isinstance(effect, c.EndSubscriptions):
             assert self.subs is not None
@@ -249,7 +249,7 @@ class SessionActor(GuardedActor):
 
     def _start_turn(self, effect: c.StartTurn) -> None:
         assert self.cfg is not None
-        factory = self.cfg.factory or ScriptedFactory()
+        factory = self.cfg.factory or ModelFactory()
         try:
             agent = factory.build(effect.spec, effect.input.session_id)
         except Exception as exc:  # a factory failure fails the turn, not the session
@@ -306,7 +306,7 @@ class SessionActor(GuardedActor):
         if self.cfg is None or self.state is None:
             return
         if self.worker is not None:
-            self.worker.cancelled.set()
+            self.worker.cancel()
             self.worker = None
         if self.stopping_sent:
             return
@@ -419,7 +419,7 @@ class SessionActor(GuardedActor):
             self.stopping_sent = True
             self.exited = True
             if self.worker is not None:
-                self.worker.cancelled.set()
+                self.worker.cancel()
             self.send(self.myAddress, ActorExitRequest())
             return
         self.wakeupAfter(timedelta(seconds=_ORPHAN_CHECK), "orphan-check")
@@ -428,7 +428,7 @@ class SessionActor(GuardedActor):
         self._notify()
         self.exited = True
         if self.worker is not None:
-            self.worker.cancelled.set()
+            self.worker.cancel()
             self.worker = None
         if self.log is not None:
             self.log.close()

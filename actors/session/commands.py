@@ -29,6 +29,9 @@ class Running:
     turn: int
     text: str = ""
     usage: Usage | None = None
+    #: How much of ``text`` is already stored as ``assistant.message`` events (text said
+    #: before a round's tool calls is stored ahead of them).
+    said: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -137,6 +140,9 @@ class Finished:
     text: str = ""
     error: str = ""
     usage: Usage | None = None
+    #: The providers' own usage reports, one per model call (kept beside the normalised
+    #: usage on ``turn.completed`` as ``providerUsage``).
+    provider_usage: tuple[Mapping[str, Any], ...] = ()
 
 
 @attrs.frozen(kw_only=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from projections import secret_problem
 from spine import Event, Kind, Phase, validate_session_id
 
 from .. import messages as m
@@ -174,6 +175,10 @@ def _intercepted(s: Session, cmd: Intercepted) -> Decision:
     changes = metadata_diff(st.metadata, cmd.changes)
     if ing is not None and ing.kind == Kind.PROPERTIES:
         changes.update(metadata_diff({**st.metadata, **changes}, ing.properties))  # type: ignore[dict-item]
+    problem = secret_problem(changes)
+    if problem is not None:
+        # Nothing of this ingress is stored: a credential must never reach the log.
+        return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", problem))
     if changes:
         events.append(Event(kind=Kind.PROPERTIES, properties=changes))
     ack = m.Ack(

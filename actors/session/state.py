@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
+import orjson
 
 from spine import Event, Kind, Phase, Usage, terminal_after
 
@@ -17,7 +18,7 @@ from spine import Event, Kind, Phase, Usage, terminal_after
 HISTORY_LIMIT = 200
 
 #: Version of `SessionState`'s shape; snapshots written by another version are ignored.
-SNAPSHOT_VERSION = 3
+SNAPSHOT_VERSION = 4
 
 
 @attrs.frozen(kw_only=True)
@@ -91,11 +92,21 @@ def _turn_started(state: SessionState, ev: Event, seq: int) -> Changes:
 
 
 def _assistant(state: SessionState, ev: Event, seq: int) -> Changes:
-    ot = state.open_turn
-    return {
-        "open_turn": attrs.evolve(ot, text=ev.text) if ot is not None else None,
-        "history": _push(state.history, ("assistant", ev.text, seq)),
-    }
+    return {"history": _push(state.history, ("assistant", ev.text, seq))}
+
+
+def _tool_call(state: SessionState, ev: Event, seq: int) -> Changes:
+    # The conversation a model gets is rebuilt from these, so a restarted session sends
+    # the same calls and results it had before.
+    body = orjson.dumps({"id": ev.tool_use_id, "name": ev.tool, "input": ev.input}).decode()
+    return {"history": _push(state.history, ("tool.call", body, seq))}
+
+
+def _tool_result(state: SessionState, ev: Event, seq: int) -> Changes:
+    body = orjson.dumps(
+        {"id": ev.tool_use_id, "name": ev.tool, "result": ev.result, "isError": ev.is_error}
+    ).decode()
+    return {"history": _push(state.history, ("tool.result", body, seq))}
 
 
 def _turn_ended(state: SessionState, ev: Event, seq: int) -> Changes:
@@ -116,6 +127,8 @@ _HANDLERS: dict[str, Callable[[SessionState, Event, int], Changes]] = {
     Kind.USER_MESSAGE: _user,
     Kind.TURN_STARTED: _turn_started,
     Kind.ASSISTANT: _assistant,
+    Kind.TOOL_CALL: _tool_call,
+    Kind.TOOL_RESULT: _tool_result,
     Kind.TURN_COMPLETED: _turn_ended,
     Kind.TURN_CANCELLED: _turn_ended,
     Kind.LIFECYCLE: _lifecycle,

@@ -40,7 +40,7 @@ def cancel(run: Running | None, reason: str) -> tuple[list[Event], tuple[Effect,
     ev = Event(
         kind=Kind.TURN_CANCELLED,
         turn=run.turn,
-        text=run.text,
+        text=run.text[run.said :],
         usage=nonzero(run.usage),
         reason=reason,
     )
@@ -103,8 +103,18 @@ def progress(s: Session, cmd: Progress) -> Decision:
         live = (
             Live(after_seq=s.stored.last_seq, kind=ASSISTANT_DELTA, severity="", text=cmd.text),
         )
-    events = tuple(attrs.evolve(e, turn=run.turn) for e in cmd.events)
-    return Decision(state=attrs.evolve(s, running=run), events=events, live=live)
+    events: list[Event] = []
+    if (
+        cmd.events
+        and len(run.text) > run.said
+        and any(e.kind == Kind.TOOL_CALL for e in cmd.events)
+    ):
+        # What the model said before asking for tools is its own message, stored ahead of
+        # the calls, so the conversation rebuilt from the stream has them in order.
+        events.append(Event(kind=Kind.ASSISTANT, turn=run.turn, text=run.text[run.said :]))
+        run = attrs.evolve(run, said=len(run.text))
+    events.extend(attrs.evolve(e, turn=run.turn) for e in cmd.events)
+    return Decision(state=attrs.evolve(s, running=run), events=tuple(events), live=live)
 
 
 def finished(s: Session, cmd: Finished) -> Decision:
@@ -112,7 +122,7 @@ def finished(s: Session, cmd: Finished) -> Decision:
     if run is None:
         return Decision(state=s)
     usage = nonzero(cmd.usage if cmd.usage is not None else run.usage)
-    text = run.text + cmd.text
+    text = (run.text + cmd.text)[run.said :]
     live: tuple[Live, ...] = ()
     if cmd.text:
         live = (
@@ -135,6 +145,7 @@ def finished(s: Session, cmd: Finished) -> Decision:
                 stop_reason=cmd.stop_reason,
                 usage=usage,
                 error=cmd.error,
+                extra={"providerUsage": list(cmd.provider_usage)} if cmd.provider_usage else None,
             )
         )
     events.append(done_event(run.turn))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from spine import Event, Kind, Usage
@@ -30,6 +30,22 @@ class TurnWorker:
         self._buf: list[str] = []
         self._last = time.monotonic()
         self._usage: Usage | None = None
+        self._raw: tuple[Mapping[str, Any], ...] = ()
+        self._on_cancel: list[Callable[[], object]] = []
+
+    def cancel(self) -> None:
+        """Stop the turn: set ``cancelled`` and run what the agent registered for it."""
+        self.cancelled.set()
+        for cb in self._on_cancel:
+            try:
+                cb()
+            except Exception:  # a cancel hook must not break the session's handler
+                pass
+
+    def on_cancel(self, callback: Callable[[], object]) -> None:
+        self._on_cancel.append(callback)
+        if self.cancelled.is_set():
+            callback()
 
     def start(self, agent: Agent, turn_input: TurnInput) -> threading.Thread:
         def work() -> None:
@@ -46,6 +62,7 @@ class TurnWorker:
         return t
 
     def flush(self, events: tuple[Event, ...] = ()) -> None:
+        """Hand buffered text (and ``events``) to the session now."""
         if self._buf or events:
             text = "".join(self._buf)
             self._buf.clear()
@@ -71,8 +88,9 @@ class TurnWorker:
         )
         self.flush((ev,))
 
-    def usage(self, usage: Usage) -> None:
+    def usage(self, usage: Usage, raw: tuple[Mapping[str, Any], ...] = ()) -> None:
         self._usage = usage
+        self._raw = raw
 
     def finish(self, stop_reason: str, error: str) -> None:
         # The last text rides on the finish message: one hand-back fewer per turn.
@@ -80,6 +98,11 @@ class TurnWorker:
         self._buf.clear()
         self._send(
             Finished(
-                turn=self.turn, stop_reason=stop_reason, text=text, error=error, usage=self._usage
+                turn=self.turn,
+                stop_reason=stop_reason,
+                text=text,
+                error=error,
+                usage=self._usage,
+                provider_usage=self._raw,
             )
         )

@@ -1,0 +1,217 @@
+"""Providers that talk to real model servers over HTTP, streaming (the ``models`` extra).
+
+The transport is an asynchronous client driven on the provider loop (`actors.agents.loop`):
+a blocking client cannot be cancelled from another thread while the server is silent (a
+long prefill, a model thinking), an asyncio task can, in milliseconds. So an interrupt
+cuts off even a request that has received nothing yet.
+
+Retries, with exponential backoff and jitter, cover only what cannot have produced output:
+connection failures, 429 (honouring ``Retry-After``) and 5xx answers before the first
+byte of the body. Once output has started, a failure ends the turn with its cause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from collections.abc import AsyncIterator, Callable
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import orjson
+
+from .accumulate import (
+    AnthropicAccumulator,
+    ChatAccumulator,
+    ProviderStreamError,
+    ResponsesAccumulator,
+    SseDecoder,
+)
+from .formats import anthropic_body, chat_body, endpoint, headers, responses_body
+from .wire import ModelRequest, StreamEvent
+
+try:
+    import httpx2 as httpx
+except ImportError:  # pragma: no cover - the models extra is not installed
+    httpx = None  # type: ignore[assignment]
+
+__all__ = ["HttpProvider", "ProviderError", "available"]
+
+_BUILDERS: dict[str, Callable[[ModelRequest], dict[str, Any]]] = {
+    "openai": chat_body,
+    "responses": responses_body,
+    "anthropic": anthropic_body,
+}
+_ACCUMULATORS: dict[str, Callable[[], Any]] = {
+    "openai": ChatAccumulator,
+    "responses": ResponsesAccumulator,
+    "anthropic": AnthropicAccumulator,
+}
+_RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+_MAX_RETRY_AFTER = 60.0
+
+
+class ProviderError(Exception):
+    """A model call failed for good; the message names the cause (status, body excerpt)."""
+
+
+def available() -> bool:
+    """Whether the HTTP client of the ``models`` extra is installed."""
+    return httpx is not None
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, min(float(value), _MAX_RETRY_AFTER))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    import time
+
+    return max(0.0, min(when.timestamp() - time.time(), _MAX_RETRY_AFTER))
+
+
+def _excerpt(body: bytes) -> str:
+    text = body.decode("utf-8", "replace").strip().replace("\n", " ")
+    return text[:300] + ("..." if len(text) > 300 else "")
+
+
+# One client per provider loop: its connection pool outlives a turn, so a conversation
+# reuses its connection instead of paying a handshake per model call.
+_clients: dict[int, Any] = {}
+os.register_at_fork(after_in_child=_clients.clear)
+
+
+def _client() -> Any:
+    loop = asyncio.get_running_loop()
+    c = _clients.get(id(loop))
+    if c is None:
+        # Proxies from the environment are ignored: a session's traffic goes where its
+        # metadata says, and nowhere else.
+        c = _clients[id(loop)] = httpx.AsyncClient(trust_env=False)
+    return c
+
+
+class HttpProvider:
+    """A `Provider` for one wire format (``openai``, ``responses``, ``anthropic``)."""
+
+    def __init__(
+        self,
+        fmt: str,
+        *,
+        base_url: str | None,
+        api_key: str | None,
+        timeout: float = 60.0,
+        connect_timeout: float = 10.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+    ) -> None:
+        if fmt not in _BUILDERS:
+            raise ValueError(f"unknown wire format {fmt!r}")
+        if httpx is None:
+            raise ProviderError(
+                f"the {fmt} provider needs the models extra: pip install 'vertebra[models]'"
+            )
+        self.fmt = fmt
+        self.url = endpoint(fmt, base_url)
+        self._headers = headers(fmt, api_key)
+        self._timeout = httpx.Timeout(connect=connect_timeout, read=timeout, write=30.0, pool=30.0)
+        self.read_timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.last_thinking: tuple[tuple[str, str], ...] = ()
+
+    def _delay(self, attempt: int, hint: float | None) -> float:
+        if hint is not None:
+            return hint
+        base: float = min(self.max_backoff, self.backoff * (2**attempt))
+        return base / 2 + random.random() * base / 2
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        body = orjson.dumps(_BUILDERS[self.fmt](request))
+        client = _client()
+        attempt = 0
+        while True:
+            try:
+                async with client.stream(
+                    "POST", self.url, content=body, headers=self._headers, timeout=self._timeout
+                ) as resp:
+                    if resp.status_code >= 400:
+                        excerpt = _excerpt(await resp.aread())
+                        if resp.status_code in _RETRY_STATUS and attempt < self.retries:
+                            hint = _retry_after(resp.headers.get("retry-after"))
+                            await asyncio.sleep(self._delay(attempt, hint))
+                            attempt += 1
+                            continue
+                        raise ProviderError(
+                            f"{self.url} answered {resp.status_code}: {excerpt or 'no body'}"
+                        )
+                    async for ev in self._events(resp):
+                        yield ev
+                    return
+            except httpx.ConnectError as exc:
+                if attempt < self.retries:
+                    await asyncio.sleep(self._delay(attempt, None))
+                    attempt += 1
+                    continue
+                raise ProviderError(f"cannot connect to {self.url}: {exc}") from None
+            except httpx.ConnectTimeout:
+                if attempt < self.retries:
+                    attempt += 1
+                    continue
+                raise ProviderError(f"connecting to {self.url} timed out") from None
+            except httpx.ReadTimeout:
+                raise ProviderError(
+                    f"{self.url} sent nothing for {self.read_timeout:g} s (ore.model.timeout)"
+                ) from None
+            except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+                raise ProviderError(f"the stream from {self.url} broke off: {exc}") from None
+            except httpx.InvalidURL as exc:
+                raise ProviderError(f"invalid model server URL {self.url}: {exc}") from None
+
+    async def _events(self, resp: Any) -> AsyncIterator[StreamEvent]:
+        acc = _ACCUMULATORS[self.fmt]()
+        dec = SseDecoder()
+        done = False
+        async for chunk in resp.aiter_raw():
+            for _event, data in dec.feed(chunk):
+                if data.strip() == "[DONE]":
+                    done = True
+                    break
+                try:
+                    obj = orjson.loads(data)
+                except orjson.JSONDecodeError:
+                    raise ProviderError(
+                        f"{self.url} sent a chunk that is not JSON: {data[:200]!r}"
+                    ) from None
+                try:
+                    for ev in acc.feed(obj):
+                        yield ev
+                except ProviderStreamError as exc:
+                    raise ProviderError(str(exc)) from None
+            if done:
+                break
+        if not done:
+            for _event, data in dec.close():
+                if data.strip() != "[DONE]":
+                    try:
+                        obj = orjson.loads(data)
+                    except orjson.JSONDecodeError:
+                        continue
+                    try:
+                        for ev in acc.feed(obj):
+                            yield ev
+                    except ProviderStreamError as exc:
+                        raise ProviderError(str(exc)) from None
+        for ev in acc.finish():
+            yield ev
+        # Anthropic's signed reasoning must go back with the tool results of this turn.
+        self.last_thinking = tuple(getattr(acc, "thinking", ()))

@@ -1,0 +1,218 @@
+"""The tool loop: model -> tool calls -> results -> model, until the model stops.
+
+`ModelAgent` is the `Agent` every provider runs under. A turn is a coroutine on the
+process's provider loop (one asyncio loop on a daemon thread, started on first use),
+so an interrupt cancels the in-flight request from the session's thread at once; the
+turn worker's thread just waits for the coroutine's result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import orjson
+
+from spine import Usage
+
+from ..spec import AgentSpec, TurnInput
+from .base import TurnOutput
+from .formats import conversation
+from .tools import ToolError, ToolRegistry
+from .wire import (
+    Message,
+    ModelRequest,
+    ReasoningDelta,
+    Stopped,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    ToolCallDone,
+    UsageSeen,
+)
+
+__all__ = ["ModelAgent", "Provider", "provider_loop"]
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """One model server's wire format: stream one model call as `StreamEvent`s (text and
+    reasoning deltas as they come; tool calls, usage and the stop reason at the end).
+    Cancelled by cancelling the task that iterates it."""
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]: ...
+
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def _forgotten_in_child() -> None:
+    # A forked process (Thespian forks every actor) inherits the loop object but not the
+    # thread that runs it: start afresh there, or a turn would wait on a loop nobody runs.
+    global _loop, _loop_lock
+    _loop = None
+    _loop_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forgotten_in_child)
+
+
+def provider_loop() -> asyncio.AbstractEventLoop:
+    """This process's provider loop (started on first use, lives as long as the process)."""
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            t = threading.Thread(target=loop.run_forever, name="vertebra-providers", daemon=True)
+            t.start()
+            _loop = loop
+        return _loop
+
+
+class ModelAgent:
+    """An `Agent` that drives a `Provider` through the tool loop.
+
+    Parallel tool calls in one response run concurrently; each gets its ``tool.call``
+    and ``tool.result`` under the provider's call id, and each result goes back matched
+    by that id. After ``spec.max_tool_rounds`` rounds, further calls are answered with
+    an error result (not run) and the turn ends with stop reason ``max_tool_rounds``.
+    """
+
+    def __init__(
+        self,
+        spec: AgentSpec,
+        provider: Provider,
+        tools: ToolRegistry | None = None,
+        flush_interval: float = 0.02,
+    ) -> None:
+        self.spec = spec
+        self.provider = provider
+        self.tools = tools if tools is not None else ToolRegistry()
+        self.flush_interval = flush_interval
+
+    def run(self, turn: TurnInput, out: TurnOutput) -> str:
+        fut = asyncio.run_coroutine_threadsafe(self.turn(turn, out), provider_loop())
+        out.on_cancel(fut.cancel)
+        try:
+            return fut.result()
+        except concurrent.futures.CancelledError:
+            return "cancelled"
+
+    async def turn(self, turn: TurnInput, out: TurnOutput) -> str:
+        spec = self.spec
+        msgs = list(conversation(turn.history, turn.text))
+        specs = self.tools.specs()
+        total = Usage()
+        raws: list[Mapping[str, Any]] = []
+        rounds = 0
+        loop = asyncio.get_running_loop()
+        timer: list[asyncio.TimerHandle | None] = [None]
+
+        def flushed() -> None:
+            timer[0] = None
+            out.flush()
+
+        try:
+            while True:
+                req = ModelRequest(
+                    model=spec.model,
+                    messages=tuple(msgs),
+                    tools=specs,
+                    system=spec.system,
+                    temperature=spec.temperature,
+                    max_output_tokens=spec.max_output_tokens,
+                    thinking_level=spec.thinking_level,
+                    include_usage=spec.include_usage,
+                )
+                text: list[str] = []
+                calls: list[ToolCall] = []
+                stop = "end_turn"
+                seen: UsageSeen | None = None
+                async for ev in self.provider.stream(req):
+                    if isinstance(ev, TextDelta):
+                        text.append(ev.text)
+                        out.text(ev.text)
+                        # Whatever the worker holds back goes out within one interval,
+                        # even if the stream goes quiet now.
+                        if timer[0] is None:
+                            timer[0] = loop.call_later(self.flush_interval, flushed)
+                    elif isinstance(ev, ToolCallDone):
+                        calls.append(ev.call)
+                    elif isinstance(ev, UsageSeen):
+                        seen = ev
+                        out.usage(total + ev.usage, (*raws, ev.raw) if ev.raw else tuple(raws))
+                    elif isinstance(ev, Stopped):
+                        stop = ev.reason
+                    elif isinstance(ev, ReasoningDelta):
+                        pass  # counted in usage; not part of the conversation
+                if seen is not None:
+                    total = total + seen.usage
+                    if seen.raw:
+                        raws.append(seen.raw)
+                if not calls:
+                    return stop
+                thinking = tuple(getattr(self.provider, "last_thinking", ()))
+                msgs.append(
+                    Message(
+                        role="assistant",
+                        text="".join(text),
+                        tool_calls=tuple(calls),
+                        thinking=thinking,
+                    )
+                )
+                if rounds >= spec.max_tool_rounds:
+                    why = (
+                        "not run: the turn reached its limit of "
+                        f"{spec.max_tool_rounds} tool rounds (ore.model.max_tool_rounds)"
+                    )
+                    for c in calls:
+                        out.tool_call(c.name, c.id, c.arguments)
+                    for c in calls:
+                        out.tool_result(c.name, c.id, why, True)
+                    return "max_tool_rounds"
+                rounds += 1
+                for c in calls:
+                    out.tool_call(c.name, c.id, c.arguments)
+                results = await asyncio.gather(*(self._run_tool(c) for c in calls))
+                for c, (result, is_error) in zip(calls, results, strict=True):
+                    out.tool_result(c.name, c.id, result, is_error)
+                    msgs.append(
+                        Message(
+                            role="tool",
+                            text=result,
+                            tool_use_id=c.id,
+                            tool_name=c.name,
+                            is_error=is_error,
+                        )
+                    )
+        finally:
+            if timer[0] is not None:
+                timer[0].cancel()
+
+    async def _run_tool(self, call: ToolCall) -> tuple[str, bool]:
+        if call.error:
+            return call.error, True
+        tool = self.tools.get(call.name)
+        if tool is None:
+            known = ", ".join(sorted(self.tools.tools)) or "none"
+            return f"unknown tool {call.name!r}; the tools are: {known}", True
+        try:
+            args = orjson.loads(call.arguments or "{}")
+        except orjson.JSONDecodeError as exc:
+            return f"the arguments are not valid JSON: {exc}", True
+        if not isinstance(args, dict):
+            return "the arguments must be a JSON object", True
+        loop = asyncio.get_running_loop()
+        try:
+            # Off the loop: a slow tool must not hold up other sessions' streams.
+            result = await loop.run_in_executor(None, tool.fn, args)
+        except ToolError as exc:
+            return str(exc), True
+        except Exception as exc:
+            return f"{call.name} failed: {type(exc).__name__}: {exc}", True
+        return str(result), False

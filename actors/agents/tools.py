@@ -1,0 +1,186 @@
+"""Tools a model may call: a registry and the built-ins (``clock``, ``calculator``).
+
+A tool is a name, a description, JSON-schema parameters and a Python callable that takes
+the decoded arguments and returns text. Tools travel to session processes inside the
+agent factory, so their callables must be importable module-level functions.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+
+from .wire import ToolSpec
+
+__all__ = [
+    "CALCULATOR",
+    "CLOCK",
+    "Tool",
+    "ToolError",
+    "ToolRegistry",
+    "builtin_tools",
+    "calculate",
+]
+
+
+class ToolError(Exception):
+    """A tool could not do what was asked; its message goes back to the model."""
+
+
+@attrs.frozen(kw_only=True)
+class Tool:
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    fn: Callable[[Mapping[str, Any]], str]
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
+
+
+@attrs.frozen
+class ToolRegistry:
+    """The tools offered to the model, by name."""
+
+    tools: Mapping[str, Tool] = attrs.field(factory=dict)
+
+    @classmethod
+    def of(cls, tools: Iterable[Tool]) -> ToolRegistry:
+        return cls({t.name: t for t in tools})
+
+    def with_tool(self, tool: Tool) -> ToolRegistry:
+        return ToolRegistry({**self.tools, tool.name: tool})
+
+    def get(self, name: str) -> Tool | None:
+        return self.tools.get(name)
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        return tuple(t.spec() for t in self.tools.values())
+
+    def __len__(self) -> int:
+        return len(self.tools)
+
+
+def _clock(args: Mapping[str, Any]) -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+_BINARY: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_UNARY: dict[type, Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_FUNCS: dict[str, Callable[..., Any]] = {
+    "abs": abs,
+    "round": round,
+    "min": min,
+    "max": max,
+    "sqrt": math.sqrt,
+    "exp": math.exp,
+    "log": math.log,
+    "log10": math.log10,
+    "sin": math.sin,
+    "cos": math.cos,
+    "tan": math.tan,
+    "floor": math.floor,
+    "ceil": math.ceil,
+}
+_CONSTS = {"pi": math.pi, "e": math.e, "tau": math.tau}
+_MAX_EXPR = 500
+_MAX_MAGNITUDE = 10**100
+
+
+def calculate(expression: str) -> int | float:
+    """Evaluate arithmetic without ``eval``: numbers, + - * / // % **, parentheses, a few
+    math functions and constants. Anything else is a `ToolError` naming it."""
+    if not isinstance(expression, str) or not expression.strip():
+        raise ToolError("expression must be a non-empty string")
+    if len(expression) > _MAX_EXPR:
+        raise ToolError(f"expression is longer than {_MAX_EXPR} characters")
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ToolError(f"cannot parse {expression!r}: {exc.msg}") from None
+    value = _eval(tree.body)
+    if not isinstance(value, int | float):
+        raise ToolError(f"{expression!r} is not a number")
+    return value
+
+
+def _eval(node: ast.AST) -> Any:
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in _CONSTS:
+        return _CONSTS[node.id]
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _eval(node.left), _eval(node.right)
+        if isinstance(node.op, ast.Pow) and (abs(right) > 1000 or abs(left) > _MAX_MAGNITUDE):
+            raise ToolError("exponent too large")
+        try:
+            value = _BINARY[type(node.op)](left, right)
+        except (ZeroDivisionError, OverflowError, ValueError) as exc:
+            raise ToolError(str(exc)) from None
+        if isinstance(value, complex):
+            raise ToolError("the result is not a real number")
+        if isinstance(value, int) and abs(value) > _MAX_MAGNITUDE:
+            raise ToolError("the result is too large")
+        return value
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](_eval(node.operand))
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _FUNCS
+        and not node.keywords
+    ):
+        args = [_eval(a) for a in node.args]
+        try:
+            return _FUNCS[node.func.id](*args)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ToolError(f"{node.func.id}: {exc}") from None
+    raise ToolError(f"not allowed in an expression: {ast.unparse(node)!r}")
+
+
+def _calculator(args: Mapping[str, Any]) -> str:
+    value = calculate(args.get("expression"))  # type: ignore[arg-type]
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    return repr(value)
+
+
+CLOCK = Tool(
+    name="clock",
+    description="The current date and time in UTC, ISO 8601.",
+    parameters={"type": "object", "properties": {}, "additionalProperties": False},
+    fn=_clock,
+)
+
+CALCULATOR = Tool(
+    name="calculator",
+    description=(
+        "Evaluate an arithmetic expression: numbers, + - * / // % **, parentheses, "
+        "sqrt, exp, log, log10, sin, cos, tan, floor, ceil, abs, round, min, max, pi, e."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {"expression": {"type": "string", "description": "e.g. 2 * (3 + 4)"}},
+        "required": ["expression"],
+        "additionalProperties": False,
+    },
+    fn=_calculator,
+)
+
+
+def builtin_tools() -> ToolRegistry:
+    return ToolRegistry.of([CLOCK, CALCULATOR])
