@@ -4,7 +4,7 @@ One per format: OpenAI chat completions (`ChatAccumulator`, the protocol of vLLM
 llama.cpp's server, Ollama and hosted APIs), Anthropic Messages (`AnthropicAccumulator`)
 and the OpenAI Responses API (`ResponsesAccumulator`). Each takes decoded JSON objects
 one at a time (`feed`) and yields text and reasoning deltas as they come; tool calls,
-usage and the stop reason are settled by `finish`.
+usage and the stop reason are settled by `finish`; usage is reported as soon as it is seen.
 
 Real servers send shapes the official SDKs mishandle, so the chat rules are explicit:
 
@@ -206,7 +206,9 @@ class ChatAccumulator:
             raise ProviderStreamError(f"the server reported an error: {message}")
         usage = chunk.get("usage")
         if isinstance(usage, Mapping) and usage:
+            # Reported as it arrives, so a call cut off later still counts what it used.
             self._usage = usage
+            out.append(UsageSeen(openai_usage(usage), usage))
         choices = chunk.get("choices")
         if not isinstance(choices, list):
             return out
@@ -274,8 +276,6 @@ class ChatAccumulator:
             out.append(
                 ToolCallDone(_settle_call(slot.order, slot.id, slot.name, "".join(slot.arguments)))
             )
-        if self._usage is not None:
-            out.append(UsageSeen(openai_usage(self._usage), self._usage))
         finish = self._finish
         if self._calls and finish in (None, "stop"):
             finish = "tool_calls"  # servers that stop "normally" after a call
@@ -303,7 +303,8 @@ class AnthropicAccumulator:
             what = f"{_get(err, 'type') or ''} {_get(err, 'message') or err}".strip()
             raise ProviderStreamError(f"the server reported an error: {what}")
         if kind == "message_start":
-            self._merge_usage(_get(event.get("message"), "usage"))
+            if self._merge_usage(_get(event.get("message"), "usage")):
+                out.append(UsageSeen(anthropic_usage(self._usage), dict(self._usage)))
         elif kind == "content_block_start":
             index = event.get("index")
             block = event.get("content_block")
@@ -346,14 +347,17 @@ class AnthropicAccumulator:
             if isinstance(stop, str) and stop:
                 self._stop = stop
             # Cumulative: each report restates the totals so far.
-            self._merge_usage(event.get("usage"))
+            if self._merge_usage(event.get("usage")):
+                out.append(UsageSeen(anthropic_usage(self._usage), dict(self._usage)))
         return out
 
-    def _merge_usage(self, usage: Any) -> None:
-        if isinstance(usage, Mapping):
-            for k, v in usage.items():
-                if v is not None:
-                    self._usage[k] = v
+    def _merge_usage(self, usage: Any) -> bool:
+        if not isinstance(usage, Mapping) or not usage:
+            return False
+        for k, v in usage.items():
+            if v is not None:
+                self._usage[k] = v
+        return True
 
     def finish(self) -> list[StreamEvent]:
         out: list[StreamEvent] = []
@@ -364,8 +368,6 @@ class AnthropicAccumulator:
                 out.append(ToolCallDone(_settle_call(index, b["id"], b["name"], args)))
             elif b["type"] == "thinking":
                 self.thinking.append(("".join(b["thinking"]), b["signature"]))
-        if self._usage:
-            out.append(UsageSeen(anthropic_usage(self._usage), dict(self._usage)))
         out.append(Stopped(stop_reason(self._stop)))
         return out
 
@@ -421,6 +423,7 @@ class ResponsesAccumulator:
             if isinstance(resp, Mapping):
                 if isinstance(resp.get("usage"), Mapping):
                     self._usage = resp["usage"]
+                    out.append(UsageSeen(responses_usage(resp["usage"]), resp["usage"]))
                 self._status = resp.get("status") or kind.split(".")[-1]
                 reason = _get(resp.get("incomplete_details"), "reason")
                 self._incomplete = reason if isinstance(reason, str) else None
@@ -441,8 +444,6 @@ class ResponsesAccumulator:
             c = self._calls[key]
             args = c["done"] if c["done"] is not None else "".join(c["args"])
             out.append(ToolCallDone(_settle_call(i, c["call_id"], c["name"], args)))
-        if self._usage is not None:
-            out.append(UsageSeen(responses_usage(self._usage), self._usage))
         if self._order:
             reason = "tool_use"
         elif self._status == "incomplete":

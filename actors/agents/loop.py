@@ -146,6 +146,8 @@ class ModelAgent:
                     elif isinstance(ev, UsageSeen):
                         seen = ev
                         out.usage(total + ev.usage, (*raws, ev.raw) if ev.raw else tuple(raws))
+                        if timer[0] is None:
+                            timer[0] = loop.call_later(self.flush_interval, flushed)
                     elif isinstance(ev, Stopped):
                         stop = ev.reason
                     elif isinstance(ev, ReasoningDelta):

@@ -30,6 +30,7 @@ class TurnWorker:
         self._buf: list[str] = []
         self._last = time.monotonic()
         self._usage: Usage | None = None
+        self._usage_sent: Usage | None = None
         self._raw: tuple[Mapping[str, Any], ...] = ()
         self._on_cancel: list[Callable[[], object]] = []
 
@@ -62,10 +63,11 @@ class TurnWorker:
         return t
 
     def flush(self, events: tuple[Event, ...] = ()) -> None:
-        """Hand buffered text (and ``events``) to the session now."""
-        if self._buf or events:
+        """Hand buffered text (and ``events``, and usage that changed) to the session now."""
+        if self._buf or events or self._usage is not self._usage_sent:
             text = "".join(self._buf)
             self._buf.clear()
+            self._usage_sent = self._usage
             self._send(Progress(turn=self.turn, text=text, events=events, usage=self._usage))
         self._last = time.monotonic()
 
