@@ -552,6 +552,14 @@ def test_an_unreachable_server_fails_after_retries_naming_the_url() -> None:
         _collect(p)
 
 
+def test_content_and_reasoning_in_one_delta_are_both_read() -> None:
+    """A delta carrying text and reasoning together (and a role) yields both."""
+    acc = ChatAccumulator()
+    c = chunk(content="A", reasoning="because")
+    c["choices"][0]["delta"]["role"] = "assistant"
+    assert acc.feed(c) == [TextDelta("A"), ReasoningDelta("because")]
+
+
 def test_an_error_event_in_an_anthropic_stream_is_raised_with_its_message() -> None:
     """Anthropic's in-stream error event (overloaded) is an error, not an empty answer."""
     acc = AnthropicAccumulator()

@@ -133,33 +133,33 @@ class SseDecoder:
         self._data: list[str] = []
 
     def feed(self, chunk: bytes) -> list[tuple[str, str]]:
-        self._buf += chunk
+        buf = self._buf + chunk
+        tail = b""
+        if b"\r" in buf:
+            if buf.endswith(b"\r"):
+                # Perhaps the first half of a CRLF: keep it until the next read.
+                buf, tail = buf[:-1], b"\r"
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = buf.split(b"\n")
+        self._buf = lines.pop() + tail
         out: list[tuple[str, str]] = []
-        while True:
-            cut = -1
-            for i, b in enumerate(self._buf):
-                if b in (10, 13):
-                    cut = i
-                    break
-            if cut < 0:
-                return out
-            line = self._buf[:cut].decode("utf-8", "replace")
-            skip = 2 if self._buf[cut : cut + 2] == b"\r\n" else 1
-            if self._buf[cut] == 13 and cut + 1 == len(self._buf):
-                return out  # a CR that may be the first half of CRLF: wait for more
-            self._buf = self._buf[cut + skip :]
-            self._line(line, out)
+        for line in lines:
+            self._line(line.decode("utf-8", "replace"), out)
+        return out
 
     def close(self) -> list[tuple[str, str]]:
         """Dispatch what an unterminated last event holds."""
         out: list[tuple[str, str]] = []
-        if self._buf:
-            self._line(self._buf.decode("utf-8", "replace"), out)
-            self._buf = b""
+        if self._buf.strip(b"\r"):
+            self._line(self._buf.strip(b"\r").decode("utf-8", "replace"), out)
+        self._buf = b""
         self._line("", out)
         return out
 
     def _line(self, line: str, out: list[tuple[str, str]]) -> None:
+        if line.startswith("data: "):
+            self._data.append(line[6:])
+            return
         if not line:
             if self._data:
                 out.append((self._event or "message", "\n".join(self._data)))
@@ -200,6 +200,28 @@ class ChatAccumulator:
         out: list[StreamEvent] = []
         if not isinstance(chunk, Mapping):
             return out
+        if "error" in chunk or "usage" in chunk:
+            self._rare(chunk, out)
+        choices = chunk.get("choices")
+        if not choices or type(choices) is not list:
+            return out
+        for choice in choices:
+            # One completion per request; other choices are not ours.
+            if type(choice) is not dict or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta")
+            if delta:
+                text = delta.get("content")
+                if text and type(text) is str:
+                    out.append(TextDelta(text))
+                if len(delta) > ("content" in delta) + ("role" in delta):
+                    self._more(delta, out)
+            finish = choice.get("finish_reason")
+            if finish and type(finish) is str:
+                self._finish = finish
+        return out
+
+    def _rare(self, chunk: Mapping[str, Any], out: list[StreamEvent]) -> None:
         err = chunk.get("error")
         if err:
             message = _get(err, "message") or err
@@ -209,30 +231,18 @@ class ChatAccumulator:
             # Reported as it arrives, so a call cut off later still counts what it used.
             self._usage = usage
             out.append(UsageSeen(openai_usage(usage), usage))
-        choices = chunk.get("choices")
-        if not isinstance(choices, list):
-            return out
-        for choice in choices:
-            if not isinstance(choice, Mapping) or _int(choice.get("index")) != 0:
-                continue  # one completion per request; other choices are not ours
-            delta = choice.get("delta")
-            if isinstance(delta, Mapping):
-                text = delta.get("content")
-                if isinstance(text, str) and text:
-                    out.append(TextDelta(text))
-                for key in ("reasoning_content", "reasoning"):
-                    r = delta.get(key)
-                    if isinstance(r, str) and r:
-                        out.append(ReasoningDelta(r))
-                calls = delta.get("tool_calls")
-                if isinstance(calls, list):
-                    for tc in calls:
-                        if isinstance(tc, Mapping):
-                            self._tool_delta(tc)
-            finish = choice.get("finish_reason")
-            if isinstance(finish, str) and finish:
-                self._finish = finish
-        return out
+
+    def _more(self, delta: Mapping[str, Any], out: list[StreamEvent]) -> None:
+        # Anything beyond role and content: reasoning, tool calls.
+        for key in ("reasoning_content", "reasoning"):
+            r = delta.get(key)
+            if isinstance(r, str) and r:
+                out.append(ReasoningDelta(r))
+        calls = delta.get("tool_calls")
+        if isinstance(calls, list):
+            for tc in calls:
+                if isinstance(tc, Mapping):
+                    self._tool_delta(tc)
 
     def _tool_delta(self, tc: Mapping[str, Any]) -> None:
         raw_index = tc.get("index")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -62,6 +63,7 @@ class SessionActor(GuardedActor):
         self.worker: TurnWorker | None = None
         self.subs: Subscriptions | None = None
         self.outbox: Outbox | None = None
+        self._notified_at = 0.0
         self.snapshots: SnapshotStore | None = None
         self.snap_seq = 0
         self.exited = False
@@ -285,6 +287,10 @@ class SessionActor(GuardedActor):
         self.outbox.add(records or (), live or (), keys or ())
         if self.outbox.full():
             self._notify()
+        elif live and time.monotonic() - self._notified_at >= NOTIFY_INTERVAL:
+            # The first words after a quiet spell go out at once (a user waits for the first
+            # token); what follows them is gathered as before.
+            self._notify()
         elif not self._notify_scheduled:
             self._notify_scheduled = True
             self.wakeupAfter(timedelta(seconds=NOTIFY_INTERVAL), "notify")
@@ -300,6 +306,7 @@ class SessionActor(GuardedActor):
         if self.outbox is None or not self.outbox or self.state is None:
             return
         busy = self.state.running is not None or self.state.stored.busy
+        self._notified_at = time.monotonic()
         self.send(self.runner, self.outbox.take(busy))
 
     def _stop_self(self, reason: str) -> None:

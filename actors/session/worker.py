@@ -28,7 +28,8 @@ class TurnWorker:
         self.cancelled = threading.Event()
         self._interval = interval
         self._buf: list[str] = []
-        self._last = time.monotonic()
+        # The first words of a turn go out at once; later ones are batched per interval.
+        self._last = 0.0
         self._usage: Usage | None = None
         self._usage_sent: Usage | None = None
         self._raw: tuple[Mapping[str, Any], ...] = ()
