@@ -238,7 +238,7 @@ def _demo(args: argparse.Namespace) -> int:
 
         say("/model scripted-large")
         say("What is the spine?")
-        say('!tool search {"q": "event sourcing"}')
+        say('!tool calculator {"expression": "17 * 23"}')
         print("\n> !slow 0.05 a long answer that the user cuts off halfway through")
         ack = host.send(sid, "!slow 0.05 a long answer that the user cuts off halfway through")
         with host.subscribe(sid, ack.seq, kinds=[Kind.TURN_STARTED]) as sub:

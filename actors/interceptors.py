@@ -182,7 +182,8 @@ def _err(text: str) -> InterceptResult:
 
 _HELP = """\
 /model NAME         model for the next turns
-/provider NAME [URL] wire format (scripted, openai, responses, anthropic) and server URL
+/provider NAME [URL [MODEL]]  wire format (scripted, openai, responses, anthropic),
+                    server URL and model
 /temperature X      sampling temperature, 0 to 2
 /thinking LEVEL     thinking level: off, low, medium, high
 /max-tokens N       maximum output tokens per turn (positive integer)
@@ -214,19 +215,25 @@ def _model(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
 
 
 def _provider(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
-    if not 1 <= len(args) <= 2 or args[0] not in PROVIDERS:
-        return _err(f"usage: /provider NAME [BASE_URL], NAME one of {', '.join(PROVIDERS)}")
+    usage = f"usage: /provider NAME [BASE_URL [MODEL]], NAME one of {', '.join(PROVIDERS)}"
+    words = args[:1] + (args[1].split() if len(args) > 1 else [])
+    if not 1 <= len(words) <= 3 or words[0] not in PROVIDERS:
+        return _err(usage)
     url = None
-    if len(args) == 2:
+    if len(words) >= 2:
         try:
-            url = parse_base_url(args[1])
+            url = parse_base_url(words[1])
         except SettingsError as exc:
             return _err(str(exc))
-    s.set_metadata(MODEL_PROVIDER, args[0])
+    s.set_metadata(MODEL_PROVIDER, words[0])
+    text = f"provider set to {words[0]}"
     if url is not None:
         s.set_metadata(MODEL_BASE_URL, url)
-        return _ok(f"provider set to {args[0]} at {url}")
-    return _ok(f"provider set to {args[0]}")
+        text += f" at {url}"
+    if len(words) == 3:
+        s.set_metadata(MODEL_NAME, words[2])
+        text += f", model {words[2]}"
+    return _ok(text)
 
 
 def _temperature(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:

@@ -450,3 +450,98 @@ def test_the_factory_names_a_missing_model_name_and_an_unset_key_variable() -> N
 def test_tool_calls_keep_their_provider_id() -> None:
     """A ToolCall is a value: id, name and raw arguments as the model sent them."""
     assert ToolCall(id="a", name="b") == ToolCall(id="a", name="b", arguments="{}")
+
+
+# -- the session's side: decisions about a model's output (pure) -------------------------
+
+
+def _tool_events(cid: str) -> list[Any]:
+    from spine import Event
+
+    return [
+        Event(kind=Kind.TOOL_CALL, tool="calculator", tool_use_id=cid, input='{"expression": "1"}'),
+    ]
+
+
+def test_text_before_tool_calls_is_stored_ahead_of_them_as_its_own_message() -> None:
+    """Given a turn that said something, when its worker hands over a tool call, then the
+    text is stored first as an assistant message, and the final answer holds only the rest."""
+    from actors.testing import SessionKit
+
+    kit = SessionKit()
+    kit.send("what is 1?")
+    kit.progress(text="Let me check.")
+    out = kit.progress(events=_tool_events("c1"))
+    assert [(e.kind, e.text or e.tool) for e in out.events] == [
+        (Kind.ASSISTANT, "Let me check."),
+        (Kind.TOOL_CALL, "calculator"),
+    ]
+    out = kit.finish(text="It is 1.")
+    assert [e.text for e in out.events if e.kind == Kind.ASSISTANT] == ["It is 1."]
+    # The history an agent gets next has the calls in place.
+    roles = [r for r, _t, _s in kit.state.stored.history]
+    assert roles == ["user", "assistant", "tool.call", "assistant"]
+
+
+def test_a_cancelled_turn_keeps_only_the_text_not_yet_stored() -> None:
+    """Text stored before the tool call is not repeated in turn.cancelled."""
+    from actors.testing import SessionKit
+
+    kit = SessionKit()
+    kit.send("go")
+    kit.progress(text="First part.", events=_tool_events("c1"))
+    kit.progress(text=" Second")
+    out = kit.interrupt()
+    (cancelled,) = [e for e in out.events if e.kind == Kind.TURN_CANCELLED]
+    assert cancelled.text == " Second"
+
+
+def test_provider_usage_is_kept_beside_the_usage_on_turn_completed() -> None:
+    """Each model call's raw report lands on turn.completed as providerUsage."""
+    from actors.session.commands import Finished as Fin
+    from actors.testing import SessionKit
+
+    kit = SessionKit()
+    kit.send("go")
+    raw = ({"prompt_tokens": 3, "completion_tokens": 1},)
+    out = kit.run(Fin(turn=1, stop_reason="end_turn", text="ok", provider_usage=raw))
+    (done,) = [e for e in out.events if e.kind == Kind.TURN_COMPLETED]
+    assert done.extra["providerUsage"] == [{"prompt_tokens": 3, "completion_tokens": 1}]
+
+
+@pytest.mark.parametrize(
+    ("command", "metadata", "notice"),
+    [
+        ("/provider openai", {"ore.model.provider": "openai"}, "provider set to openai"),
+        (
+            "/provider openai http://127.0.0.1:11434/v1/",
+            {"ore.model.provider": "openai", "ore.model.base_url": "http://127.0.0.1:11434/v1"},
+            "at http://127.0.0.1:11434/v1",
+        ),
+        (
+            "/provider anthropic http://127.0.0.1:9/v1 claude-x",
+            {
+                "ore.model.provider": "anthropic",
+                "ore.model.base_url": "http://127.0.0.1:9/v1",
+                "ore.model.name": "claude-x",
+            },
+            "model claude-x",
+        ),
+        ("/provider gemini", {}, "usage: /provider"),
+        ("/provider openai ftp://x", {}, "must be an http"),
+        ("/set ore.model.timeout soon", {}, "ore.model.timeout must be"),
+        ("/set ore.model.api_key sk-1", {}, "would store a credential"),
+        ("/set ore.model.max_tool_rounds 4", {"ore.model.max_tool_rounds": "4"}, "set"),
+    ],
+)
+def test_slash_commands_write_the_model_keys_or_refuse(
+    command: str, metadata: dict[str, str], notice: str
+) -> None:
+    """/provider and /set write valid values and refuse bad ones with nothing stored."""
+    from actors.testing import SessionKit
+
+    kit = SessionKit()
+    out = kit.send(command)
+    assert out.reply.consumed
+    assert any(notice in text for _at, _kind, _sev, text in out.live), out.live
+    assert dict(kit.state.stored.metadata) == metadata
