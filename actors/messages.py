@@ -108,6 +108,21 @@ class SetMetadata:
 
 
 @attrs.frozen(kw_only=True)
+class DecideAction:
+    """A human's decision on a governed action waiting for approval (``call`` as the
+    ``action.pending`` event names it): approve runs it once, reject refuses it with
+    fault ``approval_rejected``. Answered with an `Ack`; deciding a call again the same way
+    is a duplicate, an unknown call or a contrary decision is `InvalidRequest`."""
+
+    request_id: str
+    session_id: str
+    key: str
+    call: int
+    approve: bool
+    note: str = ""
+
+
+@attrs.frozen(kw_only=True)
 class SwitchSession:
     """Record that the conduit moves to ``target`` (a session switch event)."""
 
@@ -408,6 +423,7 @@ ALL_MESSAGES: tuple[type, ...] = (
     SendMessage,
     Interrupt,
     SetMetadata,
+    DecideAction,
     SwitchSession,
     Subscribe,
     Unsubscribe,

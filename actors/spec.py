@@ -94,3 +94,8 @@ class TurnInput:
     text: str
     history: tuple[tuple[str, str], ...] = ()
     spec: AgentSpec = AgentSpec()
+    #: The turn was paused for an approval and resumes: ``text`` is empty and the tool
+    #: calls at the end of ``history`` that have no result yet are to be answered first.
+    resume: bool = False
+    #: Destinations egress may reach although not public (``governance.egress_allow``).
+    egress_allow: tuple[str, ...] = ()

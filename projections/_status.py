@@ -109,6 +109,17 @@ class FanoutChild:
     seal: RecordState = RecordState.RECORDING
 
 
+@attrs.frozen(kw_only=True)
+class PendingEntry:
+    """A governed action waiting for a human's approval (``action.pending``), until an
+    ``action.admitted`` or ``action.rejected`` with its call settles it."""
+
+    call: int
+    action: str = ""
+    input: str = ""
+    turn: int = 0
+
+
 def _freeze_metadata(value: Mapping[str, str] | None) -> Mapping[str, str]:
     return {} if not value else dict(value)
 
@@ -125,7 +136,8 @@ class Projection:
 
     The session vocabulary adds ``outcome`` (why it is terminal), ``messages`` (user
     messages), ``cancelled`` (turns cut off), ``phase`` (latest lifecycle phase) and
-    ``metadata`` (the session's properties, folded from properties events).
+    ``metadata`` (the session's properties, folded from properties events) and ``pending``
+    (governed actions waiting for a human's approval).
     """
 
     objective: str = ""
@@ -149,6 +161,8 @@ class Projection:
     cancelled: int = 0
     phase: str = ""
     metadata: Mapping[str, str] = attrs.field(factory=dict, converter=_freeze_metadata)
+    #: Additive: actions waiting for approval, oldest first.
+    pending: tuple[PendingEntry, ...] = ()
 
     def child(self, child_id: str) -> FanoutChild | None:
         """The fan-out child with this id, if it was spawned."""
@@ -300,6 +314,17 @@ def _settle(p: Projection, ev: Event, state: ActionState) -> tuple[ActionEntry, 
     return _bounded((*p.actions, entry), MAX_ACTIONS)
 
 
+def _unpend(p: Projection, call: int) -> tuple[PendingEntry, ...]:
+    if not p.pending:
+        return p.pending
+    return tuple(x for x in p.pending if x.call != call)
+
+
+def _action_pending(p: Projection, ev: Event) -> Projection:
+    entry = PendingEntry(call=ev.call, action=ev.action, input=ev.input, turn=ev.turn)
+    return attrs.evolve(p, pending=(*p.pending, entry))
+
+
 def _action_admitted(p: Projection, ev: Event) -> Projection:
     entry = ActionEntry(call=ev.call, action=ev.action, trust=ev.trust)
     fanout = p.fanout
@@ -312,6 +337,7 @@ def _action_admitted(p: Projection, ev: Event) -> Projection:
         containment=ev.trust or p.containment,
         actions=_bounded((*p.actions, entry), MAX_ACTIONS),
         fanout=fanout,
+        pending=_unpend(p, ev.call),
     )
 
 
@@ -333,6 +359,7 @@ def _action_rejected(p: Projection, ev: Event) -> Projection:
         containment=ev.trust or p.containment,
         actions=_settle(p, ev, ActionState.BLOCKED),
         fanout=fanout,
+        pending=_unpend(p, ev.call),
     )
 
 
@@ -399,6 +426,7 @@ HANDLERS: Mapping[str, Handler] = {
     Kind.ACTION_ADMITTED: _action_admitted,
     Kind.ACTION_COMPLETED: _action_completed,
     Kind.ACTION_REJECTED: _action_rejected,
+    Kind.ACTION_PENDING: _action_pending,
     Kind.EGRESS: _egress,
     Kind.RECORD_SEALED: _record_sealed,
     Kind.RECORD_VERIFIED: _record_verified,

@@ -29,6 +29,7 @@ from ._status import (
     FanoutChild,
     FanoutState,
     Outcome,
+    PendingEntry,
     Projection,
     RecordState,
     _verification_passed,
@@ -67,6 +68,7 @@ class StatusFolder:
         "metadata",
         "objective",
         "outcome",
+        "pending",
         "phase",
         "record",
         "rejected",
@@ -103,6 +105,7 @@ class StatusFolder:
         self.cancelled = 0
         self.phase = ""
         self.metadata: dict[str, str] = {}
+        self.pending: list[list[Any]] = []
 
     def feed(self, d: Mapping[str, Any]) -> None:
         """Fold one decoded stored row (unknown kinds change nothing)."""
@@ -158,6 +161,9 @@ class StatusFolder:
             cancelled=self.cancelled,
             phase=self.phase,
             metadata=dict(self.metadata),
+            pending=tuple(
+                PendingEntry(call=x[0], action=x[1], input=x[2], turn=x[3]) for x in self.pending
+            ),
         )
 
     @classmethod
@@ -191,6 +197,7 @@ class StatusFolder:
         s.outcome = p.outcome
         s.messages, s.cancelled, s.phase = p.messages, p.cancelled, p.phase
         s.metadata = dict(p.metadata)
+        s.pending = [[x.call, x.action, x.input, x.turn] for x in p.pending]
         return s
 
     def _index_children(self) -> None:
@@ -227,6 +234,7 @@ class StatusFolder:
             "cancelled": self.cancelled,
             "phase": self.phase,
             "metadata": self.metadata,
+            "pending": self.pending,
         }
 
     @classmethod
@@ -249,6 +257,7 @@ class StatusFolder:
         s.outcome = d["outcome"]
         s.messages, s.cancelled, s.phase = d["messages"], d["cancelled"], d["phase"]
         s.metadata = dict(d["metadata"])
+        s.pending = [list(x) for x in d.get("pending", ())]
         return s
 
 
@@ -381,6 +390,17 @@ def _action_admitted(s: StatusFolder, d: Mapping[str, Any]) -> None:
     acts.append([d.get("call", 0), d.get("action", ""), trust, _RUNNING, ""])
     if len(acts) > MAX_ACTIONS:
         del acts[0]
+    if s.pending:
+        _unpend(s, d)
+
+
+def _unpend(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    call = d.get("call", 0)
+    s.pending = [x for x in s.pending if x[0] != call]
+
+
+def _action_pending(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    s.pending.append([d.get("call", 0), d.get("action", ""), d.get("input", ""), d.get("turn", 0)])
 
 
 def _action_completed(s: StatusFolder, d: Mapping[str, Any]) -> None:
@@ -399,6 +419,8 @@ def _action_rejected(s: StatusFolder, d: Mapping[str, Any]) -> None:
         if trust:
             c[_C_TRUST] = trust
     _settle(s, d, "blocked")
+    if s.pending:
+        _unpend(s, d)
 
 
 def _egress(s: StatusFolder, d: Mapping[str, Any]) -> None:
@@ -472,6 +494,7 @@ STATUS_HANDLERS: dict[str, FastHandler] = {
     str(Kind.ACTION_ADMITTED): _action_admitted,
     str(Kind.ACTION_COMPLETED): _action_completed,
     str(Kind.ACTION_REJECTED): _action_rejected,
+    str(Kind.ACTION_PENDING): _action_pending,
     str(Kind.EGRESS): _egress,
     str(Kind.RECORD_SEALED): _record_sealed,
     str(Kind.RECORD_VERIFIED): _record_verified,

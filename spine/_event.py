@@ -47,6 +47,11 @@ class Kind(enum.StrEnum):
     PROPERTIES = "session.properties"
     LIFECYCLE = "session.lifecycle"
     TURN_CANCELLED = "turn.cancelled"
+    #: A governed action waits for a human's approval (``call``, ``action``, ``tool``,
+    #: ``toolUseID``, ``input``); the seed's projection ignores it as an unknown kind.
+    ACTION_PENDING = "action.pending"
+    #: A human's decision on a pending action: ``allowed``, and the note as ``reason``.
+    ACTION_APPROVAL = "action.approval"
     # Notices are pushed live to sinks and never stored.
     NOTICE = "notice"
 

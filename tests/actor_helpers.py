@@ -37,3 +37,34 @@ class FailingFactory:
 
     def build(self, spec, session_id):  # type: ignore[no-untyped-def]
         raise RuntimeError("no model")
+
+
+def _deploy(args):  # type: ignore[no-untyped-def]
+    """Appends a line per run to the file named by ``args["log"]``: runs are counted."""
+    with open(args["log"], "a") as f:
+        f.write(f"deploy {args.get('target', '')}\n")
+    return f"deployed {args.get('target', '')}"
+
+
+def governed_tools():  # type: ignore[no-untyped-def]
+    """The built-ins plus ``deploy`` (needs a human's approval every time) and ``shell``
+    (needs elevated trust and the exec capability)."""
+    from actors.agents import Tool, builtin_tools
+    from actors.agents.governance import Requirement
+
+    params = {"type": "object"}
+    deploy = Tool(
+        name="deploy",
+        description="Deploy a target.",
+        parameters=params,
+        fn=_deploy,
+        requirement=Requirement(approval=True),
+    )
+    shell = Tool(
+        name="shell",
+        description="Run a command.",
+        parameters=params,
+        fn=_deploy,
+        requirement=Requirement(trust="elevated", capabilities=frozenset({"exec"})),
+    )
+    return builtin_tools().with_tool(deploy).with_tool(shell)

@@ -84,17 +84,27 @@ def test_a_two_round_tool_conversation_is_stored_in_order_with_usage(
     done = mp.wait_turn(sid, ack.seq)
     assert done.kind == Kind.TURN_COMPLETED and done.stop_reason == "end_turn", done
     evs = [e for e in mp.history(sid) if e.seq > ack.seq]
-    shape = [(e.kind, e.text or e.tool) for e in evs if e.kind != Kind.LIFECYCLE]
+    shape = [(e.kind, e.text or e.tool or e.action) for e in evs if e.kind != Kind.LIFECYCLE]
     assert shape == [
         (Kind.TURN_STARTED, ""),
+        (Kind.ACTION_ADMITTED, "model"),
         (Kind.ASSISTANT, "Checking."),
+        (Kind.ACTION_COMPLETED, "model"),
         (Kind.TOOL_CALL, "calculator"),
         (Kind.TOOL_CALL, "clock"),
+        (Kind.ACTION_ADMITTED, "calculator"),
+        (Kind.ACTION_ADMITTED, "clock"),
+        (Kind.ACTION_COMPLETED, "calculator"),
+        (Kind.ACTION_COMPLETED, "clock"),
         (Kind.TOOL_RESULT, "calculator"),
         (Kind.TOOL_RESULT, "clock"),
+        (Kind.ACTION_ADMITTED, "model"),
         (Kind.ASSISTANT, "It is 5."),
+        (Kind.ACTION_COMPLETED, "model"),
         (Kind.TURN_COMPLETED, ""),
     ]
+    calls = [e.call for e in evs if e.kind == Kind.ACTION_ADMITTED]
+    assert calls == [e.seq for e in evs if e.kind == Kind.ACTION_ADMITTED]
     results = {e.tool_use_id: e.result for e in evs if e.kind == Kind.TOOL_RESULT}
     assert results["call_a"] == "5"
     assert done.usage is not None

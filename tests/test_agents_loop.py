@@ -22,7 +22,7 @@ from actors.agents.base import AgentError
 from actors.agents.formats import anthropic_body, chat_body, conversation, responses_body
 from actors.agents.http import HttpProvider
 from actors.agents.wire import Message, ModelRequest, ToolCall, ToolSpec
-from actors.session.commands import Finished, Progress
+from actors.session.commands import Finished, Govern, Progress
 from actors.session.worker import TurnWorker
 from actors.spec import AgentSpec, TurnInput
 from projections import (
@@ -207,11 +207,19 @@ def test_responses_requests_carry_function_calls_and_outputs() -> None:
 
 
 class Recorder:
-    """A turn worker whose hand-backs are kept in a list."""
+    """A turn worker whose hand-backs are kept in a list; the gate admits everything."""
 
     def __init__(self, turn: int = 1) -> None:
         self.sent: list[Any] = []
-        self.worker = TurnWorker(self.sent.append, turn, 0.02)
+        self.worker = TurnWorker(self._send, turn, 0.02)
+        self.calls = 0
+
+    def _send(self, msg: Any) -> None:
+        if isinstance(msg, Govern):
+            self.calls += 1
+            self.worker.answer(msg.action, msg.tool_use_id, "admit", self.calls, "")
+        else:
+            self.sent.append(msg)
 
     def run(self, agent: ModelAgent, text: str, history: tuple[Any, ...] = ()) -> Finished:
         t = self.worker.start(agent, TurnInput(session_id="s", turn=1, text=text, history=history))
@@ -221,8 +229,13 @@ class Recorder:
         assert isinstance(fin, Finished)
         return fin
 
-    def events(self) -> list[Any]:
-        return [e for p in self.sent if isinstance(p, Progress) for e in p.events]
+    def text(self) -> str:
+        return "".join(p.text for p in self.sent if isinstance(p, (Progress, Finished)))
+
+    def events(self, kinds: tuple[str, ...] = (Kind.TOOL_CALL, Kind.TOOL_RESULT)) -> list[Any]:
+        return [
+            e for p in self.sent if isinstance(p, Progress) for e in p.events if e.kind in kinds
+        ]
 
 
 def _scripted(rounds: int = 8) -> ModelAgent:
@@ -236,7 +249,15 @@ def test_a_scripted_tool_call_really_runs_the_tool() -> None:
     fin = r.run(_scripted(), '!tool calculator {"expression": "6*7"}')
     kinds = [(e.kind, e.tool, e.result) for e in r.events()]
     assert kinds == [(Kind.TOOL_CALL, "calculator", ""), (Kind.TOOL_RESULT, "calculator", "42")]
-    assert fin.stop_reason == "end_turn" and fin.text == "calculator returned 42"
+    assert fin.stop_reason == "end_turn" and r.text() == "calculator returned 42"
+
+
+def test_each_model_call_and_tool_call_is_reported_complete_under_its_call_id() -> None:
+    """The gate's call ids come back on action.completed: model, tool, model."""
+    r = Recorder()
+    r.run(_scripted(), '!tool calculator {"expression": "1"}')
+    done = [(e.action, e.call, e.fault) for e in r.events((Kind.ACTION_COMPLETED,))]
+    assert done == [("model", 1, ""), ("calculator", 2, ""), ("model", 3, "")]
 
 
 def test_parallel_calls_each_get_their_own_id_and_result() -> None:

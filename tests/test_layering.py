@@ -53,6 +53,11 @@ PURE = [
     "actors/session/state.py",
     "actors/session/commands.py",
     "actors/session/decide.py",
+    "actors/session/gate.py",
+    "actors/agents/governance.py",
+    "actors/agents/accumulate.py",
+    "actors/agents/formats.py",
+    "actors/agents/wire.py",
     "actors/runner/registry.py",
     "actors/runner/supervision.py",
 ]

@@ -6,13 +6,15 @@ A turn's agent is built fresh from the session's metadata, so replaying the stre
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from spine import Usage
+from spine import Event, Usage
 
 from ..spec import AgentSpec, TurnInput
+from .governance import Requirement
 
 __all__ = ["Agent", "AgentError", "AgentFactory", "TurnOutput"]
 
@@ -45,6 +47,18 @@ class TurnOutput(Protocol):
         ...
 
     def on_cancel(self, callback: Callable[[], object]) -> None: ...
+
+    def govern(
+        self, action: str, tool_use_id: str, input_json: str, need: Requirement
+    ) -> concurrent.futures.Future[tuple[str, int, str]]:
+        """Ask the session's governance gate whether an action may run: the future gets
+        ``(verdict, call, fault)``, verdict ``admit`` or ``reject`` (an action waiting for
+        a human's approval resolves when the human decides)."""
+        ...
+
+    def emit(self, event: Event) -> None:
+        """Store an event in the turn (an ``action.completed``, a ``net.egress``)."""
+        ...
 
 
 @runtime_checkable

@@ -61,6 +61,23 @@ def _loads(text: str) -> dict[str, Any]:
     return obj if isinstance(obj, dict) else {}
 
 
+def resume_point(
+    history: Sequence[tuple[str, str]],
+) -> tuple[tuple[Message, ...], tuple[ToolCall, ...]]:
+    """Where a turn paused for an approval stands: the conversation so far, and the tool
+    calls of its last model response that have no result yet (to be answered first)."""
+    msgs = _messages(history)
+    answered = {m.tool_use_id for m in msgs if m.role == "tool"}
+    at = max((i for i, m in enumerate(msgs) if m.role == "assistant" and m.tool_calls), default=-1)
+    if at < 0:
+        return _paired(msgs, answered), ()
+    # Only results after the response count: ids may repeat across turns.
+    after = {m.tool_use_id for m in msgs[at + 1 :] if m.role == "tool"}
+    todo = tuple(c for c in msgs[at].tool_calls if c.id not in after)
+    # The calls still open stay in the conversation: their results are on the way.
+    return _paired(msgs, answered | {c.id for c in todo}), todo
+
+
 def conversation(history: Sequence[tuple[str, str]], text: str) -> tuple[Message, ...]:
     """The messages a model gets for a turn that opens with ``text``, from the session's
     history (``user``, ``assistant``, ``tool.call``, ``tool.result`` entries).
@@ -68,6 +85,12 @@ def conversation(history: Sequence[tuple[str, str]], text: str) -> tuple[Message
     A tool call whose result never came (a crash cut the turn) and a result whose call
     fell out of the kept history are left out: every server refuses a dangling one.
     """
+    msgs = _messages(history)
+    msgs.append(Message(role="user", text=text))
+    return _paired(msgs)
+
+
+def _messages(history: Sequence[tuple[str, str]]) -> list[Message]:
     msgs: list[Message] = []
     for role, body in history:
         if role == "user":
@@ -99,12 +122,12 @@ def conversation(history: Sequence[tuple[str, str]], text: str) -> tuple[Message
                     is_error=bool(obj.get("isError", False)),
                 )
             )
-    msgs.append(Message(role="user", text=text))
-    return _paired(msgs)
+    return msgs
 
 
-def _paired(msgs: list[Message]) -> tuple[Message, ...]:
-    answered = {m.tool_use_id for m in msgs if m.role == "tool"}
+def _paired(msgs: list[Message], answered: set[str] | None = None) -> tuple[Message, ...]:
+    if answered is None:
+        answered = {m.tool_use_id for m in msgs if m.role == "tool"}
     asked: set[str] = set()
     out: list[Message] = []
     for m in msgs:

@@ -17,12 +17,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
-from spine import Usage
+from spine import Event, Kind, Usage
 
 from ..spec import AgentSpec, TurnInput
 from .base import TurnOutput
-from .formats import conversation
-from .tools import ToolError, ToolRegistry
+from .formats import conversation, resume_point
+from .governance import Requirement, Verdict
+from .tools import ToolContext, ToolError, ToolRegistry
 from .wire import (
     Message,
     ModelRequest,
@@ -105,20 +106,33 @@ class ModelAgent:
 
     async def turn(self, turn: TurnInput, out: TurnOutput) -> str:
         spec = self.spec
-        msgs = list(conversation(turn.history, turn.text))
+        todo: tuple[ToolCall, ...] = ()
+        if turn.resume:
+            start, todo = resume_point(turn.history)
+            msgs = list(start)
+        else:
+            msgs = list(conversation(turn.history, turn.text))
         specs = self.tools.specs()
         total = Usage()
         raws: list[Mapping[str, Any]] = []
         rounds = 0
         loop = asyncio.get_running_loop()
         timer: list[asyncio.TimerHandle | None] = [None]
+        ctx = ToolContext(emit=out.emit, egress_allow=turn.egress_allow)
 
         def flushed() -> None:
             timer[0] = None
             out.flush()
 
         try:
+            if todo:
+                # A turn paused for an approval: answer the calls still open, then go on.
+                rounds = 1
+                await self._answer(todo, out, ctx, msgs, announce=False)
             while True:
+                verdict, call, fault = await self._govern(out, "model", "", "", Requirement())
+                if verdict != Verdict.ADMIT:
+                    return fault or "rejected"
                 req = ModelRequest(
                     model=spec.model,
                     messages=tuple(msgs),
@@ -133,25 +147,33 @@ class ModelAgent:
                 calls: list[ToolCall] = []
                 stop = "end_turn"
                 seen: UsageSeen | None = None
-                async for ev in self.provider.stream(req):
-                    if isinstance(ev, TextDelta):
-                        text.append(ev.text)
-                        out.text(ev.text)
-                        # Whatever the worker holds back goes out within one interval,
-                        # even if the stream goes quiet now.
-                        if timer[0] is None:
-                            timer[0] = loop.call_later(self.flush_interval, flushed)
-                    elif isinstance(ev, ToolCallDone):
-                        calls.append(ev.call)
-                    elif isinstance(ev, UsageSeen):
-                        seen = ev
-                        out.usage(total + ev.usage, (*raws, ev.raw) if ev.raw else tuple(raws))
-                        if timer[0] is None:
-                            timer[0] = loop.call_later(self.flush_interval, flushed)
-                    elif isinstance(ev, Stopped):
-                        stop = ev.reason
-                    elif isinstance(ev, ReasoningDelta):
-                        pass  # counted in usage; not part of the conversation
+                try:
+                    async for ev in self.provider.stream(req):
+                        if isinstance(ev, TextDelta):
+                            text.append(ev.text)
+                            out.text(ev.text)
+                            # Whatever the worker holds back goes out within one interval,
+                            # even if the stream goes quiet now.
+                            if timer[0] is None:
+                                timer[0] = loop.call_later(self.flush_interval, flushed)
+                        elif isinstance(ev, ToolCallDone):
+                            calls.append(ev.call)
+                        elif isinstance(ev, UsageSeen):
+                            seen = ev
+                            raw = (*raws, ev.raw) if ev.raw else tuple(raws)
+                            out.usage(total + ev.usage, raw)
+                            if timer[0] is None:
+                                timer[0] = loop.call_later(self.flush_interval, flushed)
+                        elif isinstance(ev, Stopped):
+                            stop = ev.reason
+                        elif isinstance(ev, ReasoningDelta):
+                            pass  # counted in usage; not part of the conversation
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    out.emit(_completed(call, "model", "", _fault_of(exc)))
+                    raise
+                out.emit(_completed(call, "model", "", ""))
                 if seen is not None:
                     total = total + seen.usage
                     if seen.raw:
@@ -178,31 +200,65 @@ class ModelAgent:
                         out.tool_result(c.name, c.id, why, True)
                     return "max_tool_rounds"
                 rounds += 1
-                for c in calls:
-                    out.tool_call(c.name, c.id, c.arguments)
-                results = await asyncio.gather(*(self._run_tool(c) for c in calls))
-                for c, (result, is_error) in zip(calls, results, strict=True):
-                    out.tool_result(c.name, c.id, result, is_error)
-                    msgs.append(
-                        Message(
-                            role="tool",
-                            text=result,
-                            tool_use_id=c.id,
-                            tool_name=c.name,
-                            is_error=is_error,
-                        )
-                    )
+                await self._answer(tuple(calls), out, ctx, msgs, announce=True)
         finally:
             if timer[0] is not None:
                 timer[0].cancel()
 
-    async def _run_tool(self, call: ToolCall) -> tuple[str, bool]:
+    async def _govern(
+        self, out: TurnOutput, action: str, tool_use_id: str, input_json: str, need: Requirement
+    ) -> tuple[str, int, str]:
+        return await asyncio.wrap_future(out.govern(action, tool_use_id, input_json, need))
+
+    async def _answer(
+        self,
+        calls: tuple[ToolCall, ...],
+        out: TurnOutput,
+        ctx: ToolContext,
+        msgs: list[Message],
+        *,
+        announce: bool,
+    ) -> None:
+        """Run one response's tool calls (each through the gate, concurrently) and add
+        their results to the conversation, in the calls' order."""
+        if announce:
+            for c in calls:
+                out.tool_call(c.name, c.id, c.arguments)
+        results = await asyncio.gather(*(self._governed(c, out, ctx) for c in calls))
+        for c, (result, is_error) in zip(calls, results, strict=True):
+            out.tool_result(c.name, c.id, result, is_error)
+            msgs.append(
+                Message(
+                    role="tool",
+                    text=result,
+                    tool_use_id=c.id,
+                    tool_name=c.name,
+                    is_error=is_error,
+                )
+            )
+
+    async def _governed(
+        self, call: ToolCall, out: TurnOutput, ctx: ToolContext
+    ) -> tuple[str, bool]:
         if call.error:
             return call.error, True
         tool = self.tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self.tools.tools)) or "none"
             return f"unknown tool {call.name!r}; the tools are: {known}", True
+        verdict, cid, fault = await self._govern(
+            out, call.name, call.id, call.arguments, tool.requirement
+        )
+        if verdict != Verdict.ADMIT:
+            # The model hears why, so it can do without; the tool never runs.
+            return f"not run: refused by governance ({fault or 'rejected'})", True
+        result, is_error = await self._run_tool(call, ctx)
+        out.emit(_completed(cid, call.name, call.id, "tool_error" if is_error else ""))
+        return result, is_error
+
+    async def _run_tool(self, call: ToolCall, ctx: ToolContext) -> tuple[str, bool]:
+        tool = self.tools.get(call.name)
+        assert tool is not None
         try:
             args = orjson.loads(call.arguments or "{}")
         except orjson.JSONDecodeError as exc:
@@ -212,9 +268,34 @@ class ModelAgent:
         loop = asyncio.get_running_loop()
         try:
             # Off the loop: a slow tool must not hold up other sessions' streams.
-            result = await loop.run_in_executor(None, tool.fn, args)
+            if tool.context:
+                result = await loop.run_in_executor(None, tool.fn, args, ctx)
+            else:
+                result = await loop.run_in_executor(None, tool.fn, args)
         except ToolError as exc:
             return str(exc), True
         except Exception as exc:
             return f"{call.name} failed: {type(exc).__name__}: {exc}", True
         return str(result), False
+
+
+def _completed(call: int, action: str, tool_use_id: str, fault: str) -> Event:
+    return Event(
+        kind=Kind.ACTION_COMPLETED,
+        call=call,
+        action=action,
+        tool=action if action != "model" else "",
+        tool_use_id=tool_use_id,
+        fault=fault,
+    )
+
+
+def _fault_of(exc: BaseException) -> str:
+    """The failure class of a model call that ran and failed (``fault`` on its
+    ``action.completed``)."""
+    text = str(exc)
+    if "sent nothing for" in text or "timed out" in text:
+        return "timeout"
+    if "cannot connect" in text or "broke off" in text or " answered 5" in text:
+        return "transient"
+    return "error"

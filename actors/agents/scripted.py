@@ -58,6 +58,7 @@ class ScriptedProvider:
         at = max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
         text = msgs[at].text if at >= 0 else ""
         rounds = sum(1 for m in msgs[at + 1 :] if m.role == "assistant")
+        said = sum(1 for m in msgs if m.role == "user")
         words_in = len(text.split())
         # Results since the user's message: the tools have answered.
         results = []
@@ -87,7 +88,8 @@ class ScriptedProvider:
                 name = parts[1] if len(parts) > 1 else "echo"
                 args = _arguments(parts[2]) if len(parts) > 2 else "{}"
                 n += 1
-                call = ToolCall(id=f"toolu_{rounds}_{n}", name=name, arguments=args)
+                # Unique in the session, as a real server's ids are.
+                call = ToolCall(id=f"toolu_{said}_{rounds}_{n}", name=name, arguments=args)
                 yield ToolCallDone(call)
             yield UsageSeen(Usage(input_tokens=words_in, output_tokens=n), _NO_RAW)
             yield Stopped("tool_use")

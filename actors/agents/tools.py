@@ -16,12 +16,17 @@ from typing import Any
 
 import attrs
 
+from spine import Event, Kind
+
+from .governance import Requirement
 from .wire import ToolSpec
 
 __all__ = [
     "CALCULATOR",
     "CLOCK",
+    "HTTP_GET",
     "Tool",
+    "ToolContext",
     "ToolError",
     "ToolRegistry",
     "builtin_tools",
@@ -34,11 +39,25 @@ class ToolError(Exception):
 
 
 @attrs.frozen(kw_only=True)
+class ToolContext:
+    """What a tool that asks for it (``context=True``) gets beside its arguments: a way to
+    store events in the turn (``net.egress`` decisions) and the egress allowlist."""
+
+    emit: Callable[[Event], None]
+    egress_allow: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
 class Tool:
+    """A tool: ``fn(args)`` (or ``fn(args, ctx)`` with ``context=True``) returns text.
+    ``requirement`` is what the governance gate checks before every call."""
+
     name: str
     description: str
     parameters: Mapping[str, Any]
-    fn: Callable[[Mapping[str, Any]], str]
+    fn: Callable[..., str]
+    requirement: Requirement = attrs.field(factory=Requirement)
+    context: bool = False
 
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
@@ -182,5 +201,41 @@ CALCULATOR = Tool(
 )
 
 
+def _http_get(args: Mapping[str, Any], ctx: ToolContext) -> str:
+    from .egress import EgressDecision, EgressRefused, http_get
+
+    url = args.get("url")
+    if not isinstance(url, str):
+        raise ToolError("url must be a string")
+
+    def record(d: EgressDecision) -> None:
+        ctx.emit(Event(kind=Kind.EGRESS, host=d.host, allowed=d.allowed, reason=d.reason))
+
+    try:
+        return http_get(url, allow=ctx.egress_allow, record=record)
+    except EgressRefused as exc:
+        raise ToolError(str(exc)) from None
+    except (OSError, ValueError) as exc:
+        raise ToolError(f"{type(exc).__name__}: {exc}") from None
+
+
+HTTP_GET = Tool(
+    name="http_get",
+    description=(
+        "Fetch a URL (http or https) and return the status and up to 64 KiB of the body as "
+        "text. Only public addresses are reachable unless the session allows others."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {"url": {"type": "string"}},
+        "required": ["url"],
+        "additionalProperties": False,
+    },
+    fn=_http_get,
+    requirement=Requirement(trust="standard", capabilities=frozenset({"net"})),
+    context=True,
+)
+
+
 def builtin_tools() -> ToolRegistry:
-    return ToolRegistry.of([CLOCK, CALCULATOR])
+    return ToolRegistry.of([CLOCK, CALCULATOR, HTTP_GET])

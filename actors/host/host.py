@@ -237,6 +237,53 @@ class Host:
         )
         return self._request(msg)  # type: ignore[no-any-return]
 
+    def approve(
+        self, session_id: str, call: int, note: str = "", *, key: str | None = None
+    ) -> m.Ack:
+        """Approve the governed action ``call`` that waits for a human (see `pending`): it
+        runs once, even if the session restarted while waiting. Approving it again is
+        acknowledged as a duplicate; an unknown or already rejected call is
+        `InvalidRequest`."""
+        return self._decide(session_id, call, True, note, key)
+
+    def reject(
+        self, session_id: str, call: int, reason: str = "", *, key: str | None = None
+    ) -> m.Ack:
+        """Refuse the waiting action ``call``: ``action.rejected`` with fault
+        ``approval_rejected``, and the model is told why."""
+        return self._decide(session_id, call, False, reason, key)
+
+    def _decide(
+        self, session_id: str, call: int, approve: bool, note: str, key: str | None
+    ) -> m.Ack:
+        if not isinstance(call, int) or isinstance(call, bool) or call <= 0:
+            raise InvalidRequest(f"call must be a positive integer, got {call!r}")
+        if not isinstance(note, str):
+            raise InvalidRequest("the note must be a string")
+        msg = m.DecideAction(
+            request_id=request_id(),
+            session_id=session_id,
+            key=key or request_id(),
+            call=call,
+            approve=approve,
+            note=note,
+        )
+        return self._request(msg)  # type: ignore[no-any-return]
+
+    def pending(self, session_id: str) -> list[Event]:
+        """The actions of ``session_id`` waiting for approval (their ``action.pending``
+        events: ``call``, ``tool``, ``toolUseID``, ``input``), oldest first; read from
+        the log."""
+        waiting: dict[int, Event] = {}
+        for ev in self.history(session_id):
+            if ev.kind == Kind.ACTION_PENDING:
+                waiting[ev.call] = ev
+            elif ev.kind in (Kind.ACTION_ADMITTED, Kind.ACTION_REJECTED) and ev.call in waiting:
+                del waiting[ev.call]
+            elif ev.kind in (Kind.TURN_COMPLETED, Kind.TURN_CANCELLED):
+                waiting = {c: e for c, e in waiting.items() if e.turn != ev.turn}
+        return list(waiting.values())
+
     def switch(self, session_id: str, target: str, *, key: str | None = None) -> m.Ack:
         """Record that the conduit moves to ``target`` (a session switch event)."""
         msg = m.SwitchSession(

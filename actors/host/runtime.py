@@ -38,6 +38,7 @@ IDEMPOTENT: tuple[type, ...] = (
     m.Interrupt,
     m.SetMetadata,
     m.SwitchSession,
+    m.DecideAction,
     m.GetSession,
     m.RegisterSession,
     m.ListSessions,

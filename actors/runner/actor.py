@@ -159,6 +159,7 @@ class RunnerActor(GuardedActor):
     receiveMsg_SendMessage = _route_request
     receiveMsg_Interrupt = _route_request
     receiveMsg_SetMetadata = _route_request
+    receiveMsg_DecideAction = _route_request
     receiveMsg_SwitchSession = _route_request
     receiveMsg_Subscribe = _route_request
     receiveMsg_Unsubscribe = _route_request

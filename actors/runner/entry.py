@@ -14,7 +14,7 @@ from ..session.protocol import Routed
 from .actions import Action, Fail, Forward, Reply, Spawn
 
 #: Ingress that carries an idempotency key: tracked until committed, redelivered after a crash.
-INGRESS = (m.SendMessage, m.Interrupt, m.SetMetadata, m.SwitchSession)
+INGRESS = (m.SendMessage, m.Interrupt, m.SetMetadata, m.SwitchSession, m.DecideAction)
 
 
 class EntryState(enum.StrEnum):

@@ -218,6 +218,11 @@ class SessionActor(GuardedActor):
             self._intercept(effect, reply_to)
         elif isinstance(effect, c.StartTurn):
             self._start_turn(effect)
+        elif isinstance(effect, c.AnswerWorker):
+            if self.worker is not None and self.worker.turn == effect.turn:
+                self.worker.answer(
+                    effect.action, effect.tool_use_id, effect.verdict, effect.call, effect.fault
+                )
         elif isinstance(effect, c.CancelTurn):
             if self.worker is not None and self.worker.turn == effect.turn:
                 self.worker.cancel()
@@ -393,6 +398,10 @@ class SessionActor(GuardedActor):
     # -- from the worker, the Runner and the timer ---------------------------------------
 
     def receiveMsg_Progress(self, msg: c.Progress, sender: Any) -> None:
+        if self.state is not None and not self.stopping_sent:
+            self._run(msg, None)
+
+    def receiveMsg_Govern(self, msg: c.Govern, sender: Any) -> None:
         if self.state is not None and not self.stopping_sent:
             self._run(msg, None)
 

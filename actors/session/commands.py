@@ -13,6 +13,7 @@ from spine import Event, Kind, Usage
 from spine.seal import Seal, VerifyReport
 
 from .. import messages as m
+from ..agents.governance import Requirement
 from ..interceptors import Ingress, NoticeItem
 from ..policy import BusyPolicy
 from ..spec import AgentSpec, TurnInput
@@ -146,6 +147,29 @@ class Finished:
 
 
 @attrs.frozen(kw_only=True)
+class Govern:
+    """From the turn's worker: may this action run? ``action`` is ``model`` or the tool's
+    name; ``need`` is what the tool declares it needs. Answered with `AnswerWorker`."""
+
+    turn: int
+    action: str
+    tool_use_id: str = ""
+    input: str = ""
+    need: Requirement = attrs.field(factory=Requirement)
+
+
+@attrs.frozen(kw_only=True)
+class Decide:
+    """A human's approval or rejection of a pending action."""
+
+    request_id: str
+    key: str
+    call: int
+    approve: bool
+    note: str = ""
+
+
+@attrs.frozen(kw_only=True)
 class StartFailed:
     """The agent for a started turn could not be built (the factory raised)."""
 
@@ -177,6 +201,8 @@ Command = (
     | Verified
     | Progress
     | Finished
+    | Govern
+    | Decide
     | StartFailed
     | Settle
     | Poisoned
@@ -208,6 +234,18 @@ class CancelTurn:
     turn: int
 
 
+@attrs.frozen(kw_only=True)
+class AnswerWorker:
+    """Tell the running turn's worker the gate's verdict on one action."""
+
+    turn: int
+    action: str
+    tool_use_id: str
+    verdict: str
+    call: int
+    fault: str = ""
+
+
 @attrs.frozen
 class EndSubscriptions:
     """Tell every subscriber the session closed (a final batch with ``closed``)."""
@@ -234,6 +272,7 @@ Effect = (
     RunInterceptors
     | StartTurn
     | CancelTurn
+    | AnswerWorker
     | EndSubscriptions
     | StopSelf
     | ComputeSeal
@@ -285,6 +324,14 @@ def command_of(msg: Any) -> Command | None:
         ingress = Ingress(kind=Kind.INTERRUPT, key=msg.key, text=msg.reason)
     elif isinstance(msg, m.CloseSession):
         return Close(request_id=msg.request_id)
+    elif isinstance(msg, m.DecideAction):
+        return Decide(
+            request_id=msg.request_id,
+            key=msg.key,
+            call=msg.call,
+            approve=msg.approve,
+            note=msg.note,
+        )
     elif isinstance(msg, m.SealSession):
         return SealStream(request_id=msg.request_id)
     elif isinstance(msg, m.VerifySession):

@@ -24,10 +24,12 @@ from ..policy import BUSY_POLICY_KEY, BusyPolicy
 from .commands import (
     Close,
     Command,
+    Decide,
     Decision,
     Effect,
     EndSubscriptions,
     Finished,
+    Govern,
     Intercepted,
     Live,
     Open,
@@ -44,6 +46,7 @@ from .commands import (
     Verified,
     VerifyStream,
 )
+from .gate import decide_action, govern, paused
 from .protocol import SessionReady
 from .records import seal, sealed, verified, verify
 from .refusals import failed, refusal
@@ -219,7 +222,8 @@ def _interrupt(
     s: Session, cmd: Intercepted, events: list[Event], live: list[Live], ack: m.Ack
 ) -> Decision:
     assert cmd.ingress is not None
-    if s.running is None:
+    run = paused(s)
+    if run is None:
         nothing = ("info", "nothing to interrupt")
         ack = attrs.evolve(ack, notices=(*ack.notices, nothing))
         live.append(
@@ -227,7 +231,7 @@ def _interrupt(
         )
         return _store(s, events, live, ack, cmd.key)
     reason = cmd.ingress.text or "interrupted"
-    cancelled, effects = cancel(s.running, reason)
+    cancelled, effects = cancel(run, reason, s.stored)
     events += [Event(kind=Kind.INTERRUPT, reason=reason), *cancelled]
     ack = attrs.evolve(ack, seq=s.stored.last_seq + len(events), consumed=False)
     state = attrs.evolve(s, running=None)
@@ -257,8 +261,9 @@ def _user_message(
         refused = failed(s, cmd.request_id, "Rejected", text)
         stored = (*events, done_event()) if events else ()
         return Decision(state=s, events=tuple(stored), reply=refused, live=tuple(live))
-    if s.running is not None and policy == BusyPolicy.INTERRUPT:
-        cancelled, effects = cancel(s.running, "superseded")
+    run = paused(s)
+    if run is not None and policy == BusyPolicy.INTERRUPT:
+        cancelled, effects = cancel(run, "superseded", s.stored)
         events += cancelled
         state = attrs.evolve(s, running=None)
     events.append(Event(kind=Kind.USER_MESSAGE, text=cmd.ingress.text))
@@ -281,7 +286,7 @@ def _close(s: Session, cmd: Close) -> Decision:
     refused = refusal(s, cmd.request_id)
     if refused is not None:
         return Decision(state=s, reply=refused)
-    events, effects = cancel(s.running, "closed")
+    events, effects = cancel(paused(s), "closed", s.stored)
     events.append(Event(kind=Kind.LIFECYCLE, phase=Phase.CLOSED))
     return Decision(
         state=attrs.evolve(s, running=None, stopping=True),
@@ -305,6 +310,8 @@ _HANDLERS: dict[type, Callable[[Session, Any], Decision]] = {
     Settle: settle,
     Progress: progress,
     Finished: finished,
+    Govern: govern,
+    Decide: decide_action,
     StartFailed: start_failed,
     Close: _close,
     SealStream: seal,

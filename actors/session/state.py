@@ -18,7 +18,7 @@ from spine import Event, Kind, Phase, Usage, terminal_after
 HISTORY_LIMIT = 200
 
 #: Version of `SessionState`'s shape; snapshots written by another version are ignored.
-SNAPSHOT_VERSION = 4
+SNAPSHOT_VERSION = 5
 
 
 @attrs.frozen(kw_only=True)
@@ -28,6 +28,22 @@ class OpenTurn:
     turn: int
     text: str = ""
     usage: Usage = attrs.field(factory=Usage)
+
+
+@attrs.frozen(kw_only=True)
+class PendingAction:
+    """A governed action waiting for a human: what it would run, in which turn."""
+
+    call: int
+    turn: int
+    action: str
+    tool_use_id: str = ""
+    input: str = ""
+
+
+def action_key(action: str, tool_use_id: str) -> str:
+    """Names one governed action within its turn (a model call has no tool use id)."""
+    return f"{action}\x00{tool_use_id}"
 
 
 @attrs.frozen(kw_only=True)
@@ -46,6 +62,15 @@ class SessionState:
     #: "" while the session serves, else "closed" or "failed" (`spine.terminal_after`).
     terminal: str = ""
     usage: Usage = attrs.field(factory=Usage)
+    #: Governed tool calls admitted over the session (the ``max_tool_calls`` budget).
+    tool_calls: int = 0
+    #: The open turn's governed actions: `action_key` -> (call, status), status one of
+    #: admitted, rejected, pending, completed. A resumed turn is answered from here.
+    turn_actions: Mapping[str, tuple[int, str]] = attrs.field(factory=dict)
+    #: Actions waiting for approval, by call.
+    pending_actions: Mapping[int, PendingAction] = attrs.field(factory=dict)
+    #: Approval decisions taken, by call: True approved, False rejected.
+    decided: Mapping[int, bool] = attrs.field(factory=dict)
 
     @property
     def closed(self) -> bool:
@@ -88,6 +113,7 @@ def _turn_started(state: SessionState, ev: Event, seq: int) -> Changes:
         "turns": max(state.turns, ev.turn),
         "open_turn": OpenTurn(turn=ev.turn),
         "pending": state.pending[1:],
+        "turn_actions": {},
     }
 
 
@@ -114,7 +140,44 @@ def _turn_ended(state: SessionState, ev: Event, seq: int) -> Changes:
     hist = state.history
     if ev.kind == Kind.TURN_CANCELLED and ev.text:
         hist = _push(hist, ("assistant", ev.text, seq))
-    return {"open_turn": None, "usage": usage, "history": hist}
+    changes: Changes = {"open_turn": None, "usage": usage, "history": hist}
+    if state.turn_actions:
+        changes["turn_actions"] = {}
+    if state.pending_actions:
+        changes["pending_actions"] = {
+            c: p for c, p in state.pending_actions.items() if p.turn != ev.turn
+        }
+    return changes
+
+
+def _action(status: str) -> Callable[[SessionState, Event, int], Changes]:
+    def handler(state: SessionState, ev: Event, seq: int) -> Changes:
+        key = action_key(ev.action, ev.tool_use_id)
+        changes: Changes = {"turn_actions": {**state.turn_actions, key: (ev.call, status)}}
+        if ev.call in state.pending_actions and status != "pending":
+            changes["pending_actions"] = {
+                c: p for c, p in state.pending_actions.items() if c != ev.call
+            }
+        if status == "pending":
+            changes["pending_actions"] = {
+                **state.pending_actions,
+                ev.call: PendingAction(
+                    call=ev.call,
+                    turn=ev.turn,
+                    action=ev.action,
+                    tool_use_id=ev.tool_use_id,
+                    input=ev.input,
+                ),
+            }
+        if status == "admitted" and ev.action != "model":
+            changes["tool_calls"] = state.tool_calls + 1
+        return changes
+
+    return handler
+
+
+def _approval(state: SessionState, ev: Event, seq: int) -> Changes:
+    return {"decided": {**state.decided, ev.call: ev.allowed}}
 
 
 def _lifecycle(state: SessionState, ev: Event, seq: int) -> Changes:
@@ -132,6 +195,11 @@ _HANDLERS: dict[str, Callable[[SessionState, Event, int], Changes]] = {
     Kind.TURN_COMPLETED: _turn_ended,
     Kind.TURN_CANCELLED: _turn_ended,
     Kind.LIFECYCLE: _lifecycle,
+    Kind.ACTION_ADMITTED: _action("admitted"),
+    Kind.ACTION_REJECTED: _action("rejected"),
+    Kind.ACTION_PENDING: _action("pending"),
+    Kind.ACTION_COMPLETED: _action("completed"),
+    Kind.ACTION_APPROVAL: _approval,
 }
 
 
@@ -165,7 +233,8 @@ def fold(
 def recovery_events(state: SessionState, reason: str = "crash") -> list[Event]:
     """Events that close what a crash left open: a turn that started and never ended."""
     ot = state.open_turn
-    if ot is None:
+    if ot is None or any(p.turn == ot.turn for p in state.pending_actions.values()):
+        # A turn waiting for an approval keeps waiting: the approval resumes it.
         return []
     return [
         Event(

@@ -7,6 +7,7 @@ import attrs
 
 from spine import Event, Kind, Phase, Usage
 
+from ..agents.governance import Policy, PolicyError
 from ..spec import AgentSpec, SettingsError, TurnInput
 from .commands import (
     ASSISTANT_DELTA,
@@ -22,6 +23,7 @@ from .commands import (
     StartFailed,
     StartTurn,
 )
+from .gate import withdrawn
 from .state import SessionState
 
 
@@ -33,10 +35,14 @@ def nonzero(u: Usage | None) -> Usage | None:
     return u if u is not None and not u.is_zero() else None
 
 
-def cancel(run: Running | None, reason: str) -> tuple[list[Event], tuple[Effect, ...]]:
-    """Close the running turn now, keeping what it produced so far."""
+def cancel(
+    run: Running | None, reason: str, st: SessionState | None = None
+) -> tuple[list[Event], tuple[Effect, ...]]:
+    """Close the running turn now, keeping what it produced so far; actions it left
+    waiting for approval are refused (fault ``cancelled``)."""
     if run is None:
         return [], ()
+    waiting = withdrawn(st, run.turn) if st is not None else []
     ev = Event(
         kind=Kind.TURN_CANCELLED,
         turn=run.turn,
@@ -44,7 +50,7 @@ def cancel(run: Running | None, reason: str) -> tuple[list[Event], tuple[Effect,
         usage=nonzero(run.usage),
         reason=reason,
     )
-    return [ev, done_event(run.turn)], (CancelTurn(turn=run.turn),)
+    return [*waiting, ev, done_event(run.turn)], (CancelTurn(turn=run.turn),)
 
 
 def history_before(st: SessionState) -> tuple[tuple[str, str], ...]:
@@ -67,7 +73,8 @@ def settle(s: Session, cmd: Settle) -> Decision:
     started = Event(kind=Kind.TURN_STARTED, turn=n)
     try:
         spec = AgentSpec.from_metadata(st.metadata)
-    except SettingsError as exc:
+        policy = Policy.from_metadata(st.metadata)
+    except (SettingsError, PolicyError) as exc:
         # A setting no agent can use fails this turn, never the session.
         ended = Event(
             kind=Kind.TURN_COMPLETED,
@@ -77,7 +84,12 @@ def settle(s: Session, cmd: Settle) -> Decision:
         )
         return Decision(state=s, events=(started, ended, done_event(n)))
     turn_input = TurnInput(
-        session_id=st.session_id, turn=n, text=text, history=history_before(st), spec=spec
+        session_id=st.session_id,
+        turn=n,
+        text=text,
+        history=history_before(st),
+        spec=spec,
+        egress_allow=policy.egress_allow,
     )
     return Decision(
         state=attrs.evolve(s, running=Running(turn=n)),
@@ -89,6 +101,11 @@ def settle(s: Session, cmd: Settle) -> Decision:
 def current(s: Session, turn: int) -> Running | None:
     run = s.running
     return run if run is not None and run.turn == turn else None
+
+
+def _ends_a_reply(e: Event) -> bool:
+    # A model's text is complete once it asks for tools or its call is over.
+    return e.kind == Kind.TOOL_CALL or (e.kind == Kind.ACTION_COMPLETED and e.action == "model")
 
 
 def progress(s: Session, cmd: Progress) -> Decision:
@@ -104,11 +121,7 @@ def progress(s: Session, cmd: Progress) -> Decision:
             Live(after_seq=s.stored.last_seq, kind=ASSISTANT_DELTA, severity="", text=cmd.text),
         )
     events: list[Event] = []
-    if (
-        cmd.events
-        and len(run.text) > run.said
-        and any(e.kind == Kind.TOOL_CALL for e in cmd.events)
-    ):
+    if cmd.events and len(run.text) > run.said and any(map(_ends_a_reply, cmd.events)):
         # What the model said before asking for tools is its own message, stored ahead of
         # the calls, so the conversation rebuilt from the stream has them in order.
         events.append(Event(kind=Kind.ASSISTANT, turn=run.turn, text=run.text[run.said :]))

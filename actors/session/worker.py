@@ -8,6 +8,7 @@ stopped). Text is batched so that a turn costs a few messages, not one per token
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -16,7 +17,8 @@ from typing import Any
 from spine import Event, Kind, Usage
 
 from ..agents import Agent, TurnInput
-from .commands import Finished, Progress
+from ..agents.governance import Requirement
+from .commands import Finished, Govern, Progress
 
 
 class TurnWorker:
@@ -34,10 +36,39 @@ class TurnWorker:
         self._usage_sent: Usage | None = None
         self._raw: tuple[Mapping[str, Any], ...] = ()
         self._on_cancel: list[Callable[[], object]] = []
+        self._waiting: dict[tuple[str, str], concurrent.futures.Future[tuple[str, int, str]]] = {}
+
+    def govern(
+        self, action: str, tool_use_id: str, input_json: str, need: Requirement
+    ) -> concurrent.futures.Future[tuple[str, int, str]]:
+        """Ask the session's gate about one action; the future gets (verdict, call, fault)
+        once the session has decided (and, for an approval, once a human has)."""
+        fut: concurrent.futures.Future[tuple[str, int, str]] = concurrent.futures.Future()
+        self._waiting[(action, tool_use_id)] = fut
+        self.flush()  # what was said before the action is stored before its verdict
+        self._send(
+            Govern(
+                turn=self.turn, action=action, tool_use_id=tool_use_id, input=input_json, need=need
+            )
+        )
+        return fut
+
+    def answer(self, action: str, tool_use_id: str, verdict: str, call: int, fault: str) -> None:
+        """The session's verdict (from the session's own thread)."""
+        fut = self._waiting.pop((action, tool_use_id), None)
+        if fut is not None and not fut.done():
+            fut.set_result((verdict, call, fault))
+
+    def emit(self, event: Event) -> None:
+        """Store ``event`` in the turn (after what was said before it)."""
+        self.flush((event,))
 
     def cancel(self) -> None:
         """Stop the turn: set ``cancelled`` and run what the agent registered for it."""
         self.cancelled.set()
+        for fut in list(self._waiting.values()):
+            fut.cancel()
+        self._waiting.clear()
         for cb in self._on_cancel:
             try:
                 cb()

@@ -1,0 +1,197 @@
+"""Decisions about governed actions (pure): the gate's verdict on each model call and tool
+call of a running turn, a human's approval or rejection of a waiting one, and what a
+cancelled turn does to the actions it left waiting.
+
+A ``call`` id is the seq of the first event that records the action, so it is unique in
+the session and the same after any restart (it comes from the stream, not a counter).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from spine import Event, Kind
+
+from .. import messages as m
+from ..agents.governance import Fault, Policy, PolicyError, Spent, Verdict, gate
+from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
+from .refusals import failed
+from .state import SessionState, action_key
+
+
+def _answer(cmd: Govern, verdict: str, call: int, fault: str = "") -> AnswerWorker:
+    return AnswerWorker(
+        turn=cmd.turn,
+        action=cmd.action,
+        tool_use_id=cmd.tool_use_id,
+        verdict=verdict,
+        call=call,
+        fault=fault,
+    )
+
+
+def _spent(st: SessionState, run: Running) -> Spent:
+    used = st.usage + run.usage if run.usage is not None else st.usage
+    return Spent(
+        tokens=used.input_tokens + used.output_tokens,
+        tool_calls=st.tool_calls,
+        turns=run.turn,
+    )
+
+
+def govern(s: Session, cmd: Govern) -> Decision:
+    run = s.running
+    if run is None or run.turn != cmd.turn:
+        return Decision(state=s)  # a worker of a turn already closed
+    st = s.stored
+    # A tool call is asked about again when its turn resumes after a restart; a model
+    # call never is (each is a new one).
+    known = (
+        None
+        if cmd.action == "model"
+        else st.turn_actions.get(action_key(cmd.action, cmd.tool_use_id))
+    )
+    if known is not None:
+        # Asked again (a resumed turn): answer from the stream, store nothing.
+        call, status = known
+        if status in ("admitted", "completed"):
+            return Decision(state=s, effects=(_answer(cmd, Verdict.ADMIT, call),))
+        if status == "rejected":
+            why = Fault.APPROVAL_REJECTED if st.decided.get(call) is False else ""
+            return Decision(state=s, effects=(_answer(cmd, Verdict.REJECT, call, why),))
+        return Decision(state=s)  # still waiting for a human
+    fault: Fault | None
+    try:
+        policy = Policy.from_metadata(st.metadata)
+        verdict, fault = gate(policy, cmd.action, cmd.need, _spent(st, run))
+        trust = policy.trust
+    except PolicyError as exc:
+        # A policy that cannot be read admits nothing.
+        verdict, fault, trust = Verdict.REJECT, None, ""
+        err = str(exc)
+    else:
+        err = ""
+    call = st.last_seq + 1
+    base: dict[str, Any] = {
+        "turn": run.turn,
+        "action": cmd.action,
+        "call": call,
+        "trust": trust,
+        "tool": cmd.action if cmd.action != "model" else "",
+        "tool_use_id": cmd.tool_use_id,
+    }
+    if verdict == Verdict.ADMIT:
+        ev = Event(kind=Kind.ACTION_ADMITTED, **base)
+        return Decision(state=s, events=(ev,), effects=(_answer(cmd, verdict, call),))
+    if verdict == Verdict.PENDING:
+        ev = Event(kind=Kind.ACTION_PENDING, input=cmd.input, **base)
+        return Decision(state=s, events=(ev,))
+    fault_text = str(fault) if fault is not None else "policy_error"
+    ev = Event(kind=Kind.ACTION_REJECTED, fault=fault_text, error=err, **base)
+    return Decision(state=s, events=(ev,), effects=(_answer(cmd, verdict, call, fault_text),))
+
+
+def decide_action(s: Session, cmd: Decide) -> Decision:
+    st = s.stored
+    ack = m.Ack(request_id=cmd.request_id, session_id=s.session_id, key=cmd.key)
+    before = st.decided.get(cmd.call)
+    if before is not None:
+        if before == cmd.approve:
+            return Decision(state=s, reply=attrs.evolve(ack, duplicate=True))
+        was = "approved" if before else "rejected"
+        text = f"action {cmd.call} was already {was}"
+        return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", text))
+    pending = st.pending_actions.get(cmd.call)
+    if pending is None:
+        text = f"no action {cmd.call} waits for approval in session {s.session_id}"
+        return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", text))
+    try:
+        trust = Policy.from_metadata(st.metadata).trust
+    except PolicyError:
+        trust = ""
+    base: dict[str, Any] = {
+        "turn": pending.turn,
+        "action": pending.action,
+        "call": cmd.call,
+        "trust": trust,
+        "tool": pending.action,
+        "tool_use_id": pending.tool_use_id,
+    }
+    events = [
+        Event(kind=Kind.ACTION_APPROVAL, allowed=cmd.approve, reason=cmd.note, **base),
+        Event(kind=Kind.ACTION_ADMITTED, **base)
+        if cmd.approve
+        else Event(kind=Kind.ACTION_REJECTED, fault=Fault.APPROVAL_REJECTED, **base),
+    ]
+    ack = attrs.evolve(ack, seq=st.last_seq + len(events))
+    verdict = Verdict.ADMIT if cmd.approve else Verdict.REJECT
+    answer = AnswerWorker(
+        turn=pending.turn,
+        action=pending.action,
+        tool_use_id=pending.tool_use_id,
+        verdict=verdict,
+        call=cmd.call,
+        fault="" if cmd.approve else Fault.APPROVAL_REJECTED,
+    )
+    run = s.running
+    if run is not None and run.turn == pending.turn:
+        return Decision(state=s, events=tuple(events), key=cmd.key, reply=ack, effects=(answer,))
+    ot = st.open_turn
+    if ot is None or ot.turn != pending.turn or s.stopping or st.terminal:
+        return Decision(state=s, events=tuple(events), key=cmd.key, reply=ack)
+    # The turn waited through a restart: run it on from where it paused.
+    from ..spec import AgentSpec, SettingsError, TurnInput
+    from .turns import history_before
+
+    try:
+        spec = AgentSpec.from_metadata(st.metadata)
+        allow = Policy.from_metadata(st.metadata).egress_allow
+    except (SettingsError, PolicyError):
+        spec, allow = AgentSpec(), ()
+    turn_input = TurnInput(
+        session_id=st.session_id,
+        turn=ot.turn,
+        text="",
+        history=history_before(st),
+        spec=spec,
+        resume=True,
+        egress_allow=allow,
+    )
+    return Decision(
+        state=attrs.evolve(s, running=Running(turn=ot.turn)),
+        events=tuple(events),
+        key=cmd.key,
+        reply=ack,
+        effects=(StartTurn(turn=ot.turn, spec=spec, input=turn_input),),
+    )
+
+
+def paused(s: Session) -> Running | None:
+    """The running turn, or the turn left open waiting for an approval after a restart
+    (no worker runs it, but an interrupt or a close must still end it)."""
+    if s.running is not None:
+        return s.running
+    st = s.stored
+    ot = st.open_turn
+    if ot is not None and any(p.turn == ot.turn for p in st.pending_actions.values()):
+        return Running(turn=ot.turn)
+    return None
+
+
+def withdrawn(st: SessionState, turn: int) -> list[Event]:
+    """Rejections for the actions of ``turn`` still waiting, as the turn ends."""
+    return [
+        Event(
+            kind=Kind.ACTION_REJECTED,
+            turn=p.turn,
+            action=p.action,
+            call=p.call,
+            tool=p.action,
+            tool_use_id=p.tool_use_id,
+            fault=Fault.CANCELLED,
+        )
+        for p in st.pending_actions.values()
+        if p.turn == turn
+    ]
