@@ -17,7 +17,9 @@ from typing import Any
 
 from thespian.actors import ActorExitRequest, ActorTypeDispatcher, WakeupMessage
 
-from ._reader import SqliteLogReader
+from spine import Log, open_log
+
+from ._checkpoints import open_checkpoints
 from ._reducer import STATUS_VERSION, StatusReducer
 from .messages import (
     FoldMore,
@@ -51,7 +53,7 @@ class ProjectionActor(ActorTypeDispatcher):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._reducer: StatusReducer | None = None
-        self._log: SqliteLogReader | None = None
+        self._log: Log | None = None
         self._config: StartProjection | None = None
         self._scheduled = False
         # Who asked for a rebuild (address, request id), and when it started: they get
@@ -73,10 +75,10 @@ class ProjectionActor(ActorTypeDispatcher):  # type: ignore[misc]
                 self._fail(msg, sender, "already started on other files")
             return
         try:
-            self._log = SqliteLogReader(msg.log_path)
+            self._log = open_log(msg.log_path, read_only=True)
             self._reducer = StatusReducer(
                 self._log,
-                msg.checkpoint_path,
+                open_checkpoints(msg.checkpoint_path),
                 policy=msg.policy,
                 batch=msg.batch,
                 rebuild_commit_every=msg.rebuild_commit_every,

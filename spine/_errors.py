@@ -55,3 +55,17 @@ class SubscriptionClosedError(SpineError):
 
 class StorageError(SpineError):
     """The backing store failed or holds data that breaks the log's invariants."""
+
+
+class FencedError(SpineError):
+    """An append by a writer whose lease on the stream was taken over by another writer
+    (a newer epoch): a stale session on a partitioned host must not write."""
+
+    def __init__(self, stream: str, held_epoch: int, current_epoch: int) -> None:
+        super().__init__(
+            f"append to {stream!r} refused: this writer holds lease epoch {held_epoch}, "
+            f"the stream's lease is at epoch {current_epoch}"
+        )
+        self.stream = stream
+        self.held_epoch = held_epoch
+        self.current_epoch = current_epoch

@@ -41,6 +41,9 @@ class Record(NamedTuple):
         return decode_event(self.payload, stream=self.stream, seq=self.seq, version=self.version)
 
 
+#: A stored row as a fast reader gets it: stream, seq, position, kind, version, payload.
+Row = tuple[str, int, int, str, int, bytes]
+
 #: Build a `Record` from a tuple in field order without a Python-level constructor call.
 make_record: Callable[[Iterable[object]], Record] = functools.partial(tuple.__new__, Record)
 
@@ -122,6 +125,11 @@ class Log(Protocol):
         kinds: Iterable[str] | None = None,
     ) -> list[Record]:
         """Records of every stream with position greater than ``after_position``."""
+        ...
+
+    def read_rows(self, after_position: int = 0, limit: int | None = DEFAULT_PAGE) -> list[Row]:
+        """Like `read_all`, as plain tuples ``(stream, seq, position, kind, version,
+        payload)``: the bulk path a projection folds, with no `Record` made per row."""
         ...
 
     def streams(self) -> list[StreamInfo]:

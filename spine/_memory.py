@@ -14,6 +14,7 @@ from ._log import (
     DEFAULT_PAGE,
     AppendResult,
     Record,
+    Row,
     StreamInfo,
     Wakeup,
     check_append,
@@ -115,6 +116,12 @@ class MemoryLog:
         ks = check_kinds(kinds)
         with self._lock:
             return _take(self._all, after_position, limit, ks)
+
+    def read_rows(self, after_position: int = 0, limit: int | None = DEFAULT_PAGE) -> list[Row]:
+        return [
+            (r.stream, r.seq, r.position, r.kind, r.version, r.payload)
+            for r in self.read_all(after_position, limit)
+        ]
 
     def streams(self) -> list[StreamInfo]:
         with self._lock:

@@ -1,4 +1,4 @@
-"""The log contract for MemoryLog and SqliteLog, and what only the SQLite file adds."""
+"""The log contract for every backend, and what only the SQLite file or PostgreSQL adds."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import sqlite3
 from collections.abc import Callable
 
 import pytest
-from log_contract import DurableLogContract, LogContract, ev, snapshot
 
-from spine import Log, MemoryLog, SqliteLog, StorageError
+from spine import Log, LogSpec, MemoryLog, SqliteLog, StorageError, open_log
+from spine.testing import DurableLogContract, LeaseContract, LogContract, ev, snapshot
 
 
 class TestMemoryLog(LogContract):
@@ -117,3 +117,35 @@ class TestSqliteLogOneConnection(DurableLogContract):
 
     def opener(self, tmp_path: pathlib.Path) -> Callable[[], Log]:
         return functools.partial(SqliteLog, str(tmp_path / "spine.db"), single_connection=True)
+
+
+class TestSqliteLogOpenedBySpec(DurableLogContract):
+    """A log opened from a `LogSpec` URL is the same SQLite log."""
+
+    def new_log(self, tmp_path: pathlib.Path) -> Log:
+        return open_log(LogSpec.sqlite(tmp_path / "spine.db"))
+
+    def reopen(self, log: Log, tmp_path: pathlib.Path) -> Log:
+        return open_log(f"sqlite:///{tmp_path / 'spine.db'}")
+
+    def opener(self, tmp_path: pathlib.Path) -> Callable[[], Log]:
+        return functools.partial(open_log, LogSpec.sqlite(tmp_path / "spine.db"))
+
+
+class TestPostgresLog(DurableLogContract, LeaseContract):
+    """PostgresLog keeps the whole contract on a real server, and fences stale writers."""
+
+    url = ""
+
+    @pytest.fixture(autouse=True)
+    def _schema(self, pg_url: str) -> None:
+        self.url = pg_url
+
+    def new_log(self, tmp_path: pathlib.Path) -> Log:
+        return open_log(self.url)
+
+    def reopen(self, log: Log, tmp_path: pathlib.Path) -> Log:
+        return open_log(self.url)
+
+    def opener(self, tmp_path: pathlib.Path) -> Callable[[], Log]:
+        return functools.partial(open_log, self.url)

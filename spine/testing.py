@@ -1,12 +1,24 @@
-"""The behaviour every `Log` backend owes its callers, as test classes to subclass.
+"""The behaviour every `Log` backend owes its callers, as pytest classes to subclass.
 
 A backend's test module subclasses `LogContract` (and `DurableLogContract` when another
-process can open the same log) and implements `new_log`; every test here then runs
-against it. Later backends (PostgreSQL) get the whole contract by doing the same.
+process can open the same log, `LeaseContract` when it fences writers) and implements
+`new_log` (and `reopen`, `opener`); every test here then runs against it. This is how
+vertebra tests its own backends, and how a third-party backend proves itself::
+
+    from spine.testing import DurableLogContract
+
+    class TestMyLog(DurableLogContract):
+        def new_log(self, tmp_path):
+            return MyLog(...)
+
+`postgres_cluster` starts a throwaway PostgreSQL server (when its binaries are installed)
+and `fresh_schema` gives each test an empty schema in one, for backends that need a server.
+Importing this module needs pytest (the ``test`` extra).
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import pathlib
 import threading
@@ -18,10 +30,11 @@ import attrs
 import orjson
 import pytest
 
-from spine import (
+from . import (
     AppendResult,
     ConflictError,
     Event,
+    FencedError,
     InvalidArgumentError,
     InvalidStreamIdError,
     Kind,
@@ -529,3 +542,252 @@ class DurableLogContract(LogContract):
             "kind": "x",
             "text": "hi",
         }
+
+    def test_a_tailing_reader_skips_no_row_while_writers_in_other_connections_commit(
+        self, log: Log, tmp_path: pathlib.Path
+    ) -> None:
+        """Positions become visible in order: a reader that follows the last position it
+        saw, while separate writers commit at once, misses none (a plain sequence does)."""
+        writers, batches = 4, 150
+        total = writers * batches * 2
+        opener = self.opener(tmp_path)
+        start = threading.Barrier(writers + 1, timeout=WAIT)
+        errors: list[BaseException] = []
+
+        def write(w: int) -> None:
+            own = opener()
+            try:
+                start.wait()
+                for b in range(batches):
+                    own.append(f"w-{w}", [ev(f"{w}:{b}:0"), ev(f"{w}:{b}:1")])
+            except BaseException as exc:
+                errors.append(exc)
+            finally:
+                own.close()
+
+        threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+        for t in threads:
+            t.start()
+        reader = opener()
+        seen: list[int] = []
+        try:
+            start.wait()
+            after = 0
+            deadline = threading.Event()
+            timer = threading.Timer(WAIT, deadline.set)
+            timer.start()
+            try:
+                # Tail the way a subscription does: ask only for what follows the last
+                # position seen, so a row committed late below it would be lost for good.
+                while after < total and not deadline.is_set() and not errors:
+                    page = reader.read_all(after, 50)
+                    seen.extend(r.position for r in page)
+                    if page:
+                        after = page[-1].position
+            finally:
+                timer.cancel()
+        finally:
+            for t in threads:
+                t.join(WAIT)
+            reader.close()
+        assert not errors and not any(t.is_alive() for t in threads)
+        assert log.last_position() == total
+        skipped = sorted(set(range(1, total + 1)) - set(seen))
+        assert skipped == [] and seen == list(range(1, total + 1))
+
+
+class LeaseContract:
+    """Fencing for a backend whose writers take leases on streams (`take_lease`)."""
+
+    def new_log(self, tmp_path: pathlib.Path) -> Log:
+        raise NotImplementedError
+
+    def opener(self, tmp_path: pathlib.Path) -> Callable[[], Log]:
+        raise NotImplementedError
+
+    def test_a_stale_writer_is_refused_once_another_takes_the_stream_over(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        """After a takeover the old holder's appends raise FencedError and store nothing;
+        the new holder appends on; streams without a lease are not fenced."""
+        opener = self.opener(tmp_path)
+        old, new = opener(), opener()
+        try:
+            e1 = old.take_lease("s", "host-a")  # type: ignore[attr-defined]
+            old.append("s", [ev("a")], expected_seq=0)
+            e2 = new.take_lease("s", "host-b")  # type: ignore[attr-defined]
+            assert e2 == e1 + 1
+            with pytest.raises(FencedError) as info:
+                old.append("s", [ev("stale")])
+            assert (info.value.held_epoch, info.value.current_epoch) == (e1, e2)
+            assert "s" in str(info.value)
+            new.append("s", [ev("b")], expected_seq=1)
+            old.append("other", [ev("unfenced")])
+            assert texts(new.read("s")) == ["a", "b"]
+            assert new.lease("s") == (e2, "host-b")  # type: ignore[attr-defined]
+        finally:
+            old.close()
+            new.close()
+
+    def test_a_takeover_waits_for_an_append_in_flight_and_then_fences(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        """Appends racing a takeover either land before it or are refused: none after."""
+        opener = self.opener(tmp_path)
+        old, new = opener(), opener()
+        try:
+            old.take_lease("s", "a")  # type: ignore[attr-defined]
+            results: list[str] = []
+            go = threading.Event()
+
+            def spam() -> None:
+                go.wait(WAIT)
+                for i in range(200):
+                    try:
+                        old.append("s", [ev(f"old-{i}")])
+                        results.append("ok")
+                    except FencedError:
+                        results.append("fenced")
+
+            t = threading.Thread(target=spam)
+            t.start()
+            go.set()
+            epoch = new.take_lease("s", "b")  # type: ignore[attr-defined]
+            cut = new.last_seq("s")
+            t.join(WAIT)
+            assert not t.is_alive()
+            # Everything the old writer stored is below the takeover point, and after its
+            # first refusal it never stores again.
+            assert new.last_seq("s") == cut
+            assert results.count("ok") == cut
+            if "fenced" in results:
+                first = results.index("fenced")
+                assert set(results[first:]) == {"fenced"}
+            new.append("s", [ev("new")], expected_seq=cut)
+            assert new.lease("s") == (epoch, "b")  # type: ignore[attr-defined]
+        finally:
+            old.close()
+            new.close()
+
+
+# -- a throwaway PostgreSQL server -------------------------------------------------------
+
+#: Where Debian's packages put the server binaries, newest first.
+PG_BIN_DIRS = (
+    "/usr/lib/postgresql/17/bin",
+    "/usr/lib/postgresql/16/bin",
+    "/usr/lib/postgresql/15/bin",
+    "/usr/lib/postgresql/14/bin",
+)
+
+
+def postgres_bin_dir() -> str | None:
+    """The directory holding ``initdb`` and ``postgres``, None when none is installed."""
+    import os
+    import shutil
+
+    for d in PG_BIN_DIRS:
+        if os.path.exists(os.path.join(d, "initdb")):
+            return d
+    found = shutil.which("initdb")
+    return os.path.dirname(os.path.realpath(found)) if found else None
+
+
+@contextlib.contextmanager
+def postgres_cluster(*, fsync: bool = True, user: str = "postgres") -> Iterator[str]:
+    """Start a throwaway PostgreSQL cluster in a temporary directory on a free loopback
+    port; yield its URL; stop it and delete it on exit, whatever happened.
+
+    As root the server runs as ``user`` (PostgreSQL refuses to run as root). Skips the
+    calling test when no server binaries are installed.
+    """
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import tempfile
+
+    bindir = postgres_bin_dir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server binaries installed")
+    root = os.geteuid() == 0
+    prefix: list[str] = ["runuser", "-u", user, "--"] if root else []
+    base = tempfile.mkdtemp(prefix="vertebra-pg-")
+    data = os.path.join(base, "data")
+    if root:
+        shutil.chown(base, user)
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    pg_ctl = os.path.join(bindir, "pg_ctl")
+    started = False
+    try:
+        subprocess.run(
+            [
+                *prefix,
+                os.path.join(bindir, "initdb"),
+                "-D",
+                data,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        opts = (
+            f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={base} "
+            f"-c fsync={'on' if fsync else 'off'} -c max_connections=200"
+        )
+        subprocess.run(
+            [
+                *prefix,
+                pg_ctl,
+                "-D",
+                data,
+                "-l",
+                os.path.join(base, "server.log"),
+                "-o",
+                opts,
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        started = True
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        if started:
+            subprocess.run(
+                [*prefix, pg_ctl, "-D", data, "-m", "immediate", "-w", "-t", "60", "stop"],
+                capture_output=True,
+                timeout=120,
+            )
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def fresh_schema(url: str) -> Iterator[str]:
+    """An empty schema in the database at ``url``, for one test: yields a URL whose
+    connections use it, and drops it (and everything in it) on exit."""
+    import uuid
+
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute(f"CREATE SCHEMA {name}")
+    sep = "&" if "?" in url else "?"
+    try:
+        yield f"{url}{sep}options=-csearch_path%3D{name}"
+    finally:
+        with psycopg.connect(url, autocommit=True) as c:
+            c.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
