@@ -118,6 +118,11 @@ class Log(Protocol):
         """Records of ``stream`` with seq greater than ``after_seq``, in seq order."""
         ...
 
+    def read_events(self, stream: str, after_seq: int = 0) -> list[Event]:
+        """Every event of ``stream`` after ``after_seq``, decoded, from one consistent
+        snapshot: the replay path."""
+        ...
+
     def read_all(
         self,
         after_position: int = 0,
@@ -151,6 +156,10 @@ class Log(Protocol):
     def unwatch(self) -> None: ...
 
     def close(self) -> None: ...
+
+    def __enter__(self) -> Log: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
 
 class Wakeup:

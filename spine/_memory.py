@@ -106,6 +106,9 @@ class MemoryLog:
                 return []
             return _take(rows, after_seq, limit, ks)
 
+    def read_events(self, stream: str, after_seq: int = 0) -> list[Event]:
+        return [r.event() for r in self.read(stream, after_seq, None)]
+
     def read_all(
         self,
         after_position: int = 0,
@@ -150,6 +153,12 @@ class MemoryLog:
 
     def close(self) -> None:
         pass
+
+    def __enter__(self) -> MemoryLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _take(
