@@ -737,6 +737,7 @@ def postgres_cluster(*, fsync: bool = True, user: str = "postgres") -> Iterator[
             ],
             check=True,
             capture_output=True,
+            cwd=base,
             timeout=120,
         )
         opts = (
@@ -760,6 +761,7 @@ def postgres_cluster(*, fsync: bool = True, user: str = "postgres") -> Iterator[
             ],
             check=True,
             capture_output=True,
+            cwd=base,
             timeout=120,
         )
         started = True
@@ -769,6 +771,7 @@ def postgres_cluster(*, fsync: bool = True, user: str = "postgres") -> Iterator[
             subprocess.run(
                 [*prefix, pg_ctl, "-D", data, "-m", "immediate", "-w", "-t", "60", "stop"],
                 capture_output=True,
+                cwd=base,
                 timeout=120,
             )
         shutil.rmtree(base, ignore_errors=True)
