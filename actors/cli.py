@@ -68,7 +68,8 @@ def _serve(args: argparse.Namespace) -> int:
     info_path = os.path.join(args.data, DAEMON_FILE)
     try:
         tmp_path = info_path + ".tmp"
-        with open(tmp_path, "w") as f:
+        # Owner-only: it may hold the spine's URL with a password.
+        with os.fdopen(os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             json.dump(
                 {
                     "pid": os.getpid(),

@@ -98,6 +98,8 @@ def test_serve_with_a_postgres_spine_keeps_every_session_in_the_database(
         assert daemon.poll() is None, daemon.stderr.read() if daemon.stderr else ""
         info = json.loads(wait_for(lambda: (data / "daemon.json").read_text() or None, 10))
         no_leftover_processes.append(info["system_session"])
+        assert info["spine"] == pg_url
+        assert (data / "daemon.json").stat().st_mode & 0o077 == 0
         out = _run(data, "send", "chat-1", "hello postgres", "--create")
         assert out.returncode == 0 and "[scripted] hello postgres" in out.stdout, out.stderr
         out = _run(data, "history", "chat-1")
