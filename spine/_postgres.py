@@ -107,6 +107,11 @@ PRIOR_KEY = (
     "FROM spine_idempotency WHERE stream = %s AND key = %s"
 )
 LEASE = "SELECT epoch FROM spine_leases WHERE stream = %s FOR SHARE"
+TAKE_LEASE = (
+    "INSERT INTO spine_leases (stream, epoch, holder) VALUES (%s, 1, %s) "
+    "ON CONFLICT (stream) DO UPDATE SET epoch = spine_leases.epoch + 1, "
+    "holder = excluded.holder RETURNING epoch"
+)
 LAST_SEQ = "SELECT last_seq FROM spine_streams WHERE stream = %s"
 INSERT = (
     "INSERT INTO spine_events (stream, seq, position, kind, payload, version) "
@@ -222,13 +227,23 @@ class PostgresLog:
         # tenants) do not wake each other.
         return f"spine_{schema[0]}"
 
+    def _writer(self) -> psycopg.Connection[Any]:
+        """The writer connection (caller holds the write lock), reopened if it broke (the
+        server restarted, an administrator ended it): the append that found it broken
+        failed, the next one works again."""
+        if self._w.broken or self._w.closed:
+            with contextlib.suppress(psycopg.Error):
+                self._w.close()
+            self._w = self._connect()
+        return self._w
+
     def _reader(self) -> psycopg.Connection[Any]:
         if self._closed:
             raise StorageError(f"spine log {self.where!r} is closed")
         if self._single:
-            return self._w
+            return self._writer()
         c: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
-        if c is None or c.closed:
+        if c is None or c.closed or c.broken:
             c = self._connect()
             self._local.conn = c
             with self._readers_lock:
@@ -241,7 +256,8 @@ class PostgresLog:
         shared = self._wlock if self._single else contextlib.nullcontext()
         try:
             with shared:
-                yield self._reader()
+                c = self._reader()
+                yield c
         except psycopg.Error as exc:
             raise StorageError(f"read from {self.where!r} failed: {exc}") from exc
 
@@ -260,12 +276,7 @@ class PostgresLog:
             if self._closed:
                 raise StorageError(f"spine log {self.where!r} is closed")
             try:
-                row = self._w.execute(
-                    "INSERT INTO spine_leases (stream, epoch, holder) VALUES (%s, 1, %s) "
-                    "ON CONFLICT (stream) DO UPDATE SET epoch = spine_leases.epoch + 1, "
-                    "holder = excluded.holder RETURNING epoch",
-                    (stream, holder),
-                ).fetchone()
+                row = self._writer().execute(TAKE_LEASE, (stream, holder)).fetchone()
             except psycopg.Error as exc:
                 raise StorageError(f"cannot take the lease of {stream!r}: {exc}") from exc
             assert row is not None
@@ -299,7 +310,7 @@ class PostgresLog:
                 raise StorageError(f"spine log {self.where!r} is closed")
             if self._read_only:
                 raise StorageError(f"spine log {self.where!r} is open read-only")
-            c = self._w
+            c = self._writer()
             try:
                 with c.transaction():
                     # First, the counter row: every append waits here for the one before
