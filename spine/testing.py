@@ -45,6 +45,21 @@ from . import (
     history,
 )
 
+__all__ = [
+    "PG_BIN_DIRS",
+    "WAIT",
+    "DurableLogContract",
+    "LeaseContract",
+    "LogContract",
+    "check_concurrent_outcome",
+    "ev",
+    "fresh_schema",
+    "postgres_bin_dir",
+    "postgres_cluster",
+    "snapshot",
+    "texts",
+]
+
 WAIT = 60.0  # seconds: the bound on every wait for another thread or process
 
 
