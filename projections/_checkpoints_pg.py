@@ -3,7 +3,9 @@
 The same generations as the SQLite checkpoint file (see `_checkpoints`), so a reducer on
 any host can resume or rebuild: the state rows and the position of a page commit in one
 transaction. One writer at a time per database: the reducer takes a session-level
-advisory lock, so a second reducer elsewhere refuses to start instead of interleaving.
+advisory lock, so a second reducer elsewhere does not interleave: it gets
+`CheckpointBusyError` and stands by (the projection actor retries), taking over when the
+first one's connection ends.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import psycopg
 
 from ._checkpoints import CheckpointStore, Generation
-from ._errors import CheckpointError
+from ._errors import CheckpointBusyError, CheckpointError
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS projection_generations (
@@ -48,7 +50,7 @@ class PostgresCheckpointStore(CheckpointStore):
         try:
             row = self._pg.execute("SELECT pg_try_advisory_lock(%s)", (_OWNER_LOCK,)).fetchone()
             if row is None or not row[0]:
-                raise CheckpointError("another reducer holds this database's checkpoints")
+                raise CheckpointBusyError("another reducer holds this database's checkpoints")
             with self._pg.transaction():
                 self._pg.execute("SELECT pg_advisory_xact_lock(%s)", (_OWNER_LOCK + 1,))
                 self._pg.execute(_SCHEMA)

@@ -195,3 +195,33 @@ def test_a_stale_session_on_another_daemon_cannot_append_after_a_takeover(
         a.close()
     assert [e.seq for e in evs] == list(range(1, len(evs) + 1))
     assert [e.text for e in evs if e.kind == Kind.USER_MESSAGE] == ["on a", "on b", "on a again"]
+
+
+def test_the_projection_of_a_second_daemon_stands_by_and_takes_over_the_shared_checkpoints(
+    tmp_path: pathlib.Path, pg_url: str, no_leftover_processes: list[int]
+) -> None:
+    """Two daemons on one database: one projection writes the shared checkpoints, the
+    other stands by (status still exact, folded from the stream); when the first daemon
+    stops, the second takes the checkpoints over and answers the index itself."""
+    a = Host(tmp_path / "a", spine=pg_url, timeout=30)
+    try:
+        sid = a.create()
+        a.wait_turn(sid, a.send(sid, "hello").seq)
+        wait_for(lambda: (i := a.index()) is not None and sid in i, timeout=30)
+        b = Host(tmp_path / "b", spine=pg_url, timeout=30)
+    finally:
+        a.close()
+    try:
+        assert b.status(sid).turns == 1
+        ack = b.send(sid, "again")
+        b.wait_turn(sid, ack.seq)
+
+        def taken_over() -> bool:
+            index = b.index()
+            info = None if index is None else index.get(sid)
+            return info is not None and info.last_seq == b.get(sid).last_seq
+
+        wait_for(taken_over, timeout=30)
+        assert b.status(sid).turns == 2
+    finally:
+        b.close()
