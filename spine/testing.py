@@ -611,6 +611,40 @@ class DurableLogContract(LogContract):
         assert skipped == [], f"the reader skipped {len(skipped)} of {total} rows: {skipped[:10]}"
         assert seen == list(range(1, total + 1))
 
+    def test_one_key_appended_at_once_through_several_connections_is_stored_once(
+        self, log: Log, tmp_path: pathlib.Path
+    ) -> None:
+        """Writers racing with the same idempotency key: one appends, the others get its
+        result as a duplicate, and positions stay gap-free."""
+        writers = 4
+        opener = self.opener(tmp_path)
+        logs = [opener() for _ in range(writers)]
+        start = threading.Barrier(writers, timeout=WAIT)
+        results: list[AppendResult] = []
+        errors: list[BaseException] = []
+
+        def write(w: int) -> None:
+            try:
+                start.wait()
+                results.append(logs[w].append("s", [ev("once")], idempotency_key="k"))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(WAIT)
+        finally:
+            for other in logs:
+                other.close()
+        assert not errors and len(results) == writers
+        assert sorted(r.duplicate for r in results) == [False] + [True] * (writers - 1)
+        assert {(r.first_seq, r.first_position) for r in results} == {(1, 1)}
+        log.append("s", [ev("next")])
+        assert [r.position for r in snapshot(log)] == [1, 2]
+
 
 class LeaseContract:
     """Fencing for a backend whose writers take leases on streams (`take_lease`)."""
@@ -640,6 +674,8 @@ class LeaseContract:
             new.append("s", [ev("b")], expected_seq=1)
             old.append("other", [ev("unfenced")])
             assert texts(new.read("s")) == ["a", "b"]
+            # The refused append rolled back whole: positions stay gap-free.
+            assert [r.position for r in snapshot(new)] == [1, 2, 3]
             assert new.lease("s") == (e2, "host-b")  # type: ignore[attr-defined]
         finally:
             old.close()
