@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from spine import Event, Kind, SqliteLog, StorageError, history, subscribe
+from spine import Event, Kind, Log, LogSpec, SpineError, history, open_log, subscribe
 
 from .errors import ActorsError
 from .host import Host
@@ -35,7 +35,7 @@ def _line(sid: str, ev: Event) -> str:
     return f"{sid} #{ev.seq:<5} {ev.kind:<20} {detail}"
 
 
-def _daemon_port(data: str) -> int:
+def _daemon_info(data: str) -> dict[str, Any]:
     path = os.path.join(data, DAEMON_FILE)
     try:
         with open(path) as f:
@@ -47,11 +47,12 @@ def _daemon_port(data: str) -> int:
         os.kill(pid, 0)
     except ProcessLookupError:
         raise SystemExit(f"the daemon of {data!r} (pid {pid}) is gone; start it again") from None
-    return int(info["admin_port"])
+    return dict(info)
 
 
 def _attach(args: argparse.Namespace) -> Host:
-    return Host(args.data, attach=True, admin_port=_daemon_port(args.data))
+    info = _daemon_info(args.data)
+    return Host(args.data, attach=True, admin_port=int(info["admin_port"]), spine=info.get("spine"))
 
 
 # -- commands -----------------------------------------------------------------------------
@@ -63,16 +64,18 @@ def _serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    host = Host(args.data, admin_port=args.port, idle_timeout=args.idle_timeout)
+    host = Host(args.data, admin_port=args.port, idle_timeout=args.idle_timeout, spine=args.spine)
     info_path = os.path.join(args.data, DAEMON_FILE)
     try:
         tmp_path = info_path + ".tmp"
-        with open(tmp_path, "w") as f:
+        # Owner-only: it may hold the spine's URL with a password.
+        with os.fdopen(os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             json.dump(
                 {
                     "pid": os.getpid(),
                     "admin_port": host.admin_port,
                     "system_session": host.system_session,
+                    "spine": args.spine or "",
                 },
                 f,
             )
@@ -169,11 +172,20 @@ def _verify(args: argparse.Namespace) -> int:
         host.close()
 
 
-def _open_log(args: argparse.Namespace) -> SqliteLog:
+def _open_log(args: argparse.Namespace) -> Log:
+    spine = args.spine
+    if not spine:
+        try:
+            with open(os.path.join(args.data, DAEMON_FILE)) as f:
+                spine = json.load(f).get("spine", "")
+        except (OSError, ValueError):
+            spine = ""
+    if spine:
+        return open_log(LogSpec.parse(spine))
     path = os.path.join(args.data, "spine.db")
     if not os.path.exists(path):
         raise SystemExit(f"no spine at {path!r}")
-    return SqliteLog(path)
+    return open_log(LogSpec.sqlite(path))
 
 
 def _history(args: argparse.Namespace) -> int:
@@ -265,11 +277,17 @@ def _daemon_commands(sub: Any) -> None:
     p = sub.add_parser("demo", help="run a short conversation on the full runtime")
     p.set_defaults(func=_demo)
 
-    p = sub.add_parser("serve", help="run the daemon (SQLite spine, scripted model)")
+    p = sub.add_parser("serve", help="run the daemon (scripted model)")
     p.add_argument("--port", type=int, default=None, help="admin port (default: a free one)")
     p.add_argument("--idle-timeout", type=float, default=300.0, help="passivate after seconds")
     p.add_argument("--quiet", action="store_true", help="do not print events")
     p.add_argument("--for-seconds", type=float, default=None, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--spine",
+        default=argparse.SUPPRESS,
+        help="where the log lives, e.g. postgresql://user@host:5432/db (default: spine.db "
+        "in the data directory)",
+    )
     p.set_defaults(func=_serve)
 
     p = sub.add_parser("send", help="send a message to a session of the running daemon")
@@ -309,6 +327,11 @@ def _session_commands(sub: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vertebra", description=__doc__)
     parser.add_argument("--data", default="vertebra-data", help="data directory")
+    parser.add_argument(
+        "--spine",
+        default=None,
+        help="where the log lives: postgresql://... (default: spine.db in the data directory)",
+    )
     sub = parser.add_subparsers(dest="command")
     _daemon_commands(sub)
     _session_commands(sub)
@@ -317,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.func = _demo
     try:
         return int(args.func(args))
-    except (ActorsError, StorageError) as exc:
+    except (ActorsError, SpineError) as exc:
         print(f"vertebra: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
 

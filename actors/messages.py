@@ -320,6 +320,8 @@ class RunnerConfig:
     restart: RestartPolicy = attrs.field(factory=RestartPolicy)
     # Run the status projection actor beside the Runner (woken on every append).
     projections: bool = True
+    # Where the spine lives (a `spine.LogSpec` URL); empty: spine.db in the data directory.
+    spine: str = ""
 
 
 @attrs.frozen(kw_only=True)

@@ -17,7 +17,10 @@ from typing import Any
 
 from thespian.actors import ActorExitRequest, ActorTypeDispatcher, WakeupMessage
 
-from ._reader import SqliteLogReader
+from spine import Log, open_log
+
+from ._checkpoints import open_checkpoints
+from ._errors import CheckpointBusyError
 from ._reducer import STATUS_VERSION, StatusReducer
 from .messages import (
     FoldMore,
@@ -43,6 +46,8 @@ log = logging.getLogger("projections")
 #: Least time between two `RebuildProgress` reports to one requester.
 PROGRESS_EVERY = 0.1
 NOT_STARTED = "the projection is not started"
+#: Seconds between a standby reducer's attempts to take the shared checkpoints over.
+STANDBY_RETRY = 1.0
 
 
 class ProjectionActor(ActorTypeDispatcher):  # type: ignore[misc]
@@ -51,8 +56,10 @@ class ProjectionActor(ActorTypeDispatcher):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._reducer: StatusReducer | None = None
-        self._log: SqliteLogReader | None = None
+        self._log: Log | None = None
         self._config: StartProjection | None = None
+        # A start refused because another reducer holds the checkpoints: retried.
+        self._standby: StartProjection | None = None
         self._scheduled = False
         # Who asked for a rebuild (address, request id), and when it started: they get
         # progress reports carrying their request's id.
@@ -72,26 +79,43 @@ class ProjectionActor(ActorTypeDispatcher):  # type: ignore[misc]
             else:
                 self._fail(msg, sender, "already started on other files")
             return
+        reason = self._open(msg)
+        if reason is not None:
+            self._fail(msg, sender, reason)
+            return
+        self._started(msg, sender)
+
+    def _open(self, msg: StartProjection) -> str | None:
+        """Open the log and the checkpoints and start folding; the reason if it cannot."""
         try:
-            self._log = SqliteLogReader(msg.log_path)
+            self._log = open_log(msg.log_path, read_only=True)
             self._reducer = StatusReducer(
                 self._log,
-                msg.checkpoint_path,
+                open_checkpoints(msg.checkpoint_path),
                 policy=msg.policy,
                 batch=msg.batch,
                 rebuild_commit_every=msg.rebuild_commit_every,
                 version=msg.version or STATUS_VERSION,
             )
+        except CheckpointBusyError as exc:
+            # Another host's reducer writes the shared checkpoints: stand by and try again,
+            # so that this one takes over when that one is gone. Queries meanwhile get the
+            # not-started answer (the Host then folds the stream itself).
+            self._close()
+            if self._standby is None:
+                self.wakeupAfter(timedelta(seconds=STANDBY_RETRY), "standby")
+            self._standby = msg
+            return f"standing by: {exc}"
         except Exception as exc:
             self._close()
-            self._fail(msg, sender, f"{type(exc).__name__}: {exc}")
-            return
+            return f"{type(exc).__name__}: {exc}"
+        self._standby = None
         self._config = msg
         if self._reducer.rebuilding:
             self._rebuild_started = time.monotonic()
-        self._started(msg, sender)
         self._schedule()
         self.wakeupAfter(timedelta(seconds=msg.poll_floor))
+        return None
 
     def _started(self, msg: StartProjection, sender: Any) -> None:
         assert self._reducer is not None
@@ -140,6 +164,12 @@ class ProjectionActor(ActorTypeDispatcher):  # type: ignore[misc]
         self._schedule()
 
     def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: Any) -> None:
+        if msg.payload == "standby":
+            # Still busy: `_open` schedules the next attempt; another failure ends them.
+            standby, self._standby = self._standby, None
+            if standby is not None and self._reducer is None:
+                self._open(standby)
+            return
         if self._reducer is None or self._config is None:
             return
         self._schedule()

@@ -167,3 +167,17 @@ class CheckpointStore:
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
             self._c.close()
+
+
+def open_checkpoints(location: str | os.PathLike[str] | CheckpointStore) -> CheckpointStore:
+    """The checkpoint store at ``location``: a SQLite file path, or a PostgreSQL URL (the
+    spine's database: the generations live in tables of their own beside the log)."""
+    if isinstance(location, CheckpointStore):
+        return location
+    text = os.fspath(location)
+    if text.startswith(("postgresql://", "postgres://")):
+        from ._checkpoints_pg import PostgresCheckpointStore
+
+        store: CheckpointStore = PostgresCheckpointStore(text)
+        return store
+    return CheckpointStore(text)

@@ -11,6 +11,10 @@ class CheckpointError(ProjectionError):
     """The checkpoint file cannot be opened, read or written."""
 
 
+class CheckpointBusyError(CheckpointError):
+    """Another reducer (on another host) writes these checkpoints; this one stands by."""
+
+
 class FoldError(ProjectionError):
     """An event could not be folded and the failure policy said to stop.
 

@@ -15,7 +15,6 @@ import hashlib
 import logging
 import os
 import pathlib
-import sqlite3
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
@@ -24,14 +23,14 @@ from typing import Any
 import attrs
 import orjson
 
-from spine import SCHEMA_VERSION, Record, SqliteLog, StorageError, event_to_dict
+from spine import SCHEMA_VERSION, Record, event_to_dict
 
 from . import _index, _metadata, _status, _status_rows
-from ._checkpoints import CheckpointStore
+from ._checkpoints import CheckpointStore, open_checkpoints
 from ._errors import FoldError
 from ._index import INFO_STATE_HANDLERS, InfoFolder, SessionInfo, SessionsIndex
 from ._policy import Fail, FailurePolicy, RetryThenFail, Skip
-from ._reader import LogReader, SqliteLogReader, connect_read_only
+from ._reader import LogReader
 from ._status import Projection
 from ._status_rows import STATUS_HANDLERS, StatusFolder
 
@@ -181,20 +180,13 @@ def _record(row: Row) -> Record:
 def _row_reader(log: LogReader) -> Callable[[int, int], list[Row]]:
     """A page reader over the all-streams log: ``read(after_position, limit)``.
 
-    On a SQLite log it reads the rows as plain tuples through its own read-only
-    connection (no `Record` per row; a read never takes the log's write lock); any other
-    log goes through `Log.read_all`.
+    Every `Log` reads plain tuples through its own `read_rows` (no `Record` per row; on
+    SQLite a read never takes the log's write lock); a reader without it goes through
+    `read_all`.
     """
-    if isinstance(log, SqliteLog | SqliteLogReader):
-        conn = connect_read_only(log.path)
-
-        def read(after: int, limit: int) -> list[Row]:
-            try:
-                return conn.execute(_READ_ALL, (after, limit)).fetchall()
-            except sqlite3.Error as exc:
-                raise StorageError(f"read from {log.path!r} failed: {exc}") from exc
-
-        return read
+    fast = getattr(log, "read_rows", None)
+    if fast is not None:
+        return fast  # type: ignore[no-any-return]
 
     def read_records(after: int, limit: int) -> list[Row]:
         return [
@@ -203,12 +195,6 @@ def _row_reader(log: LogReader) -> Callable[[int, int], list[Row]]:
         ]
 
     return read_records
-
-
-_READ_ALL = (
-    "SELECT stream, seq, position, kind, version, payload FROM events "
-    "WHERE position > ? ORDER BY position LIMIT ?"
-)
 
 
 def _stored_dict(r: Record) -> dict[str, Any]:
@@ -231,7 +217,7 @@ def _stored_dict(r: Record) -> dict[str, Any]:
 class StatusReducer:
     """Folds a log into per-session `Projection`s and the `SessionsIndex`, checkpointed.
 
-    ``log`` is any `LogReader`: every `Log`, or a read-only `SqliteLogReader`.
+    ``log`` is any `LogReader`: every `Log` (a projection opens it read-only).
 
     ``checkpoint`` is the reducer's own SQLite file. ``policy`` says what to do with an
     event that cannot be folded. ``version`` defaults to `STATUS_VERSION`; a checkpoint of
@@ -252,9 +238,7 @@ class StatusReducer:
         if batch <= 0 or rebuild_commit_every <= 0:
             raise ValueError("batch and rebuild_commit_every must be positive")
         self._log = log
-        self._store = (
-            checkpoint if isinstance(checkpoint, CheckpointStore) else CheckpointStore(checkpoint)
-        )
+        self._store = open_checkpoints(checkpoint)
         self.policy: FailurePolicy = policy if policy is not None else Fail()
         self.batch = batch
         self.version = version

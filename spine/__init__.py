@@ -16,6 +16,7 @@ from ._codec import (
 from ._errors import (
     ConflictError,
     DecodeError,
+    FencedError,
     InvalidArgumentError,
     InvalidStreamIdError,
     SpineError,
@@ -26,8 +27,9 @@ from ._event import EPHEMERAL_KINDS, Event, Kind, Phase, Severity, Usage
 from ._frozen import FrozenDict, FrozenList
 from ._ids import new_session_id, validate_session_id
 from ._lifecycle import REVIVING_PHASES, TERMINAL_PHASES, terminal_after
-from ._log import DEFAULT_PAGE, AppendResult, Log, Record, StreamInfo, Wakeup
+from ._log import DEFAULT_PAGE, AppendResult, Log, Record, Row, StreamInfo, Wakeup
 from ._memory import MemoryLog
+from ._spec import LogSpec, open_log
 from ._sqlite import SqliteLog
 from ._subscribe import (
     DEFAULT_POLL_FLOOR,
@@ -50,15 +52,18 @@ __all__ = [
     "ConflictError",
     "DecodeError",
     "Event",
+    "FencedError",
     "FrozenDict",
     "FrozenList",
     "InvalidArgumentError",
     "InvalidStreamIdError",
     "Kind",
     "Log",
+    "LogSpec",
     "MemoryLog",
     "Phase",
     "Record",
+    "Row",
     "Severity",
     "SpineError",
     "SqliteLog",
@@ -76,6 +81,7 @@ __all__ = [
     "format_time",
     "history",
     "new_session_id",
+    "open_log",
     "register_upcaster",
     "subscribe",
     "subscribe_all",

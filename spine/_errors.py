@@ -55,3 +55,24 @@ class SubscriptionClosedError(SpineError):
 
 class StorageError(SpineError):
     """The backing store failed or holds data that breaks the log's invariants."""
+
+
+class FencedError(ConflictError):
+    """An append by a writer whose lease on the stream was taken over by another writer
+    (a newer epoch): a stale session on a partitioned host must not write.
+
+    A conflict with another writer, so a caller that stops on a `ConflictError` (a stale
+    session incarnation) stops on this too; ``expected_seq`` and ``actual_seq`` are -1
+    (no seq was compared)."""
+
+    def __init__(self, stream: str, held_epoch: int, current_epoch: int) -> None:
+        SpineError.__init__(
+            self,
+            f"append to {stream!r} refused: this writer holds lease epoch {held_epoch}, "
+            f"the stream's lease is at epoch {current_epoch}",
+        )
+        self.stream = stream
+        self.expected_seq = -1
+        self.actual_seq = -1
+        self.held_epoch = held_epoch
+        self.current_epoch = current_epoch

@@ -41,6 +41,9 @@ class Record(NamedTuple):
         return decode_event(self.payload, stream=self.stream, seq=self.seq, version=self.version)
 
 
+#: A stored row as a fast reader gets it: stream, seq, position, kind, version, payload.
+Row = tuple[str, int, int, str, int, bytes]
+
 #: Build a `Record` from a tuple in field order without a Python-level constructor call.
 make_record: Callable[[Iterable[object]], Record] = functools.partial(tuple.__new__, Record)
 
@@ -115,6 +118,11 @@ class Log(Protocol):
         """Records of ``stream`` with seq greater than ``after_seq``, in seq order."""
         ...
 
+    def read_events(self, stream: str, after_seq: int = 0) -> list[Event]:
+        """Every event of ``stream`` after ``after_seq``, decoded, from one consistent
+        snapshot: the replay path."""
+        ...
+
     def read_all(
         self,
         after_position: int = 0,
@@ -122,6 +130,11 @@ class Log(Protocol):
         kinds: Iterable[str] | None = None,
     ) -> list[Record]:
         """Records of every stream with position greater than ``after_position``."""
+        ...
+
+    def read_rows(self, after_position: int = 0, limit: int | None = DEFAULT_PAGE) -> list[Row]:
+        """Like `read_all`, as plain tuples ``(stream, seq, position, kind, version,
+        payload)``: the bulk path a projection folds, with no `Record` made per row."""
         ...
 
     def streams(self) -> list[StreamInfo]:
@@ -143,6 +156,10 @@ class Log(Protocol):
     def unwatch(self) -> None: ...
 
     def close(self) -> None: ...
+
+    def __enter__(self) -> Log: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
 
 class Wakeup:

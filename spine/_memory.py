@@ -14,6 +14,7 @@ from ._log import (
     DEFAULT_PAGE,
     AppendResult,
     Record,
+    Row,
     StreamInfo,
     Wakeup,
     check_append,
@@ -105,6 +106,9 @@ class MemoryLog:
                 return []
             return _take(rows, after_seq, limit, ks)
 
+    def read_events(self, stream: str, after_seq: int = 0) -> list[Event]:
+        return [r.event() for r in self.read(stream, after_seq, None)]
+
     def read_all(
         self,
         after_position: int = 0,
@@ -115,6 +119,12 @@ class MemoryLog:
         ks = check_kinds(kinds)
         with self._lock:
             return _take(self._all, after_position, limit, ks)
+
+    def read_rows(self, after_position: int = 0, limit: int | None = DEFAULT_PAGE) -> list[Row]:
+        return [
+            (r.stream, r.seq, r.position, r.kind, r.version, r.payload)
+            for r in self.read_all(after_position, limit)
+        ]
 
     def streams(self) -> list[StreamInfo]:
         with self._lock:
@@ -143,6 +153,12 @@ class MemoryLog:
 
     def close(self) -> None:
         pass
+
+    def __enter__(self) -> MemoryLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _take(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pathlib
 import sqlite3
 import threading
 import time
@@ -17,6 +18,7 @@ from ._log import (
     DEFAULT_PAGE,
     AppendResult,
     Record,
+    Row,
     StreamInfo,
     Wakeup,
     check_append,
@@ -83,6 +85,10 @@ _UPSERT_STREAM = (
     "ON CONFLICT (stream) DO UPDATE SET last_seq = excluded.last_seq, "
     "last_position = excluded.last_position"
 )
+_READ_ROWS = (
+    "SELECT stream, seq, position, kind, version, CAST(payload AS BLOB) FROM events "
+    "WHERE position > ? ORDER BY position LIMIT ?"
+)
 _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 _REPLAY_PAGE = 2000
 
@@ -98,6 +104,8 @@ class SqliteLog:
     ``single_connection`` makes reads share the writer's connection (serialized with
     appends) instead of one connection per reading thread: for a process with one user of
     the log, such as a session actor, it saves a connection's memory (about 0.3 MB).
+    ``read_only`` opens an existing file read-only (a projection's reader): it never
+    creates the schema, never takes the write lock, and refuses appends.
     """
 
     def __init__(
@@ -108,6 +116,7 @@ class SqliteLog:
         busy_timeout: float = 30.0,
         watch_interval: float = 0.001,
         single_connection: bool = False,
+        read_only: bool = False,
     ) -> None:
         if synchronous.upper() not in _SYNC_MODES:
             raise InvalidArgumentError(f"synchronous must be one of {_SYNC_MODES}")
@@ -116,6 +125,7 @@ class SqliteLog:
         self._busy = busy_timeout
         self._watch_interval = watch_interval
         self._single = single_connection
+        self._read_only = read_only
         self._wlock = threading.Lock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
@@ -125,15 +135,21 @@ class SqliteLog:
         self._watchers = 0
         self._watch_lock = threading.Lock()
         self._watch_thread: threading.Thread | None = None
+        if read_only and not os.path.exists(self.path):
+            raise StorageError(f"spine database {self.path!r} does not exist")
         self._w = self._connect()
-        self._init_schema()
+        if not read_only:
+            self._init_schema()
 
     # -- connections -------------------------------------------------------------------
 
     def _connect(self) -> sqlite3.Connection:
         try:
+            target, uri = self.path, False
+            if self._read_only:
+                target, uri = pathlib.Path(self.path).resolve().as_uri() + "?mode=ro", True
             c = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=self._busy
+                target, isolation_level=None, check_same_thread=False, timeout=self._busy, uri=uri
             )
             c.execute(f"PRAGMA busy_timeout = {int(self._busy * 1000)}")
             c.execute(f"PRAGMA synchronous = {self._sync}")
@@ -195,6 +211,8 @@ class SqliteLog:
         with self._wlock:
             if self._closed:
                 raise StorageError(f"spine log {self.path!r} is closed")
+            if self._read_only:
+                raise StorageError(f"spine log {self.path!r} is open read-only")
             c = self._w
             try:
                 c.execute("BEGIN IMMEDIATE")
@@ -339,6 +357,10 @@ class SqliteLog:
             args.append(limit)
         rows = self._query(sql, args)
         return list(map(make_record, rows))
+
+    def read_rows(self, after_position: int = 0, limit: int | None = DEFAULT_PAGE) -> list[Row]:
+        check_page(after_position, limit, "after_position")
+        return self._query(_READ_ROWS, (after_position, -1 if limit is None else limit))
 
     def streams(self) -> list[StreamInfo]:
         rows = self._query(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
+from collections.abc import Iterator
 
 import pytest
 
@@ -11,6 +13,31 @@ import pytest
 def db_path(tmp_path: pathlib.Path) -> pathlib.Path:
     """A fresh SQLite file path in the test's temporary directory."""
     return tmp_path / "spine.db"
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """A PostgreSQL server URL: ``VERTEBRA_TEST_PG`` when set (CI sets it), else a throwaway
+    cluster this test run starts itself when the server binaries are installed (skip
+    otherwise)."""
+    url = os.environ.get("VERTEBRA_TEST_PG")
+    if url:
+        yield url
+        return
+    from spine.testing import postgres_cluster
+
+    # Durability is not under test here; the benchmark runs with fsync on.
+    with postgres_cluster(fsync=False) as started:
+        yield started
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> Iterator[str]:
+    """A URL of an empty schema of its own on the test PostgreSQL server."""
+    from spine.testing import fresh_schema
+
+    with fresh_schema(pg_server) as url:
+        yield url
 
 
 def descendants(pid: int) -> list[int]:

@@ -315,3 +315,32 @@ def test_a_read_only_reader_refuses_a_missing_spine_file(tmp_path: pathlib.Path)
     """The projection never creates the log: a missing file is a clear StorageError."""
     with pytest.raises(StorageError, match="does not exist"):
         SqliteLogReader(tmp_path / "nope.db")
+
+
+def test_a_postgres_log_folds_into_checkpoints_in_the_same_database(pg_url: str) -> None:
+    """Reading the log read-only and checkpointing into tables beside it, a reducer
+    folds what a fold from zero gives; another reducer (another host) resumes from the
+    checkpoint, and a rebuild there gives the same again."""
+    from spine import open_log
+
+    with open_log(pg_url) as log:  # type: ignore[attr-defined]
+        fill(log, 300, 4)
+        reader = open_log(pg_url, read_only=True)
+        try:
+            r = StatusReducer(reader, pg_url, batch=64)
+            r.catch_up()
+            assert_equals_fold_from_zero(r, log)
+            position = r.progress().position
+            r.close()
+            fill(log, 50, 2, seed=7)
+            again = StatusReducer(reader, pg_url, batch=64)
+            assert again.progress().position == position
+            again.catch_up()
+            assert_equals_fold_from_zero(again, log)
+            again.request_rebuild()
+            again.catch_up()
+            assert again.progress().position == log.last_position()
+            assert_equals_fold_from_zero(again, log)
+            again.close()
+        finally:
+            reader.close()

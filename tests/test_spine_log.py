@@ -1,4 +1,4 @@
-"""The log contract for MemoryLog and SqliteLog, and what only the SQLite file adds."""
+"""The log contract for every backend, and what only the SQLite file or PostgreSQL adds."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import sqlite3
 from collections.abc import Callable
 
 import pytest
-from log_contract import DurableLogContract, LogContract, ev, snapshot
 
-from spine import Log, MemoryLog, SqliteLog, StorageError
+from spine import Log, LogSpec, MemoryLog, SqliteLog, StorageError, open_log
+from spine.testing import DurableLogContract, LeaseContract, LogContract, ev, snapshot
 
 
 class TestMemoryLog(LogContract):
@@ -117,3 +117,86 @@ class TestSqliteLogOneConnection(DurableLogContract):
 
     def opener(self, tmp_path: pathlib.Path) -> Callable[[], Log]:
         return functools.partial(SqliteLog, str(tmp_path / "spine.db"), single_connection=True)
+
+
+class TestSqliteLogOpenedBySpec(DurableLogContract):
+    """A log opened from a `LogSpec` URL is the same SQLite log."""
+
+    def new_log(self, tmp_path: pathlib.Path) -> Log:
+        return open_log(LogSpec.sqlite(tmp_path / "spine.db"))
+
+    def reopen(self, log: Log, tmp_path: pathlib.Path) -> Log:
+        return open_log(f"sqlite:///{tmp_path / 'spine.db'}")
+
+    def opener(self, tmp_path: pathlib.Path) -> Callable[[], Log]:
+        return functools.partial(open_log, LogSpec.sqlite(tmp_path / "spine.db"))
+
+
+class TestPostgresLog(DurableLogContract, LeaseContract):
+    """PostgresLog keeps the whole contract on a real server, and fences stale writers."""
+
+    url = ""
+
+    @pytest.fixture(autouse=True)
+    def _schema(self, pg_url: str) -> None:
+        self.url = pg_url
+
+    def new_log(self, tmp_path: pathlib.Path) -> Log:
+        return open_log(self.url)
+
+    def reopen(self, log: Log, tmp_path: pathlib.Path) -> Log:
+        return open_log(self.url)
+
+    def opener(self, tmp_path: pathlib.Path) -> Callable[[], Log]:
+        return functools.partial(open_log, self.url)
+
+
+def test_a_postgres_log_recovers_after_the_server_ends_its_connections(pg_url: str) -> None:
+    """An administrator (or a restart) ends every connection of a log: the call that
+    meets a broken connection fails with StorageError, the next works again, and a
+    subscriber relying on notifications alone is woken through a reopened listener."""
+    import threading
+    import uuid
+
+    import psycopg
+
+    from spine import subscribe
+
+    name = f"victim_{uuid.uuid4().hex[:8]}"
+    victim_url = f"{pg_url}&application_name={name}"
+    log, other = open_log(victim_url), open_log(pg_url)
+    try:
+        with subscribe(log, "s", poll_floor=0) as sub:
+            other.append("s", [ev("one")])
+            got = sub.get(30)
+            assert got is not None and got.text == "one"
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                ended = admin.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE application_name = %s",
+                    (name,),
+                ).fetchone()
+            assert ended is not None and ended[0] >= 2  # the writer and the listener
+
+            def retried(fn):  # type: ignore[no-untyped-def]
+                for _ in range(2):
+                    try:
+                        return fn()
+                    except StorageError:
+                        continue
+                raise AssertionError("still failing after a reconnect")
+
+            retried(lambda: log.append("s", [ev("two")]))
+            assert [r.event().text for r in retried(lambda: log.read("s"))] == ["one", "two"]
+            got = sub.get(30)
+            assert got is not None and got.text == "two"
+            # Commits through another connection still wake the subscriber.
+            woken: list[object] = []
+            t = threading.Thread(target=lambda: woken.append(sub.get(30)))
+            t.start()
+            other.append("s", [ev("three")])
+            t.join(40)
+            assert woken and getattr(woken[0], "text", None) == "three"
+    finally:
+        log.close()
+        other.close()

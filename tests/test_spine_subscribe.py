@@ -27,6 +27,7 @@ from spine import (
     StreamSubscription,
     SubscriptionClosedError,
     Wakeup,
+    open_log,
     subscribe,
     subscribe_all,
 )
@@ -57,9 +58,12 @@ BACKENDS: dict[str, Callable[[pathlib.Path], Log]] = {
 }
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+@pytest.fixture(params=[*sorted(BACKENDS), "postgres"])
 def log(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Log]:
-    log = BACKENDS[request.param](tmp_path)
+    if request.param == "postgres":
+        log = open_log(request.getfixturevalue("pg_url"))
+    else:
+        log = BACKENDS[request.param](tmp_path)
     try:
         yield log
     finally:
@@ -658,3 +662,51 @@ def test_the_poll_floor_still_reads_while_wakes_for_other_streams_keep_coming() 
     finally:
         stop.set()
         log.close()
+
+
+# -- PostgreSQL: wakes by LISTEN/NOTIFY ---------------------------------------------
+
+
+def test_a_commit_through_another_connection_wakes_a_postgres_subscriber_by_notify(
+    pg_url: str,
+) -> None:
+    """With the poll floor out of the way, only the notification can deliver the event
+    committed through another connection, and it does; so does a batch after it."""
+    writer, reader = open_log(pg_url), open_log(pg_url)
+    try:
+        with subscribe(reader, "a", poll_floor=0) as sub:
+            assert sub.get(0) is None
+            got: list[Any] = []
+            t = in_thread(lambda: got.extend([sub.get(WAIT), sub.get(WAIT), sub.get(WAIT)]))
+            writer.append("a", [ev("one")])
+            writer.append("a", [ev("two"), ev("three")])
+            t.join(WAIT)
+            assert [e.text for e in got if e is not None] == ["one", "two", "three"]
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_notifications_wake_only_the_postgres_subscriber_whose_stream_moved(
+    pg_url: str,
+) -> None:
+    """A notification names its stream and kinds: commits elsewhere cost a subscriber of
+    "a" (filtered by kind) no query, and what it wants still arrives at once."""
+    writer, reader = open_log(pg_url), open_log(pg_url)
+    counting = _CountingReads(reader)
+    try:
+        with subscribe(counting, "a", kinds=["assistant.message"], poll_floor=60) as sub:  # type: ignore[arg-type]
+            assert sub.get(0) is None
+            base = counting.reads["a"]
+            got: list[Any] = []
+            t = in_thread(lambda: got.append(sub.get(WAIT)))
+            writer.append("a", [Event(kind=Kind.USER_MESSAGE, text="not wanted")])
+            for i in range(30):
+                writer.append("b", [ev(f"b{i}")])
+            writer.append("a", [Event(kind=Kind.ASSISTANT, text="wanted")])
+            t.join(WAIT)
+            assert got and got[0] is not None and got[0].text == "wanted"
+            assert counting.reads["a"] - base <= 6, counting.reads
+    finally:
+        reader.close()
+        writer.close()

@@ -31,9 +31,9 @@ from projections import (
 from spine import (
     Event,
     Kind,
-    SqliteLog,
     history,
     new_session_id,
+    open_log,
     subscribe,
     validate_session_id,
 )
@@ -43,7 +43,7 @@ from ..errors import ActorsError, HostTimeout, InvalidRequest
 from ..interceptors import SlashCommands
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
 from ..policy import BusyPolicy, RestartPolicy
-from ..runner import spine_path
+from ..runner import spine_spec
 from ..system import free_port, loopback_only
 from .replies import request_id
 from .runtime import Runtime
@@ -65,6 +65,8 @@ class Host:
     ``"simpleSystemBase"`` (everything in this process: no isolation, for tests and small
     tools). With ``attach=True`` and the ``admin_port`` of a running daemon, the Host joins
     that daemon's system instead of starting one, and leaves it running on `close`.
+    ``spine`` is where the log lives (a URL such as ``postgresql://...``); by default the
+    SQLite file ``spine.db`` in the data directory.
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class Host:
         restart_window: float = 60.0,
         timeout: float = 15.0,
         projections: bool = True,
+        spine: str | None = None,
     ) -> None:
         if base not in BASES:
             raise InvalidRequest(f"base must be one of {BASES}, got {base!r}")
@@ -95,6 +98,7 @@ class Host:
             idle_timeout=idle_timeout,
             restart=RestartPolicy(max_restarts=max_restarts, window=restart_window),
             projections=projections,
+            spine=spine or "",
         )
         self.data_dir = cfg.data_dir
         os.makedirs(self.data_dir, exist_ok=True)
@@ -107,7 +111,7 @@ class Host:
         self.system_session = 0
         self._transport = self._open_transport(admin_port)
         self._runtime = Runtime(self._transport, timeout, follow_restarts=not self._simple)
-        self._log = SqliteLog(spine_path(self.data_dir))
+        self._log = open_log(spine_spec(self.data_dir, cfg.spine))
         try:
             self._start(cfg)
         except BaseException:

@@ -9,16 +9,41 @@ from __future__ import annotations
 
 import os
 
+from spine import LogSpec
+
 from .entry import EntryState
 from .registry import Registry
 from .sinks import SinkRouter
 
-__all__ = ["EntryState", "Guardian", "Registry", "RunnerActor", "SinkRouter", "spine_path"]
+__all__ = [
+    "EntryState",
+    "Guardian",
+    "Registry",
+    "RunnerActor",
+    "SinkRouter",
+    "spine_path",
+    "spine_spec",
+]
 
 
 def spine_path(data_dir: str) -> str:
     """The spine's SQLite file in a data directory."""
     return os.path.join(data_dir, "spine.db")
+
+
+def spine_spec(data_dir: str, spine: str = "") -> LogSpec:
+    """Where the spine of a runtime lives: ``spine`` (a URL) if given, else the SQLite file
+    in its data directory."""
+    return LogSpec.parse(spine) if spine else LogSpec.sqlite(spine_path(data_dir))
+
+
+def checkpoint_location(data_dir: str, spine: str = "") -> str:
+    """Where the status projection checkpoints: beside a PostgreSQL spine in its own
+    database, else its own SQLite file in the data directory."""
+    spec = spine_spec(data_dir, spine)
+    if spec.scheme == "postgresql":
+        return spec.url
+    return os.path.join(data_dir, "projections.db")
 
 
 def __getattr__(name: str) -> object:

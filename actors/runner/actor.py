@@ -19,7 +19,7 @@ from typing import Any
 from thespian.actors import ActorExitRequest, ChildActorExited, PoisonMessage, WakeupMessage
 
 from projections import Wake
-from spine import ConflictError, Event, Kind, Phase, SpineError, SqliteLog, new_session_id
+from spine import ConflictError, Event, Kind, Log, Phase, SpineError, new_session_id, open_log
 
 from .. import messages as m
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
@@ -29,7 +29,7 @@ from ..session.state import SessionState, fold, recovery_events
 from ..shell import GuardedActor
 from ..system import configure_actor_logging
 from . import actions as a
-from . import spine_path
+from . import spine_path, spine_spec
 from .protocol import PassivationDue, ProjectionWakeDue, RestartDue, UseProjection
 from .registry import Registry
 from .sinks import SinkRouter
@@ -57,7 +57,7 @@ class RunnerActor(GuardedActor):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.cfg: RunnerConfig | None = None
-        self.spine: SqliteLog | None = None
+        self.spine: Log | None = None
         self.registry: Registry | None = None
         self.sinks = SinkRouter(self.send)
         self.exiting = False
@@ -72,7 +72,7 @@ class RunnerActor(GuardedActor):
             self.cfg = cfg
             os.makedirs(cfg.data_dir, exist_ok=True)
             configure_actor_logging(cfg.data_dir)
-            self.spine = SqliteLog(spine_path(cfg.data_dir))
+            self.spine = open_log(spine_spec(cfg.data_dir, cfg.spine))
             self.registry = Registry(
                 policy=cfg.restart, idle_timeout=cfg.idle_timeout, own_address=self.myAddress
             )
@@ -302,6 +302,7 @@ class RunnerActor(GuardedActor):
         config = sp.SessionConfig(
             session_id=action.session_id,
             db_path=spine_path(self.cfg.data_dir),
+            spine=spine_spec(self.cfg.data_dir, self.cfg.spine).url,
             incarnation=action.incarnation,
             interceptors=self.cfg.interceptors,
             factory=self.cfg.factory,

@@ -15,7 +15,7 @@ from .. import messages as m
 from ..messages import GetRunner, Ping, Pong, RunnerAddress, RunnerConfig
 from ..shell import GuardedActor
 from ..system import configure_actor_logging
-from . import spine_path
+from . import checkpoint_location, spine_spec
 from .actor import RunnerActor
 from .protocol import UseProjection
 
@@ -61,8 +61,8 @@ class Guardian(GuardedActor):
         self.send(
             self.projection,
             StartProjection(
-                log_path=spine_path(self.cfg.data_dir),
-                checkpoint_path=os.path.join(self.cfg.data_dir, "projections.db"),
+                log_path=spine_spec(self.cfg.data_dir, self.cfg.spine).url,
+                checkpoint_path=checkpoint_location(self.cfg.data_dir, self.cfg.spine),
             ),
         )
         if self.runner is not None:

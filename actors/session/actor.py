@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from datetime import timedelta
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import attrs
 from thespian.actors import ActorExitRequest, WakeupMessage
 
-from spine import AppendResult, ConflictError, Event, SqliteLog, StorageError
+from spine import AppendResult, ConflictError, Event, Log, StorageError, open_log
 from spine.seal import KeyStore
 
 from .. import messages as m
@@ -57,7 +58,7 @@ class SessionActor(GuardedActor):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.cfg: SessionConfig | None = None
-        self.log: SqliteLog | None = None
+        self.log: Log | None = None
         self.state: c.Session | None = None
         self.runner: Any = None
         self.worker: TurnWorker | None = None
@@ -105,7 +106,12 @@ class SessionActor(GuardedActor):
         data_dir = os.path.dirname(cfg.db_path)
         configure_actor_logging(data_dir)
         # The session is its log's only user in this process: one connection, not two.
-        self.log = SqliteLog(cfg.db_path, single_connection=True)
+        self.log = open_log(cfg.spine or cfg.db_path, single_connection=True)
+        take_lease = getattr(self.log, "take_lease", None)
+        if take_lease is not None:
+            # A backend shared by hosts fences writers: from here on an older incarnation
+            # elsewhere (a partitioned host) has its appends refused.
+            take_lease(sid, f"{socket.gethostname()}/{os.getpid()}/{cfg.incarnation}")
         self.snapshots = SnapshotStore(data_dir)
         self.subs = Subscriptions(sid, self.log, self.send)
         self.outbox = Outbox(sid, cfg.incarnation)

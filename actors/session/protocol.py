@@ -26,6 +26,8 @@ class SessionConfig:
     metadata: Mapping[str, str] = attrs.field(factory=dict)
     request_id: str = ""
     reply_to: Any = None
+    # The spine as a `spine.LogSpec` URL; empty: the SQLite file ``db_path``.
+    spine: str = ""
 
 
 @attrs.frozen(kw_only=True)
