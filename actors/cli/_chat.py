@@ -40,6 +40,8 @@ HISTORY_LENGTH = 1000
 #: How long one wait for the next event lasts before deltas and Ctrl-C are looked at.
 POLL = 0.05
 RESULT_WIDTH = 200
+#: Kinds the chat does not show: the user sees the turn itself.
+QUIET = frozenset({Kind.TURN_STARTED, Kind.SESSION_STARTED})
 
 
 def render(ev: Event, style: Style, own: bool) -> str | None:
@@ -48,8 +50,17 @@ def render(ev: Event, style: Style, own: bool) -> str | None:
     kind = ev.kind
     if kind == Kind.USER_MESSAGE:
         return None if own else style.paint("cyan", f"(elsewhere) > {ev.text}")
-    if kind == Kind.TURN_STARTED:
+    if kind == Kind.INTERRUPT:
+        return None if own else style.paint("magenta", f"  (interrupted elsewhere: {ev.reason})")
+    if kind in QUIET:
         return None
+    if kind == Kind.LIFECYCLE:
+        # "done" after every turn and the like are bookkeeping; endings matter.
+        if ev.phase not in ("closed", "failed", "poisoned", "restarted", "recovered"):
+            return None
+        return style.paint(
+            "blue", f"  session {ev.phase}" + (f": {ev.reason}" if ev.reason else "")
+        )
     if kind == Kind.ASSISTANT:
         return ev.text
     if kind == Kind.TOOL_CALL:
@@ -66,7 +77,7 @@ def render(ev: Event, style: Style, own: bool) -> str | None:
         return style.paint("dim", f"  [in {u.input_tokens} / out {u.output_tokens} tokens]")
     if kind == Kind.TURN_CANCELLED:
         return style.paint("magenta", f"  turn cancelled ({ev.reason or 'interrupted'})")
-    if kind in (Kind.PROPERTIES, Kind.LIFECYCLE, Kind.SESSION_SWITCH):
+    if kind in (Kind.PROPERTIES, Kind.SESSION_SWITCH):
         return style.paint("dim", f"  {kind}: {detail(ev)}")
     return style.paint("dim", "  " + event_line(ev, style))
 
@@ -112,6 +123,7 @@ class Chat:
         self.deltas: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.own: set[int] = set()
         self._streamed = ""
+        self._interrupted = False
         self._streaming = threading.Event()
         host.add_sink(self._on_live, kinds=(ASSISTANT_DELTA,))
 
@@ -135,17 +147,20 @@ class Chat:
         armed = False  # a first Ctrl-C at the prompt was pressed
         try:
             while True:
-                if not self.show_pending():
-                    self.say(self.style.paint("dim", f"session {self.sid} was closed"))
-                    return 0
                 try:
+                    if not self.show_pending():
+                        self.say(self.style.paint("dim", f"session {self.sid} was closed"))
+                        return 0
                     text = self.read_line(self.style.prompt("you> "))
                 except KeyboardInterrupt:
-                    if armed:
-                        self.say()
+                    try:
+                        if armed:
+                            self.say()
+                            return 0
+                        armed = True
+                        self.say(self.style.paint("dim", "\n(Ctrl-C again or Ctrl-D to leave)"))
+                    except KeyboardInterrupt:  # the second one came while saying so
                         return 0
-                    armed = True
-                    self.say(self.style.paint("dim", "\n(Ctrl-C again or Ctrl-D to leave)"))
                     continue
                 except EOFError:
                     self.say()
@@ -186,12 +201,13 @@ class Chat:
         """Print the turn after ``after_seq`` as it is written, until it ends."""
         self._streamed = ""
         self._streaming.set()
-        interrupted = False
+        interrupted = self._interrupted = False
         try:
             while True:
                 if self.signals.count and not interrupted:
-                    interrupted = True
+                    interrupted = self._interrupted = True
                     self.say(self.style.paint("dim", "\n^C interrupting the turn"))
+                    self._streamed = ""  # its line is ended
                     with contextlib.suppress(ActorsError):
                         self.host.interrupt(self.sid, reason="interrupted from the chat")
                 elif self.signals.count > 1:
@@ -237,12 +253,17 @@ class Chat:
         elif ev.kind in (Kind.TOOL_CALL, Kind.TOOL_RESULT):
             self.print_deltas(drop=True)
             self._streaming.set()
-        elif ev.kind in TURN_ENDS and self._streamed:
-            # A cut-off answer: its partial text is on the screen; end its line.
+        elif ev.kind in TURN_ENDS:
+            # A cut-off answer: end the line its partial text streamed on, or show the
+            # partial text the event keeps if none streamed.
             self.print_deltas()
+            if self._streamed:
+                self.write("\n")
+            elif ev.kind == Kind.TURN_CANCELLED and ev.text:
+                self.say(ev.text)
             self._streamed = ""
-            self.write("\n")
-        line = render(ev, self.style, ev.seq in self.own)
+        own = ev.seq in self.own or (ev.kind == Kind.INTERRUPT and self._interrupted)
+        line = render(ev, self.style, own)
         if line is not None:
             self.say(line)
 

@@ -523,12 +523,11 @@ def rebuild(args: argparse.Namespace, out: Out) -> int:
     started = time.monotonic()
 
     def progress(p: Any) -> None:
-        now = time.monotonic()
-        rate.add(now, p.rebuild_position)
+        # Once the rebuild is done, its state is the queryable one: count that.
+        done, total = (p.rebuild_position, p.target) if p.rebuilding else (p.position, p.position)
+        rate.add(time.monotonic(), done)
         if show:
-            line = progress_line(
-                p.rebuild_position, p.target, rate.per_second(), rate.eta(p.target)
-            )
+            line = progress_line(done, total, rate.per_second(), rate.eta(total))
             out.stderr.write("\r" + line)
             out.stderr.flush()
 

@@ -38,6 +38,16 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:
         raise CliError(f"{message} (see `{self.prog} --help`)", EXIT_USAGE)
 
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        # Leftovers are found by the top-level parser: point to the command's own help.
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            spec = getattr(ns, "command_spec", None)
+            prog = f"{self.prog} {spec.name}" if spec is not None else self.prog
+            words = " ".join(extras)
+            raise CliError(f"unrecognized arguments: {words} (see `{prog} --help`)", EXIT_USAGE)
+        return ns
+
 
 def _global_options(p: argparse.ArgumentParser, top: bool) -> None:
     # Defaults live on the top-level parser only; see the module docstring.
