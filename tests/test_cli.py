@@ -105,6 +105,11 @@ def test_the_readme_command_table_matches_help() -> None:
     section = readme.split("## The command line", 1)[1].split("\n## ", 1)[0]
     rows = dict(re.findall(r"^\| `vertebra (\w+)[^`]*` \| (.*) \|$", section, re.M))
     assert rows == listed
+    # The options a row shows are the command's own.
+    for name, synopsis in re.findall(r"^\| `vertebra (\w+)([^`]*)` \|", section, re.M):
+        own = ok(run(None, name, "--help"))
+        for option in re.findall(r"--[\w-]+", synopsis):
+            assert option in own, (name, option)
 
 
 def test_a_bad_argument_is_one_line_naming_it() -> None:
@@ -185,6 +190,7 @@ def test_interrupt_cuts_a_running_turn_off(daemon: Daemon) -> None:
     wait_for(lambda: "turn.started" in run(daemon.data, "history", "int-1").stdout, 30)
     assert "interrupted at seq" in ok(run(daemon.data, "interrupt", "int-1"))
     wait_for(lambda: "turn.cancelled" in run(daemon.data, "history", "int-1").stdout, 30)
+    assert isinstance(json.loads(ok(run(daemon.data, "interrupt", "int-1", "--json")))["seq"], int)
     fails(run(daemon.data, "interrupt", "nobody"), 4, "unknown session")
 
 
@@ -194,6 +200,8 @@ def test_close_closes_a_session_and_it_takes_no_more_messages(daemon: Daemon) ->
     assert ok(run(daemon.data, "close", "close-1")).strip() == "closed close-1"
     fails(run(daemon.data, "send", "close-1", "hi"), 1, "is closed")
     assert "closed" in ok(run(daemon.data, "sessions"))
+    ok(run(daemon.data, "new", "close-2"))
+    assert json.loads(ok(run(daemon.data, "close", "close-2", "--json"))) == {"closed": "close-2"}
     fails(run(daemon.data, "close", "nobody"), 4, "unknown session")
 
 
@@ -272,7 +280,7 @@ def test_tail_survives_a_daemon_restart(own_daemon: Daemon) -> None:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
     )  # fmt: skip
     try:
-        ok(run(data, "stop"))
+        assert "stopped" in json.loads(ok(run(data, "stop", "--json")))
         assert own_daemon.wait_exited() == 0
         own_daemon.start()
         ok(run(data, "send", "rs-1", "after"))
@@ -354,6 +362,8 @@ def test_export_then_import_keeps_every_stored_byte_and_never_overwrites(
     damaged.write_text("\n".join([lines[0], lines[1], lines[3]]) + "\n")
     fails(run(daemon.data, "import", str(damaged), "--session", "d-1"), 1, "line 3", "seq 3")
     fails(run(daemon.data, "import", str(tmp_path / "none")), 2, "no such file")
+    done = json.loads(ok(run(daemon.data, "import", str(path), "--session", "ex-2", "--json")))
+    assert done == {"session": "ex-2", "events": len(lines) - 1}
     fails(run(daemon.data, "export", "nobody", str(tmp_path / "n")), 4, "unknown session")
 
 

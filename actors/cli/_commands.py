@@ -194,6 +194,7 @@ def stop_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timeout", type=positive, default=60.0, metavar="S", help="give up after S seconds"
     )
+    _add_json(p)
 
 
 def stop(args: argparse.Namespace, out: Out) -> int:
@@ -206,7 +207,10 @@ def stop(args: argparse.Namespace, out: Out) -> int:
         pass
     if not wait_stopped(args.data, info.pid, args.timeout):
         raise CliError(f"the daemon (pid {info.pid}) did not stop within {args.timeout:g}s")
-    out.line(f"stopped the daemon of {args.data} (pid {info.pid})")
+    if args.json:
+        out.line(json_line({"stopped": info.pid}))
+    else:
+        out.line(f"stopped the daemon of {args.data} (pid {info.pid})")
     return 0
 
 
@@ -249,6 +253,7 @@ def new(args: argparse.Namespace, out: Out) -> int:
 
 def close_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", metavar="SESSION")
+    _add_json(p)
 
 
 def close(args: argparse.Namespace, out: Out) -> int:
@@ -256,7 +261,7 @@ def close(args: argparse.Namespace, out: Out) -> int:
     with _attach(args) as host:
         host.get(sid)
         host.close_session(sid)
-    out.line(f"closed {sid}")
+    out.line(json_line({"closed": sid}) if args.json else f"closed {sid}")
     return 0
 
 
@@ -323,13 +328,17 @@ def send(args: argparse.Namespace, out: Out) -> int:
 
 def interrupt_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", metavar="SESSION")
+    _add_json(p)
 
 
 def interrupt(args: argparse.Namespace, out: Out) -> int:
     sid = _session_id(args.session)
     with _attach(args) as host:
         ack = host.interrupt(sid)
-    out.line(f"interrupted at seq {ack.seq}" if ack.seq else "nothing to interrupt")
+    if args.json:
+        out.line(json_line({"seq": ack.seq}))
+    else:
+        out.line(f"interrupted at seq {ack.seq}" if ack.seq else "nothing to interrupt")
     return 0
 
 
@@ -557,6 +566,7 @@ def export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", metavar="SESSION")
     p.add_argument("file", metavar="FILE", help="where to write (- for stdout)")
     p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    _add_json(p)
 
 
 def export(args: argparse.Namespace, out: Out) -> int:
@@ -583,13 +593,18 @@ def export(args: argparse.Namespace, out: Out) -> int:
                 after = page[-1].seq
         if not to_stdout:
             os.replace(tmp, args.file)
-            out.line(f"exported {sid}: {last} events to {args.file}")
+            out.line(
+                json_line({"session": sid, "events": last, "file": args.file})
+                if args.json
+                else f"exported {sid}: {last} events to {args.file}"
+            )
     return 0
 
 
 def import_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="an export (- for stdin)")
     p.add_argument("--session", default=None, metavar="ID", help="store under ID instead")
+    _add_json(p)
 
 
 def import_(args: argparse.Namespace, out: Out) -> int:
@@ -622,7 +637,10 @@ def import_(args: argparse.Namespace, out: Out) -> int:
             log.append(sid, events, expected_seq=0)
         except ConflictError:
             raise CliError(f"session {sid!r} was written meanwhile: nothing imported") from None
-    out.line(f"imported {sid}: {len(events)} events")
+    if args.json:
+        out.line(json_line({"session": sid, "events": len(events)}))
+    else:
+        out.line(f"imported {sid}: {len(events)} events")
     return 0
 
 
