@@ -465,9 +465,13 @@ def test_chat_leaves_on_ctrl_d_and_starts_a_new_session_without_an_id(daemon: Da
 
 
 def test_chat_on_an_unknown_session_without_create_is_an_error(daemon: Daemon) -> None:
-    """chat SESSION needs --create for a new id: exit 4, naming the flag; bad ids exit 2."""
+    """chat SESSION needs --create for a new id: exit 4, naming the flag; bad ids exit 2;
+    a closed session is refused."""
     fails(run(daemon.data, "chat", "nobody-chat"), 4, "unknown session", "--create")
     fails(run(daemon.data, "chat", "bad*id"), 2, "bad session id")
+    ok(run(daemon.data, "new", "chat-closed"))
+    ok(run(daemon.data, "close", "chat-closed"))
+    fails(run(daemon.data, "chat", "chat-closed"), 1, "is closed")
 
 
 # -- demo -------------------------------------------------------------------------------------

@@ -296,7 +296,10 @@ def run_chat(host: Host, sid: str | None, *, create: bool, out: Any, data: str) 
         after = 0
     else:
         try:
-            after = host.get(sid).last_seq
+            info = host.get(sid)
+            if info.state in ("closed", "failed"):
+                raise CliError(f"session {sid!r} is {info.state}: start another one")
+            after = info.last_seq
         except SessionNotFound:
             if not create:
                 raise CliError(

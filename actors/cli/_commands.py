@@ -179,9 +179,9 @@ def serve(args: argparse.Namespace, out: Out) -> int:
             f"vertebra daemon {__version__}: data {args.data}, admin port {host.admin_port} "
             "(loopback); stop with Ctrl-C or `vertebra stop`"
         )
-        stop.wait(args.for_seconds)
-        while args.for_seconds is None and not stop.is_set():
-            stop.wait(1.0)
+        deadline = None if args.for_seconds is None else time.monotonic() + args.for_seconds
+        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+            stop.wait(1.0 if deadline is None else min(1.0, deadline - time.monotonic()))
     finally:
         host.close()
         # Last, once the actor system is down: `vertebra stop` waits for this.
