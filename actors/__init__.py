@@ -63,10 +63,15 @@ _LAZY = {
 def __getattr__(name: str) -> object:
     import importlib
 
-    if name == "messages":
-        return importlib.import_module(".messages", __name__)
     where = _LAZY.get(name)
     if where is None:
+        # A submodule (`actors.messages`, `actors.agents`...) reached as an attribute, as
+        # it could be when this package imported them all.
+        try:
+            return importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
         raise AttributeError(f"module 'actors' has no attribute {name!r}")
     value = getattr(importlib.import_module(where, __name__), name)
     globals()[name] = value

@@ -138,3 +138,37 @@ def test_an_export_is_read_back_and_every_problem_is_named() -> None:
     bad.seek(0)
     with pytest.raises(ValueError, match="line 3"):
         read_export(bad, EXPORT_FORMAT)
+
+
+def test_help_loads_neither_the_actor_system_nor_the_spine() -> None:
+    """`vertebra --help` and a command's help import no runtime module: startup stays at
+    tens of milliseconds (docs/performance.md has the figures)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from actors.cli import main\n"
+        "for argv in (['--help'], ['chat', '--help'], ['--version']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = ('thespian', 'spine', 'projections', 'actors.host', 'actors.agents', 'attrs')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_actors_package_still_offers_its_public_names_and_submodules() -> None:
+    """The lazy package __init__ resolves every exported name and plain submodules."""
+    import actors
+
+    for name in actors.__all__:
+        assert getattr(actors, name) is not None, name
+    assert actors.agents.ScriptedFactory is actors.ScriptedFactory
+    with pytest.raises(AttributeError):
+        _ = actors.no_such_thing
