@@ -485,3 +485,13 @@ def test_the_demo_runs_to_the_end_and_leaves_a_gapless_stream(
     assert out.returncode == 0, out.stderr
     assert "seqs gapless: True" in out.stdout and "restarts: 1" in out.stdout
     assert os.path.exists(tmp_path / "d" / "spine.db")
+
+
+def test_chat_reads_lines_from_a_pipe_and_ends_at_the_end_of_input(daemon: Daemon) -> None:
+    """Without a terminal, chat takes one message per line, prints each turn plainly, and
+    exits 0 at the end of input."""
+    out = run(daemon.data, "chat", "piped-1", "--create", stdin='hello\n!tool search {"q":1}\n')
+    text = ok(out)
+    assert ESC not in text
+    assert text.index("[scripted] hello") < text.index('tool search {"q":1}')
+    assert 'search returned {"q":1}' in text
