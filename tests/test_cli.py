@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from cli_helpers import CLI, Daemon, Terminal, env, run
+from cli_support import CLI, Daemon, Terminal, env, run
 from conftest import wait_for
 
 from actors._version import __version__
