@@ -6,8 +6,8 @@ message protocol for Thespian hosts (`actors.messages`). `actors.testing` runs a
 decisions without processes.
 """
 
-from . import messages
-from .agents import Agent, AgentFactory, AgentSpec, ScriptedFactory, TurnInput, TurnOutput
+from typing import TYPE_CHECKING
+
 from .errors import (
     ActorsError,
     HostTimeout,
@@ -21,26 +21,61 @@ from .errors import (
     SessionFailed,
     SessionNotFound,
 )
-from .interceptors import (
-    Emitter,
-    Ingress,
-    Interceptor,
-    InterceptResult,
-    NoticeItem,
-    SessionView,
-    SlashCommands,
-)
-from .policy import BusyPolicy, RestartPolicy
+
+if TYPE_CHECKING:
+    from . import messages
+    from .agents import Agent, AgentFactory, AgentSpec, ScriptedFactory, TurnInput, TurnOutput
+    from .host import Host
+    from .interceptors import (
+        Emitter,
+        Ingress,
+        Interceptor,
+        InterceptResult,
+        NoticeItem,
+        SessionView,
+        SlashCommands,
+    )
+    from .policy import BusyPolicy, RestartPolicy
+
+# Where each lazily imported name lives. The command line imports this package first, and
+# `vertebra --help` must not pay for the actor system, the agents and the spine's codecs
+# (about 100 ms); a pure module of the package (a decider, the test kit) should not either.
+_LAZY = {
+    "Agent": ".agents",
+    "AgentFactory": ".agents",
+    "AgentSpec": ".agents",
+    "BusyPolicy": ".policy",
+    "Emitter": ".interceptors",
+    "Host": ".host",
+    "Ingress": ".interceptors",
+    "InterceptResult": ".interceptors",
+    "Interceptor": ".interceptors",
+    "NoticeItem": ".interceptors",
+    "RestartPolicy": ".policy",
+    "ScriptedFactory": ".agents",
+    "SessionView": ".interceptors",
+    "SlashCommands": ".interceptors",
+    "TurnInput": ".agents",
+    "TurnOutput": ".agents",
+}
 
 
 def __getattr__(name: str) -> object:
-    # The Host pulls in the actor system; importing a pure module of the package (a
-    # decider, the test kit) should not.
-    if name == "Host":
-        from .host import Host
+    import importlib
 
-        return Host
-    raise AttributeError(f"module 'actors' has no attribute {name!r}")
+    where = _LAZY.get(name)
+    if where is None:
+        # A submodule (`actors.messages`, `actors.agents`...) reached as an attribute, as
+        # it could be when this package imported them all.
+        try:
+            return importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+        raise AttributeError(f"module 'actors' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [

@@ -11,18 +11,24 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from projections import (
     IndexReply,
+    Progress,
     ProgressReply,
     Projection,
     QueryIndex,
     QueryProgress,
     QueryStatus,
+    Rebuild,
+    RebuildCompleted,
+    RebuildProgress,
+    RebuildStartedReply,
     SessionsIndex,
     StatusReply,
     project,
@@ -386,6 +392,29 @@ class Host:
         """The projection actor's process id (None if it does not answer)."""
         reply = self._ask_projection(QueryProgress(request_id=request_id()))
         return reply.pid if isinstance(reply, ProgressReply) else None
+
+    def rebuild(
+        self, on_progress: Callable[[Progress], None] | None = None, timeout: float = 3600.0
+    ) -> RebuildCompleted:
+        """Rebuild the projections from position 0 and wait until done; ``on_progress``
+        gets the reducer's `Progress` as it goes (the projection actor reports it about
+        ten times a second). Queries are answered by folding the stream meanwhile."""
+        rid = request_id()
+        started = self._ask_projection(Rebuild(request_id=rid))
+        if not isinstance(started, RebuildStartedReply):
+            raise ActorsError("no projection actor answers (projections disabled?)")
+        if on_progress is not None:
+            on_progress(started.progress)
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            msg = self._transport.wait(rid, min(left, 1.0))
+            if isinstance(msg, RebuildCompleted):
+                if on_progress is not None:
+                    on_progress(msg.progress)
+                return msg
+            if isinstance(msg, RebuildProgress) and on_progress is not None:
+                on_progress(msg.progress)
+        raise HostTimeout(f"the projections were not rebuilt within {timeout}s")
 
     def _ask_projection(self, msg: Any) -> Any:
         return None if self._closed else self._runtime.ask_projection(msg)

@@ -1,0 +1,11 @@
+"""The ``vertebra`` command line.
+
+`_parser` turns the command table into argparse (pure), `_format` renders (pure),
+`_commands` holds one function per command and the table, `_chat` the interactive chat,
+`_daemon` the daemon's file and the exit codes. Runtime modules are imported by the
+commands that need them, so ``vertebra --help`` starts in tens of milliseconds.
+"""
+
+from ._main import main
+
+__all__ = ["main"]

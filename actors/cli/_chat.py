@@ -1,0 +1,319 @@
+"""`vertebra chat`: an interactive conversation with one session of the running daemon.
+
+One thread does everything in turn: read a line (readline gives line editing and a
+history kept in the data directory), send it, then follow the session's subscription
+until the turn ends, printing stored events as they are written and the text deltas the
+daemon pushes live (a sink) as they stream. The subscription is opened once, so every
+stored event is shown exactly once, including what other clients send meanwhile (shown
+before the next prompt).
+
+Ctrl-C while a turn runs interrupts it (a second one stops waiting for it); Ctrl-C at the
+prompt asks for a second to leave; Ctrl-D leaves. Slash commands are plain messages: the
+session's interceptors answer them with notices.
+
+Approvals: when sessions can ask for one, `Chat.on_event` is where the prompt goes (an
+approval-request event arrives through the same subscription; answer it, then keep
+following the turn). Nothing else needs to change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from spine import Event, Kind
+
+from ..errors import ActorsError, SessionClosed, SessionNotFound
+from ..host import Host
+from ._daemon import EXIT_UNKNOWN_SESSION, CliError
+from ._format import Style, detail, event_line
+
+ASSISTANT_DELTA = "assistant.delta"
+TURN_ENDS = (Kind.TURN_COMPLETED, Kind.TURN_CANCELLED)
+HISTORY_FILE = "chat_history"
+HISTORY_LENGTH = 1000
+#: How long one wait for the next event lasts before deltas and Ctrl-C are looked at.
+POLL = 0.05
+RESULT_WIDTH = 200
+#: Kinds the chat does not show: the user sees the turn itself.
+QUIET = frozenset({Kind.TURN_STARTED, Kind.SESSION_STARTED})
+
+
+def render(ev: Event, style: Style, own: bool) -> str | None:
+    """How the chat shows a stored event (None: not at all). ``own``: the user typed it
+    here, so it is on the screen already."""
+    kind = ev.kind
+    if kind == Kind.USER_MESSAGE:
+        return None if own else style.paint("cyan", f"(elsewhere) > {ev.text}")
+    if kind == Kind.INTERRUPT:
+        return None if own else style.paint("magenta", f"  (interrupted elsewhere: {ev.reason})")
+    if kind in QUIET:
+        return None
+    if kind == Kind.LIFECYCLE:
+        # "done" after every turn and the like are bookkeeping; endings matter.
+        if ev.phase not in ("closed", "failed", "poisoned", "restarted", "recovered"):
+            return None
+        return style.paint(
+            "blue", f"  session {ev.phase}" + (f": {ev.reason}" if ev.reason else "")
+        )
+    if kind == Kind.ASSISTANT:
+        return ev.text
+    if kind == Kind.TOOL_CALL:
+        return style.paint("yellow", f"  tool {ev.tool} {ev.input}")
+    if kind == Kind.TOOL_RESULT:
+        result = ev.result if len(ev.result) <= RESULT_WIDTH else ev.result[:RESULT_WIDTH] + "…"
+        return style.paint("yellow", f"  -> {result}")
+    if kind == Kind.TURN_COMPLETED:
+        if ev.error:
+            return style.paint("red", f"  turn failed: {ev.error}")
+        u = ev.usage
+        if u is None:
+            return None
+        return style.paint("dim", f"  [in {u.input_tokens} / out {u.output_tokens} tokens]")
+    if kind == Kind.TURN_CANCELLED:
+        return style.paint("magenta", f"  turn cancelled ({ev.reason or 'interrupted'})")
+    if kind in (Kind.PROPERTIES, Kind.SESSION_SWITCH):
+        return style.paint("dim", f"  {kind}: {detail(ev)}")
+    return style.paint("dim", "  " + event_line(ev, style))
+
+
+class _Signals:
+    """Ctrl-C as a counter while a turn runs, instead of an exception in a runtime call."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[None]:
+        self.count = 0
+        old = signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, old)
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.count += 1
+
+
+class Chat:
+    """One chat: a session, its subscription, and the screen."""
+
+    def __init__(
+        self,
+        host: Host,
+        sid: str,
+        after_seq: int,
+        write: Callable[[str], None],
+        style: Style,
+        read_line: Callable[[str], str] = input,
+    ) -> None:
+        self.host = host
+        self.sid = sid
+        self.write = write
+        self.style = style
+        self.read_line = read_line
+        self.signals = _Signals()
+        self.sub = host.subscribe(sid, after_seq)
+        self.deltas: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.own: set[int] = set()
+        self._streamed = ""
+        self._interrupted = False
+        self._streaming = threading.Event()
+        host.add_sink(self._on_live, kinds=(ASSISTANT_DELTA,))
+
+    def _on_live(self, sid: str, ev: Any, live: Any) -> None:
+        # The sink pump's thread: only hand over; the chat thread prints.
+        if sid == self.sid and live is not None and self._streaming.is_set():
+            self.deltas.put(live[2])
+
+    def say(self, line: str = "") -> None:
+        self.write(line + "\n")
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self.say(
+            self.style.paint("bold", f"chat with {self.sid}")
+            + self.style.paint(
+                "dim", "  (Ctrl-C interrupts a turn, Ctrl-D leaves, /help lists commands)"
+            )
+        )
+        armed = False  # a first Ctrl-C at the prompt was pressed
+        try:
+            while True:
+                try:
+                    if not self.show_pending():
+                        self.say(self.style.paint("dim", f"session {self.sid} was closed"))
+                        return 0
+                    text = self.read_line(self.style.prompt("you> "))
+                except KeyboardInterrupt:
+                    try:
+                        if armed:
+                            self.say()
+                            return 0
+                        armed = True
+                        self.say(self.style.paint("dim", "\n(Ctrl-C again or Ctrl-D to leave)"))
+                    except KeyboardInterrupt:  # the second one came while saying so
+                        return 0
+                    continue
+                except EOFError:
+                    self.say()
+                    return 0
+                armed = False
+                if text.strip() and not self.send(text):
+                    return 0
+        finally:
+            self.sub.close()
+
+    def show_pending(self) -> bool:
+        """Print what arrived while at the prompt; False once the session is closed."""
+        while (ev := self.sub.get(0)) is not None:
+            self.show(ev)
+        return not self.sub.closed
+
+    def send(self, text: str) -> bool:
+        """Send one line and follow its turn; False if the chat must end."""
+        with self.signals.counting():
+            try:
+                ack = self.host.send(self.sid, text)
+            except SessionClosed:
+                self.say(self.style.paint("red", f"session {self.sid} is closed"))
+                return False
+            except ActorsError as exc:
+                self.say(self.style.paint("red", f"error: {exc}"))
+                return True
+            if ack.seq:
+                self.own.add(ack.seq)
+            for severity, notice in ack.notices:
+                role = {"error": "red", "warn": "yellow", "success": "green"}.get(severity, "")
+                self.say(self.style.paint(role, f"[{severity}] {notice}"))
+            if not ack.consumed and ack.seq:
+                self.follow_turn(ack.seq)
+        return True
+
+    def follow_turn(self, after_seq: int) -> None:
+        """Print the turn after ``after_seq`` as it is written, until it ends."""
+        self._streamed = ""
+        self._streaming.set()
+        interrupted = self._interrupted = False
+        try:
+            while True:
+                if self.signals.count and not interrupted:
+                    interrupted = self._interrupted = True
+                    self.say(self.style.paint("dim", "\n^C interrupting the turn"))
+                    self._streamed = ""  # its line is ended
+                    with contextlib.suppress(ActorsError):
+                        self.host.interrupt(self.sid, reason="interrupted from the chat")
+                elif self.signals.count > 1:
+                    self.say(self.style.paint("dim", "(no longer waiting for the turn)"))
+                    return
+                self.print_deltas()
+                ev = self.sub.get(POLL)
+                if ev is None:
+                    if self.sub.closed:
+                        return
+                    continue
+                self.show(ev)
+                if ev.kind in TURN_ENDS and ev.seq > after_seq:
+                    return
+        finally:
+            self._streaming.clear()
+            self.print_deltas(drop=True)
+
+    def print_deltas(self, drop: bool = False) -> None:
+        while True:
+            try:
+                text = self.deltas.get_nowait()
+            except queue.Empty:
+                return
+            if not drop:
+                self._streamed += text
+                self.write(text)
+
+    def show(self, ev: Event) -> None:
+        self.on_event(ev)
+        if ev.kind == Kind.ASSISTANT:
+            # Deltas of this message may still be queued (the push and the spine are two
+            # paths): take them, then show only what did not stream. Deltas arriving after
+            # it are stale until the model goes on (a tool call).
+            self.print_deltas()
+            self._streaming.clear()
+            shown, self._streamed = self._streamed, ""
+            if shown and ev.text.startswith(shown):
+                self.write(ev.text[len(shown) :] + "\n")
+                return
+            if shown:
+                self.write("\n")
+        elif ev.kind in (Kind.TOOL_CALL, Kind.TOOL_RESULT):
+            self.print_deltas(drop=True)
+            self._streaming.set()
+        elif ev.kind in TURN_ENDS:
+            # A cut-off answer: end the line its partial text streamed on, or show the
+            # partial text the event keeps if none streamed.
+            self.print_deltas()
+            if self._streamed:
+                self.write("\n")
+            elif ev.kind == Kind.TURN_CANCELLED and ev.text:
+                self.say(ev.text)
+            self._streamed = ""
+        own = ev.seq in self.own or (ev.kind == Kind.INTERRUPT and self._interrupted)
+        line = render(ev, self.style, own)
+        if line is not None:
+            self.say(line)
+
+    def on_event(self, ev: Event) -> None:
+        """Every stored event of the session passes here before it is shown: the hook for
+        inline approval prompts once sessions can ask for approval."""
+
+
+@contextlib.contextmanager
+def _readline_history(data: str) -> Iterator[None]:
+    try:
+        import readline
+    except ImportError:  # not every platform has it: plain input() still works
+        yield
+        return
+    path = os.path.join(data, HISTORY_FILE)
+    with contextlib.suppress(OSError):
+        readline.read_history_file(path)
+    readline.set_history_length(HISTORY_LENGTH)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            readline.write_history_file(path)
+
+
+def run_chat(host: Host, sid: str | None, *, create: bool, out: Any, data: str) -> int:
+    if sid is None:
+        sid = host.create()
+        after = 0
+    else:
+        try:
+            info = host.get(sid)
+            if info.state in ("closed", "failed"):
+                raise CliError(f"session {sid!r} is {info.state}: start another one")
+            after = info.last_seq
+        except SessionNotFound:
+            if not create:
+                raise CliError(
+                    f"unknown session {sid!r} (pass --create to start it)", EXIT_UNKNOWN_SESSION
+                ) from None
+            host.create(sid)
+            after = 0
+
+    def write(text: str) -> None:
+        out.stdout.write(text)
+        out.stdout.flush()
+
+    with _readline_history(data):
+        return Chat(host, sid, after, write, out.style).run()
+
+
+__all__ = ["Chat", "render", "run_chat"]

@@ -1,0 +1,796 @@
+"""The commands: one function declaring a command's arguments, one running it, and the
+table (`COMMANDS`) that lists them.
+
+Adding a command is a pair of functions and a row; adding an option is a line in the
+command's ``*_args`` function. Runtime imports happen inside the ``run`` functions, so
+building the parser (``vertebra --help``) imports none of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import IO, TYPE_CHECKING, Any
+
+from .._version import __version__
+from ._daemon import (
+    EXIT_FAILED,
+    EXIT_UNKNOWN_SESSION,
+    EXIT_USAGE,
+    CliError,
+    DaemonInfo,
+    alive,
+    read_daemon,
+    remove_daemon,
+    start_hint,
+    wait_stopped,
+    write_daemon,
+)
+from ._format import (
+    Rate,
+    Style,
+    event_line,
+    json_line,
+    parse_kinds,
+    parse_meta,
+    progress_line,
+    table,
+)
+from ._parser import Command, positive, seq_number
+
+if TYPE_CHECKING:
+    from spine import Log
+
+    from ..host import Host
+
+
+class Out:
+    """Where a command writes: data to stdout, progress and errors to stderr."""
+
+    def __init__(self, style: Style, stdout: IO[str], stderr: IO[str]) -> None:
+        self.style = style
+        self.stdout = stdout
+        self.stderr = stderr
+
+    def line(self, text: str = "") -> None:
+        print(text, file=self.stdout, flush=True)
+
+    def note(self, text: str) -> None:
+        print(text, file=self.stderr, flush=True)
+
+
+# -- shared pieces -----------------------------------------------------------------------
+
+
+def _session_id(text: str) -> str:
+    """The id, checked before anything connects: a bad one is a usage error."""
+    from spine import validate_session_id
+
+    try:
+        validate_session_id(text)
+    except ValueError as exc:
+        raise CliError(f"bad session id {text!r}: {exc}", EXIT_USAGE) from None
+    return text
+
+
+@contextlib.contextmanager
+def _attach(args: argparse.Namespace) -> Iterator[Host]:
+    """A Host joined to the running daemon, released (the daemon keeps running) after."""
+    info = read_daemon(args.data)
+    from ..host import Host
+
+    host = Host(args.data, attach=True, admin_port=info.admin_port, spine=info.spine or None)
+    try:
+        yield host
+    finally:
+        host.close()
+
+
+def _spine_file(data: str) -> str:
+    return os.path.join(data, "spine.db")
+
+
+def _spine_url(args: argparse.Namespace) -> str:
+    """The spine named by --spine, else the one the data directory's daemon recorded
+    (empty: the data directory's SQLite file)."""
+    url = getattr(args, "spine", None) or ""
+    if not url:
+        try:
+            with open(os.path.join(args.data, "daemon.json")) as f:
+                url = str(json.load(f).get("spine", ""))
+        except (OSError, ValueError, AttributeError):
+            url = ""
+    return url
+
+
+def _log_at(args: argparse.Namespace) -> Log:
+    from spine import LogSpec, open_log
+
+    url = _spine_url(args)
+    if url:
+        try:
+            return open_log(LogSpec.parse(url))
+        except ValueError as exc:
+            raise CliError(f"bad --spine {url!r}: {exc}", EXIT_USAGE) from None
+    return open_log(LogSpec.sqlite(_spine_file(args.data)))
+
+
+@contextlib.contextmanager
+def _open_log(args: argparse.Namespace) -> Iterator[Log]:
+    """The spine of the data directory, read directly (no daemon needed)."""
+    if not _spine_url(args) and not os.path.exists(_spine_file(args.data)):
+        raise CliError(
+            f"no spine in {args.data!r} (nothing stored there yet): {start_hint(args.data)}"
+        )
+    log = _log_at(args)
+    try:
+        yield log
+    finally:
+        log.close()
+
+
+def _unknown(sid: str) -> CliError:
+    return CliError(f"unknown session {sid!r}", EXIT_UNKNOWN_SESSION)
+
+
+def _add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output (JSON)")
+
+
+def _payload_line(payload: bytes) -> str:
+    # The stored bytes are the event's JSON, seq and time included: printed as they are.
+    return payload.decode("utf-8")
+
+
+# -- serve, stop, demo ---------------------------------------------------------------------
+
+
+def serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", type=int, default=None, help="admin port (default: a free one)")
+    p.add_argument(
+        "--idle-timeout",
+        type=positive,
+        default=300.0,
+        metavar="S",
+        help="passivate a session idle for S seconds (default 300)",
+    )
+    p.add_argument("--quiet", action="store_true", help="do not print events")
+    p.add_argument("--for-seconds", type=positive, default=None, help=argparse.SUPPRESS)
+
+
+def serve(args: argparse.Namespace, out: Out) -> int:
+    """Run the daemon until SIGINT, SIGTERM or `vertebra stop`, printing every event."""
+    try:
+        running = read_daemon(args.data, check_version=False)
+    except CliError:
+        running = None
+    if running is not None:
+        raise CliError(f"a daemon already runs on {args.data!r} (pid {running.pid})")
+    os.makedirs(args.data, exist_ok=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    from ..host import Host
+
+    spine = getattr(args, "spine", None) or None
+    host = Host(args.data, admin_port=args.port, idle_timeout=args.idle_timeout, spine=spine)
+    try:
+        write_daemon(
+            args.data,
+            DaemonInfo(
+                pid=os.getpid(),
+                admin_port=host.admin_port,
+                version=__version__,
+                system_session=host.system_session,
+                spine=spine or "",
+            ),
+        )
+        if not args.quiet:
+            style = out.style
+
+            def show(sid: str, ev: Any, live: Any) -> None:
+                if ev is not None:
+                    out.line(event_line(ev, style, sid))
+
+            host.add_sink(show)
+        out.line(
+            f"vertebra daemon {__version__}: data {args.data}, admin port {host.admin_port} "
+            "(loopback); stop with Ctrl-C or `vertebra stop`"
+        )
+        deadline = None if args.for_seconds is None else time.monotonic() + args.for_seconds
+        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+            stop.wait(1.0 if deadline is None else min(1.0, deadline - time.monotonic()))
+    finally:
+        host.close()
+        # Last, once the actor system is down: `vertebra stop` waits for this.
+        remove_daemon(args.data)
+    out.line("vertebra daemon: stopped")
+    return 0
+
+
+def stop_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--timeout", type=positive, default=60.0, metavar="S", help="give up after S seconds"
+    )
+    _add_json(p)
+
+
+def stop(args: argparse.Namespace, out: Out) -> int:
+    """Ask the daemon to shut down (SIGTERM) and wait until it has."""
+    # Any version: stopping is how an old daemon is replaced.
+    info = read_daemon(args.data, check_version=False)
+    try:
+        os.kill(info.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    if not wait_stopped(args.data, info.pid, args.timeout):
+        raise CliError(f"the daemon (pid {info.pid}) did not stop within {args.timeout:g}s")
+    if args.json:
+        out.line(json_line({"stopped": info.pid}))
+    else:
+        out.line(f"stopped the daemon of {args.data} (pid {info.pid})")
+    return 0
+
+
+def demo_args(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+def demo(args: argparse.Namespace, out: Out) -> int:
+    from ._demo import run_demo
+
+    return run_demo(args.data, out)
+
+
+# -- sessions -----------------------------------------------------------------------------
+
+
+def new_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", nargs="?", metavar="ID", help="the id (default: a fresh UUIDv7)")
+    p.add_argument(
+        "--meta",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="metadata to start with (repeatable), e.g. ore.model.name=scripted",
+    )
+    _add_json(p)
+
+
+def new(args: argparse.Namespace, out: Out) -> int:
+    sid = None if args.session is None else _session_id(args.session)
+    try:
+        meta = parse_meta(args.meta)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    with _attach(args) as host:
+        sid = host.create(sid, metadata=meta)
+    out.line(json_line({"session": sid}) if args.json else sid)
+    return 0
+
+
+def close_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    _add_json(p)
+
+
+def close(args: argparse.Namespace, out: Out) -> int:
+    sid = _session_id(args.session)
+    with _attach(args) as host:
+        host.get(sid)
+        host.close_session(sid)
+    out.line(json_line({"closed": sid}) if args.json else f"closed {sid}")
+    return 0
+
+
+def sessions_args(p: argparse.ArgumentParser) -> None:
+    _add_json(p)
+
+
+def sessions(args: argparse.Namespace, out: Out) -> int:
+    with _attach(args) as host:
+        infos = host.sessions()
+    if args.json:
+        for i in infos:
+            out.line(json_line({"session": i.session_id, "state": i.state, "seq": i.last_seq}))
+        return 0
+    rows = [(i.session_id, i.state, i.last_seq) for i in infos]
+    for line in table(("SESSION", "STATE", "SEQ"), rows, out.style):
+        out.line(line)
+    return 0
+
+
+def send_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("text", metavar="TEXT", help="the message (a /slash command too)")
+    p.add_argument("--create", action="store_true", help="create the session if it is new")
+    p.add_argument("--no-wait", dest="wait", action="store_false", help="do not wait for the turn")
+    p.add_argument("--timeout", type=positive, default=60.0, metavar="S", help="turn timeout")
+    _add_json(p)
+
+
+def send(args: argparse.Namespace, out: Out) -> int:
+    sid = _session_id(args.session)
+    from ..errors import SessionAlreadyExists
+
+    with _attach(args) as host:
+        if args.create:
+            with contextlib.suppress(SessionAlreadyExists):
+                host.create(sid)
+        ack = host.send(sid, args.text)
+        if args.json:
+            out.line(
+                json_line({"seq": ack.seq, "consumed": ack.consumed, "notices": list(ack.notices)})
+            )
+        else:
+            for severity, text in ack.notices:
+                out.line(f"[{severity}] {text}")
+        if ack.consumed or not args.wait:
+            if not args.json:
+                out.line(f"stored at seq {ack.seq}" if ack.seq else "nothing stored")
+            return 0
+        with host.subscribe(sid, ack.seq) as sub:
+            deadline = time.monotonic() + args.timeout
+            while (left := deadline - time.monotonic()) > 0:
+                rec = sub.get_record(left)
+                if rec is None:
+                    break
+                if args.json:
+                    out.line(_payload_line(rec.payload))
+                else:
+                    out.line(event_line(rec.event(), out.style, sid))
+                if rec.kind in ("turn.completed", "turn.cancelled"):
+                    return 0
+        raise CliError(f"no turn ended in {sid} within {args.timeout:g}s")
+
+
+def interrupt_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    _add_json(p)
+
+
+def interrupt(args: argparse.Namespace, out: Out) -> int:
+    sid = _session_id(args.session)
+    with _attach(args) as host:
+        ack = host.interrupt(sid)
+    if args.json:
+        out.line(json_line({"seq": ack.seq}))
+    else:
+        out.line(f"interrupted at seq {ack.seq}" if ack.seq else "nothing to interrupt")
+    return 0
+
+
+def chat_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", nargs="?", metavar="SESSION", help="the session (default: a new one)")
+    p.add_argument("--create", action="store_true", help="create SESSION if it is new")
+
+
+def chat(args: argparse.Namespace, out: Out) -> int:
+    from ._chat import run_chat
+
+    sid = None if args.session is None else _session_id(args.session)
+    with _attach(args) as host:
+        return run_chat(host, sid, create=args.create, out=out, data=args.data)
+
+
+# -- reading the spine ----------------------------------------------------------------------
+
+
+def history_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    _add_json(p)
+
+
+def history(args: argparse.Namespace, out: Out) -> int:
+    sid = _session_id(args.session)
+    with _open_log(args) as log:
+        after = 0
+        while page := log.read(sid, after, 1000):
+            for rec in page:
+                out.line(
+                    _payload_line(rec.payload) if args.json else event_line(rec.event(), out.style)
+                )
+            after = page[-1].seq
+        if after == 0:
+            raise _unknown(sid)
+    return 0
+
+
+def tail_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "--from",
+        dest="start",
+        type=seq_number,
+        default=1,
+        metavar="SEQ",
+        help="first seq to print (default 1)",
+    )
+    where.add_argument(
+        "--after",
+        dest="after",
+        type=int,
+        default=None,
+        metavar="SEQ",
+        help="print what comes after SEQ",
+    )
+    p.add_argument("--kinds", default=None, metavar="A,B", help="only these kinds")
+    _add_json(p)
+    p.add_argument("--for-seconds", type=positive, default=None, help=argparse.SUPPRESS)
+
+
+def tail(args: argparse.Namespace, out: Out) -> int:
+    """Follow a session: backlog then live, exactly once, until it closes or Ctrl-C.
+
+    It reads the spine, not the daemon, so a daemon restart does not disturb it.
+    """
+    sid = _session_id(args.session)
+    from spine import Kind
+
+    try:
+        kinds = None if args.kinds is None else parse_kinds(args.kinds, (k.value for k in Kind))
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    after = args.after if args.after is not None else args.start - 1
+    if after < 0:
+        raise CliError(f"--after takes a seq of 0 or more, got {after}", EXIT_USAGE)
+    from ..host import SessionSubscription
+
+    with _open_log(args) as log:
+        if log.last_seq(sid) == 0:
+            raise _unknown(sid)
+        log.watch()
+        deadline = None if args.for_seconds is None else time.monotonic() + args.for_seconds
+        with SessionSubscription(log, sid, after, kinds) as sub:
+            try:
+                while deadline is None or time.monotonic() < deadline:
+                    rec = sub.get_record(0.5)
+                    if rec is not None:
+                        out.line(
+                            _payload_line(rec.payload)
+                            if args.json
+                            else event_line(rec.event(), out.style)
+                        )
+                    elif sub.closed:
+                        break
+            except KeyboardInterrupt:
+                pass
+            finally:
+                log.unwatch()
+    return 0
+
+
+def status_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    _add_json(p)
+
+
+def status(args: argparse.Namespace, out: Out) -> int:
+    sid = _session_id(args.session)
+    from projections import project
+    from spine import history as read_history
+
+    with _open_log(args) as log:
+        evs = read_history(log, sid)
+    if not evs:
+        raise _unknown(sid)
+    p = project(evs)
+    fields: dict[str, Any] = {"session": sid, "events": len(evs)}
+    for k in ("objective", "result", "turns", "record", "terminal", "error"):
+        if hasattr(p, k):
+            fields[k] = getattr(p, k)
+    u = getattr(p, "usage", None)
+    if u is not None:
+        fields["input_tokens"] = u.input_tokens
+        fields["output_tokens"] = u.output_tokens
+    if args.json:
+        out.line(json_line(fields))
+        return 0
+    width = max(len(k) for k in fields)
+    for k, v in fields.items():
+        out.line(f"{out.style.paint('bold', k.ljust(width))}  {v}")
+    return 0
+
+
+# -- seals ----------------------------------------------------------------------------------
+
+
+def seal_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    _add_json(p)
+
+
+def seal(args: argparse.Namespace, out: Out) -> int:
+    """Seal through the daemon: the session appends the seal itself, as the only writer."""
+    sid = _session_id(args.session)
+    with _attach(args) as host:
+        r = host.seal(sid)
+    if args.json:
+        fields = {"seq": r.seq, "first": r.first, "last": r.last, "root": r.root, "key": r.key_id}
+        out.line(json_line(fields))
+    elif r.seq == 0:
+        out.line("nothing new to seal")
+    else:
+        out.line(f"sealed seqs {r.first}..{r.last} at seq {r.seq}: root {r.root}, key {r.key_id}")
+    return 0
+
+
+def verify_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    _add_json(p)
+
+
+def verify(args: argparse.Namespace, out: Out) -> int:
+    sid = _session_id(args.session)
+    with _attach(args) as host:
+        r = host.verify(sid)
+    if args.json:
+        out.line(json_line({"ok": r.ok, "summary": r.summary}))
+    else:
+        out.line(out.style.paint("green" if r.ok else "red", r.summary))
+    return 0 if r.ok else EXIT_FAILED
+
+
+# -- projections --------------------------------------------------------------------------
+
+
+def rebuild_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--timeout", type=positive, default=3600.0, metavar="S", help="give up after S seconds"
+    )
+    _add_json(p)
+
+
+def rebuild(args: argparse.Namespace, out: Out) -> int:
+    """Rebuild the projections from position 0 in the daemon, showing progress on stderr
+    when it is a terminal."""
+    show = out.stderr.isatty() and not args.json
+    rate = Rate()
+    started = time.monotonic()
+
+    def progress(p: Any) -> None:
+        # Once the rebuild is done, its state is the queryable one: count that.
+        done, total = (p.rebuild_position, p.target) if p.rebuilding else (p.position, p.position)
+        rate.add(time.monotonic(), done)
+        if show:
+            line = progress_line(done, total, rate.per_second(), rate.eta(total))
+            out.stderr.write("\r" + line)
+            out.stderr.flush()
+
+    with _attach(args) as host:
+        done = host.rebuild(progress, timeout=args.timeout)
+    if show:
+        out.stderr.write("\n")
+    events = done.progress.position
+    seconds = max(done.seconds, 1e-9)
+    if args.json:
+        out.line(json_line({"events": events, "seconds": round(done.seconds, 3)}))
+    else:
+        out.line(
+            f"rebuilt the projections: {events:,} events in {done.seconds:.2f}s "
+            f"({events / seconds:,.0f} events/s, {time.monotonic() - started:.2f}s in all)"
+        )
+    return 0
+
+
+# -- export and import --------------------------------------------------------------------
+
+#: The first line of an export names the format, the session and the count.
+EXPORT_FORMAT = "vertebra.export/1"
+
+
+def export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("file", metavar="FILE", help="where to write (- for stdout)")
+    p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    _add_json(p)
+
+
+def export(args: argparse.Namespace, out: Out) -> int:
+    """A header line, then each stored event's bytes as they are (seq and time included),
+    so seals over them stay valid in the copy."""
+    sid = _session_id(args.session)
+    with _open_log(args) as log:
+        last = log.last_seq(sid)
+        if last == 0:
+            raise _unknown(sid)
+        to_stdout = args.file == "-"
+        if not to_stdout and os.path.exists(args.file) and not args.force:
+            raise CliError(f"{args.file!r} exists: pass --force to overwrite it")
+        tmp = args.file + ".tmp"
+        with contextlib.ExitStack() as stack:
+            f = out.stdout if to_stdout else stack.enter_context(open(tmp, "w"))
+            f.write(json_line({"format": EXPORT_FORMAT, "session": sid, "events": last}) + "\n")
+            after = 0
+            while after < last and (page := log.read(sid, after, 1000)):
+                for rec in page:
+                    if rec.seq > last:
+                        break
+                    f.write(_payload_line(rec.payload) + "\n")
+                after = page[-1].seq
+        if not to_stdout:
+            os.replace(tmp, args.file)
+            out.line(
+                json_line({"session": sid, "events": last, "file": args.file})
+                if args.json
+                else f"exported {sid}: {last} events to {args.file}"
+            )
+    return 0
+
+
+def import_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="an export (- for stdin)")
+    p.add_argument("--session", default=None, metavar="ID", help="store under ID instead")
+    _add_json(p)
+
+
+def import_(args: argparse.Namespace, out: Out) -> int:
+    """Append an export as a new stream, seqs as they were; an existing stream is refused
+    (the log's expected-seq check makes that atomic even against a concurrent writer)."""
+    from ._transfer import read_export
+
+    try:
+        if args.file == "-":
+            sid, events = read_export(sys.stdin, EXPORT_FORMAT)
+        else:
+            with open(args.file) as f:
+                sid, events = read_export(f, EXPORT_FORMAT)
+    except FileNotFoundError:
+        raise CliError(f"no such file: {args.file!r}", EXIT_USAGE) from None
+    except ValueError as exc:
+        raise CliError(f"{args.file}: {exc}") from None
+    sid = _session_id(args.session or sid)
+    from spine import ConflictError
+
+    os.makedirs(args.data, exist_ok=True)
+    with _log_at(args) as log:
+        existing = log.last_seq(sid)
+        if existing:
+            raise CliError(
+                f"session {sid!r} already has {existing} events: import never overwrites a "
+                "stream (pass --session ID to import under another id)"
+            )
+        try:
+            log.append(sid, events, expected_seq=0)
+        except ConflictError:
+            raise CliError(f"session {sid!r} was written meanwhile: nothing imported") from None
+    if args.json:
+        out.line(json_line({"session": sid, "events": len(events)}))
+    else:
+        out.line(f"imported {sid}: {len(events)} events")
+    return 0
+
+
+# -- the table ------------------------------------------------------------------------------
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "serve",
+        "run the daemon: Runner, sessions, the spine (SQLite by default); prints every event",
+        ("vertebra serve --data ./vertebra-data --idle-timeout 60",),
+        serve_args,
+        serve,
+    ),
+    Command(
+        "stop",
+        "shut the running daemon down cleanly and wait until it has",
+        ("vertebra stop --data ./vertebra-data",),
+        stop_args,
+        stop,
+    ),
+    Command(
+        "chat",
+        "talk to a session interactively (Ctrl-C interrupts a turn, Ctrl-D leaves)",
+        ("vertebra chat", "vertebra chat chat-1 --create"),
+        chat_args,
+        chat,
+    ),
+    Command(
+        "new",
+        "create a session and print its id",
+        ("vertebra new chat-1 --meta ore.model.name=scripted --meta objective=demo",),
+        new_args,
+        new,
+    ),
+    Command(
+        "send",
+        "send a message through the daemon and print the turn",
+        ("vertebra send chat-1 'hello there' --create", "vertebra send chat-1 '/model big'"),
+        send_args,
+        send,
+    ),
+    Command(
+        "interrupt",
+        "cut a session's running turn off",
+        ("vertebra interrupt chat-1",),
+        interrupt_args,
+        interrupt,
+    ),
+    Command(
+        "close",
+        "close a session (it takes no more messages)",
+        ("vertebra close chat-1",),
+        close_args,
+        close,
+    ),
+    Command(
+        "sessions",
+        "list the sessions with their state and last seq",
+        ("vertebra sessions", "vertebra sessions --json"),
+        sessions_args,
+        sessions,
+    ),
+    Command(
+        "history",
+        "print a session's stored events (no daemon needed)",
+        ("vertebra history chat-1", "vertebra history chat-1 --json | jq .kind"),
+        history_args,
+        history,
+    ),
+    Command(
+        "tail",
+        "follow a session's events live, exactly once, until it closes",
+        ("vertebra tail chat-1 --from 10 --kinds assistant.message,tool.call --json",),
+        tail_args,
+        tail,
+    ),
+    Command(
+        "status",
+        "print a session's status projection",
+        ("vertebra status chat-1 --json",),
+        status_args,
+        status,
+    ),
+    Command(
+        "seal",
+        "seal what is new in a session (signed Merkle root)",
+        ("vertebra seal chat-1",),
+        seal_args,
+        seal,
+    ),
+    Command(
+        "verify",
+        "verify a session's seals (exit 1 if tampered)",
+        ("vertebra verify chat-1",),
+        verify_args,
+        verify,
+    ),
+    Command(
+        "rebuild",
+        "rebuild the projections from zero, showing events/s and ETA",
+        ("vertebra rebuild",),
+        rebuild_args,
+        rebuild,
+    ),
+    Command(
+        "export",
+        "write a session's stream to a file as JSON lines, seqs preserved",
+        ("vertebra export chat-1 chat-1.jsonl",),
+        export_args,
+        export,
+    ),
+    Command(
+        "import",
+        "store an exported stream as a new session (never overwrites)",
+        ("vertebra import chat-1.jsonl", "vertebra import chat-1.jsonl --session copy-1"),
+        import_args,
+        import_,
+    ),
+    Command(
+        "demo",
+        "a conversation on the full runtime: slash command, tool call, interrupt, recovery",
+        ("vertebra demo --data ./demo-data",),
+        demo_args,
+        demo,
+    ),
+)
+
+__all__ = ["COMMANDS", "EXPORT_FORMAT", "Out", "alive"]

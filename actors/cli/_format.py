@@ -1,0 +1,215 @@
+"""Pure formatting for the command line: colors, event lines, tables, progress, parsing.
+
+Nothing here touches a terminal, a file or the runtime; the commands decide where text goes.
+Event-like values are read by attribute (``kind``, ``seq``, ``text``...) so this module
+imports neither the spine nor the actor layer (``vertebra --help`` must start fast).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+#: ANSI SGR codes by role.
+_CODES = {
+    "bold": "1",
+    "dim": "2",
+    "red": "31",
+    "green": "32",
+    "yellow": "33",
+    "blue": "34",
+    "magenta": "35",
+    "cyan": "36",
+}
+
+#: The color of an event kind's name in human output.
+KIND_COLORS = {
+    "user.message": "cyan",
+    "assistant.message": "green",
+    "tool.call": "yellow",
+    "tool.result": "yellow",
+    "turn.started": "dim",
+    "turn.completed": "dim",
+    "turn.cancelled": "magenta",
+    "session.lifecycle": "blue",
+    "session.properties": "blue",
+    "record.sealed": "magenta",
+    "record.verified": "magenta",
+}
+
+
+def use_color(mode: str, is_tty: bool, environ: Mapping[str, str]) -> bool:
+    """Whether to color: ``always``, ``never``, or on ``auto`` only on a terminal that is
+    not ``TERM=dumb`` and without ``NO_COLOR`` set (https://no-color.org: any value)."""
+    if mode == "always":
+        return True
+    if mode == "never":
+        return False
+    return is_tty and "NO_COLOR" not in environ and environ.get("TERM") != "dumb"
+
+
+class Style:
+    """Wraps text in ANSI colors, or leaves it alone when color is off."""
+
+    def __init__(self, color: bool) -> None:
+        self.color = color
+
+    def paint(self, role: str, text: str) -> str:
+        code = _CODES.get(role)
+        if not self.color or code is None or not text:
+            return text
+        return f"\x1b[{code}m{text}\x1b[0m"
+
+    def kind(self, kind: str, width: int = 0) -> str:
+        # Pad before painting: escape codes would throw the alignment off.
+        return self.paint(KIND_COLORS.get(kind, ""), kind.ljust(width))
+
+    def prompt(self, text: str) -> str:
+        """A readline prompt: escapes wrapped in \\001/\\002 so line editing measures the
+        visible width only."""
+        if not self.color:
+            return text
+        return f"\001\x1b[1m\002{text}\001\x1b[0m\002"
+
+
+def detail(ev: Any) -> str:
+    """The one-line gist of an event: its text, tool call, properties, phase or reason."""
+    if getattr(ev, "properties", None):
+        out = ", ".join(f"{k}={v}" for k, v in ev.properties.items())
+    elif ev.kind == "tool.call":
+        out = f"{ev.tool} {ev.input}"
+    elif ev.kind == "tool.result":
+        out = f"{ev.tool} -> {ev.result}"
+    else:
+        out = (
+            ev.text
+            or ev.error
+            or ev.reason
+            or ev.stop_reason
+            or getattr(ev, "phase", "")
+            or getattr(ev, "session", "")
+        )
+    if ev.error and out != ev.error:
+        out = f"{out} error: {ev.error}" if out else f"error: {ev.error}"
+    usage = ev.usage
+    if usage is not None:
+        out += f"  [in {usage.input_tokens} / out {usage.output_tokens} tokens]"
+    return " ".join(str(out).split("\n"))
+
+
+KIND_WIDTH = 20
+
+
+def event_line(ev: Any, style: Style, session: str = "") -> str:
+    """``[session] #seq kind detail``, columns aligned."""
+    prefix = f"{session} " if session else ""
+    return f"{prefix}#{ev.seq:<5} {style.kind(ev.kind, KIND_WIDTH)} {detail(ev)}".rstrip()
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]], style: Style) -> list[str]:
+    """Rows aligned under bold headers, two spaces between columns."""
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, c in enumerate(row):
+            widths[i] = max(widths[i], len(c))
+    head = "  ".join(style.paint("bold", h.ljust(w)) for h, w in zip(headers, widths, strict=True))
+    lines = [head.rstrip()]
+    for row in cells:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return lines
+
+
+def json_line(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def parse_meta(items: Sequence[str]) -> dict[str, str]:
+    """``K=V`` pairs to a dict; a malformed pair raises ValueError naming it."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--meta takes KEY=VALUE, got {item!r}")
+        out[key.strip()] = value
+    return out
+
+
+def parse_kinds(text: str, known: Iterable[str]) -> tuple[str, ...]:
+    """A comma-separated list of kinds, each one ``known`` (a typo would silently filter
+    every event out); ValueError names the unknown one."""
+    known_set = set(known)
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    if not kinds:
+        raise ValueError("--kinds needs at least one kind")
+    for k in kinds:
+        if k not in known_set:
+            raise ValueError(f"unknown kind {k!r} (known: {', '.join(sorted(known_set))})")
+    return kinds
+
+
+class Rate:
+    """Events per second and time left, from (time, count) samples over a sliding window."""
+
+    def __init__(self, window: float = 3.0) -> None:
+        self.window = window
+        self._samples: list[tuple[float, int]] = []
+
+    def add(self, now: float, done: int) -> None:
+        self._samples.append((now, done))
+        while len(self._samples) > 2 and now - self._samples[1][0] >= self.window:
+            self._samples.pop(0)
+
+    def per_second(self) -> float:
+        if len(self._samples) < 2:
+            return 0.0
+        (t0, n0), (t1, n1) = self._samples[0], self._samples[-1]
+        return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
+
+    def eta(self, total: int) -> float | None:
+        """Seconds until ``total`` at the current rate; None while it is unknown."""
+        rate = self.per_second()
+        if rate <= 0 or not self._samples:
+            return None
+        return max(0.0, (total - self._samples[-1][1]) / rate)
+
+
+def duration(seconds: float | None) -> str:
+    """``4s``, ``2m05s``, ``1h02m``; ``?`` when unknown."""
+    if seconds is None:
+        return "?"
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def progress_line(done: int, total: int, rate: float, eta: float | None, width: int = 30) -> str:
+    """``[#####.....]  45%  12,345/27,000 events  8,100 events/s  ETA 2s``."""
+    frac = min(1.0, done / total) if total > 0 else 1.0
+    filled = int(frac * width)
+    bar = "#" * filled + "." * (width - filled)
+    return (
+        f"[{bar}] {frac * 100:3.0f}%  {done:,}/{total:,} events  "
+        f"{rate:,.0f} events/s  ETA {duration(eta)}"
+    )
+
+
+__all__ = [
+    "KIND_COLORS",
+    "KIND_WIDTH",
+    "Rate",
+    "Style",
+    "detail",
+    "duration",
+    "event_line",
+    "json_line",
+    "parse_kinds",
+    "parse_meta",
+    "progress_line",
+    "table",
+    "use_color",
+]

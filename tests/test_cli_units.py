@@ -1,0 +1,174 @@
+"""The command line's pure parts, without processes: parsing, formatting, progress, exports."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from actors.cli._commands import COMMANDS, EXPORT_FORMAT
+from actors.cli._daemon import CliError
+from actors.cli._format import (
+    Rate,
+    Style,
+    duration,
+    event_line,
+    parse_kinds,
+    parse_meta,
+    progress_line,
+    table,
+    use_color,
+)
+from actors.cli._parser import build_parser, data_dir
+from actors.cli._transfer import read_export
+from spine import Event, Kind, encode_event
+
+
+def parse(*argv: str):  # type: ignore[no-untyped-def]
+    return build_parser(COMMANDS).parse_args(list(argv))
+
+
+def test_a_global_option_after_the_command_wins_and_one_before_is_kept() -> None:
+    """--data before the command, after it, or both (the later one wins)."""
+    assert parse("--data", "a", "sessions").data == "a"
+    assert parse("sessions", "--data", "b").data == "b"
+    assert parse("--data", "a", "sessions", "--data", "b").data == "b"
+    assert parse("sessions").data is None
+    assert parse("--color", "never", "sessions").color == "never"
+    assert parse("sessions", "--color", "always").color == "always"
+
+
+def test_the_data_directory_comes_from_the_flag_then_the_environment_then_the_default() -> None:
+    """data_dir: --data, else VERTEBRA_DATA, else ./vertebra-data."""
+    assert data_dir(parse("--data", "x", "sessions"), {"VERTEBRA_DATA": "y"}) == "x"
+    assert data_dir(parse("sessions"), {"VERTEBRA_DATA": "y"}) == "y"
+    assert data_dir(parse("sessions"), {}) == "vertebra-data"
+
+
+def test_a_bad_argument_raises_one_usage_error_naming_the_command() -> None:
+    """Leftover arguments and bad values become a CliError with exit 2 and the help hint."""
+    with pytest.raises(CliError) as err:
+        parse("tail", "s", "--bogus")
+    assert err.value.code == 2 and "`vertebra tail --help`" in str(err.value)
+    with pytest.raises(CliError, match="seqs start at 1"):
+        parse("tail", "s", "--from", "0")
+    with pytest.raises(CliError, match="not allowed with"):
+        parse("tail", "s", "--from", "2", "--after", "3")
+
+
+def test_color_is_used_only_on_a_terminal_without_no_color() -> None:
+    """auto colors a terminal unless NO_COLOR (any value) or TERM=dumb; flags force it."""
+    assert use_color("auto", True, {})
+    assert not use_color("auto", False, {})
+    assert not use_color("auto", True, {"NO_COLOR": ""})
+    assert not use_color("auto", True, {"TERM": "dumb"})
+    assert use_color("always", False, {"NO_COLOR": "1"})
+    assert not use_color("never", True, {})
+
+
+def test_tables_align_columns_whatever_the_cell_widths() -> None:
+    """Every column starts at the same offset in every row, plain or colored header."""
+    lines = table(("A", "BB"), [("long-value", 1), ("x", 22)], Style(False))
+    assert lines == ["A           BB", "long-value  1", "x           22"]
+    colored = table(("A",), [("x",)], Style(True))
+    assert colored[0] == "\x1b[1mA\x1b[0m" and colored[1] == "x"
+
+
+def test_event_lines_pad_the_kind_before_coloring_it() -> None:
+    """Colored and plain event lines have the text at the same visible column."""
+    ev = Event(kind=Kind.USER_MESSAGE, text="hi", seq=3)
+    plain = event_line(ev, Style(False))
+    colored = event_line(ev, Style(True))
+    assert plain == "#3     user.message         hi"
+    assert colored.replace("\x1b[36m", "").replace("\x1b[0m", "") == plain
+
+
+def test_meta_pairs_and_kind_lists_are_checked() -> None:
+    """K=V keeps '=' in values and refuses a pair without one; kinds must be known."""
+    assert parse_meta(["a=1", "b=x=y", "c="]) == {"a": "1", "b": "x=y", "c": ""}
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_meta(["novalue"])
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_meta(["=v"])
+    assert parse_kinds("a, b", ["a", "b", "c"]) == ("a", "b")
+    with pytest.raises(ValueError, match="unknown kind 'd'"):
+        parse_kinds("a,d", ["a", "b"])
+    with pytest.raises(ValueError, match="at least one"):
+        parse_kinds(",", ["a"])
+
+
+def test_the_rate_and_eta_follow_the_recent_samples() -> None:
+    """events/s over the window and the time left at that rate; unknown before two samples."""
+    r = Rate(window=10.0)
+    r.add(0.0, 0)
+    assert r.per_second() == 0.0 and r.eta(100) is None
+    r.add(2.0, 50)
+    assert r.per_second() == 25.0 and r.eta(100) == 2.0
+    assert duration(None) == "?" and duration(4.4) == "4s" and duration(125) == "2m05s"
+    assert duration(3720) == "1h02m"
+    line = progress_line(50, 100, 25.0, 2.0, width=10)
+    assert line == "[#####.....]  50%  50/100 events  25 events/s  ETA 2s"
+    assert progress_line(0, 0, 0.0, None, width=4).startswith("[####] 100%")
+
+
+def _export(*events: Event, session: str = "s-1", count: int | None = None) -> io.StringIO:
+    head = f'{{"format":"{EXPORT_FORMAT}","session":"{session}","events":{count or len(events)}}}'
+    body = [encode_event(ev).decode() for ev in events]
+    return io.StringIO("\n".join([head, *body]) + "\n")
+
+
+def test_an_export_is_read_back_and_every_problem_is_named() -> None:
+    """read_export returns the session and events; a wrong header, a gap in seqs, a count
+    mismatch or an undecodable line is a ValueError naming the line."""
+    a = Event(kind=Kind.USER_MESSAGE, text="hi", seq=1)
+    b = Event(kind=Kind.ASSISTANT, text="ho", seq=2)
+    sid, evs = read_export(_export(a, b), EXPORT_FORMAT)
+    assert sid == "s-1" and [e.text for e in evs] == ["hi", "ho"]
+    with pytest.raises(ValueError, match="line 2: seq 2 where 1"):
+        read_export(_export(b), EXPORT_FORMAT)
+    with pytest.raises(ValueError, match="announces 3"):
+        read_export(_export(a, b, count=3), EXPORT_FORMAT)
+    with pytest.raises(ValueError, match=r"not a vertebra\.export/1 header"):
+        read_export(io.StringIO('{"format":"other"}\n'), EXPORT_FORMAT)
+    with pytest.raises(ValueError, match="empty file"):
+        read_export(io.StringIO(""), EXPORT_FORMAT)
+    bad = _export(a)
+    bad.seek(0, 2)
+    bad.write("{not json\n")
+    bad.seek(0)
+    with pytest.raises(ValueError, match="line 3"):
+        read_export(bad, EXPORT_FORMAT)
+
+
+def test_help_loads_neither_the_actor_system_nor_the_spine() -> None:
+    """`vertebra --help` and a command's help import no runtime module: startup stays at
+    tens of milliseconds (docs/performance.md has the figures)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from actors.cli import main\n"
+        "for argv in (['--help'], ['chat', '--help'], ['--version']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = ('thespian', 'spine', 'projections', 'actors.host', 'actors.agents', 'attrs')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_actors_package_still_offers_its_public_names_and_submodules() -> None:
+    """The lazy package __init__ resolves every exported name and plain submodules."""
+    import actors
+
+    for name in actors.__all__:
+        assert getattr(actors, name) is not None, name
+    assert actors.agents.ScriptedFactory is actors.ScriptedFactory
+    with pytest.raises(AttributeError):
+        _ = actors.no_such_thing
