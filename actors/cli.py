@@ -57,6 +57,42 @@ def _attach(args: argparse.Namespace) -> Host:
 # -- commands -----------------------------------------------------------------------------
 
 
+def _start_http(args: argparse.Namespace, host: Host) -> Any:
+    """The HTTP gateway for ``serve --http ADDR`` (None without it); prints its URL."""
+    if args.http is None:
+        return None
+    try:
+        from .gateway import GatewayError, start_gateway
+    except ImportError as exc:
+        raise SystemExit(
+            f"--http needs the http extra (pip install 'vertebra[http]'): {exc}"
+        ) from None
+    try:
+        gw = start_gateway(args.data, args.http, allow_remote=args.http_allow_remote, host=host)
+    except GatewayError as exc:
+        raise SystemExit(f"vertebra: {exc}") from None
+    print(f"vertebra http: {gw.url}  token {gw.token}", flush=True)
+    print(f"vertebra http: open {gw.page_url}", flush=True)
+    return gw
+
+
+def _token_create(args: argparse.Namespace) -> int:
+    """Mint a bearer token limited to the given sessions (read-only if asked)."""
+    from .gateway._tokens import create_token
+
+    print(create_token(args.data, args.session, read_only=args.read_only))
+    return 0
+
+
+def _token_commands(sub: Any) -> None:
+    p = sub.add_parser("token", help="mint HTTP tokens")
+    tsub = p.add_subparsers(dest="token_command", required=True)
+    c = tsub.add_parser("create", help="a token scoped to sessions (printed once)")
+    c.add_argument("--session", action="append", required=True, help="a session (repeatable)")
+    c.add_argument("--read-only", action="store_true", help="may read but not write")
+    c.set_defaults(func=_token_create)
+
+
 def _serve(args: argparse.Namespace) -> int:
     """Run the daemon until SIGINT or SIGTERM, printing every session's events."""
     os.makedirs(args.data, exist_ok=True)
@@ -64,6 +100,7 @@ def _serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     host = Host(args.data, admin_port=args.port, idle_timeout=args.idle_timeout)
+    gateway = None
     info_path = os.path.join(args.data, DAEMON_FILE)
     try:
         tmp_path = info_path + ".tmp"
@@ -80,6 +117,7 @@ def _serve(args: argparse.Namespace) -> int:
         os.replace(tmp_path, info_path)
         if not args.quiet:
             host.add_sink(lambda sid, ev, live: print(_line(sid, ev), flush=True) if ev else None)
+        gateway = _start_http(args, host)
         print(
             f"vertebra daemon: data {args.data}, admin port {host.admin_port} (loopback); "
             "stop with Ctrl-C",
@@ -95,6 +133,8 @@ def _serve(args: argparse.Namespace) -> int:
             os.unlink(info_path)
         except FileNotFoundError:
             pass
+        if gateway is not None:
+            gateway.stop()
         host.close()
     print("vertebra daemon: stopped", flush=True)
     return 0
@@ -270,6 +310,10 @@ def _daemon_commands(sub: Any) -> None:
     p.add_argument("--idle-timeout", type=float, default=300.0, help="passivate after seconds")
     p.add_argument("--quiet", action="store_true", help="do not print events")
     p.add_argument("--for-seconds", type=float, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--http", metavar="ADDR", default=None, help="serve HTTP on HOST:PORT")
+    p.add_argument(
+        "--http-allow-remote", action="store_true", help="allow a non-loopback --http address"
+    )
     p.set_defaults(func=_serve)
 
     p = sub.add_parser("send", help="send a message to a session of the running daemon")
@@ -312,6 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command")
     _daemon_commands(sub)
     _session_commands(sub)
+    _token_commands(sub)
     args = parser.parse_args(argv)
     if args.command is None:
         args.func = _demo
