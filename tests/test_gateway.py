@@ -476,3 +476,93 @@ def test_openapi_lists_every_route_and_validates(http: httpx.Client) -> None:
     served = {(method, path) for method, path, _, _ in ROUTES}
     served |= {("GET", p) for p in ("/openapi.json", "/", "/app.js", "/sse.js", "/style.css")}
     assert documented == served
+
+
+# -- the command line and the README ---------------------------------------------------------
+
+README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+
+
+def _readme_curl_block() -> str:
+    text = README.read_text()
+    section = text[text.index("## HTTP, server-sent events") :]
+    blocks = section.split("```sh\n")
+    return next(b.split("```")[0] for b in blocks if b.startswith("TOKEN="))
+
+
+def test_serve_http_prints_the_url_and_the_readme_curl_examples_work(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """`vertebra serve --http` prints URL and token; the README's curl lines run as written
+    (only the port differs); `token create` mints a read-only token that works."""
+    import signal
+    import subprocess
+    import sys
+
+    from actors.system import free_port
+
+    port = free_port()
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "actors.cli", "serve", "--quiet", "--http", f"127.0.0.1:{port}"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    data = tmp_path / "vertebra-data"
+    try:
+        wait_for(lambda: (data / "daemon.json").exists() or daemon.poll() is not None, 30)
+        assert daemon.poll() is None, daemon.stderr.read() if daemon.stderr else ""
+        no_leftover_processes.append(
+            json.loads((data / "daemon.json").read_text())["system_session"]
+        )
+        wait_for(lambda: (data / "gateway-token").exists() or daemon.poll() is not None, 30)
+        token = (data / "gateway-token").read_text().strip()
+        wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/openapi.json").status_code == 200)
+        script = _readme_curl_block().replace("8080", str(port))
+        out = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        # curl --max-time ends the event stream with status 28; everything before ran.
+        assert out.returncode == 28, out.stderr
+        assert '"id":"chat-1"' in out.stdout and '"seq":2' in out.stdout
+        assert "hello over http" in out.stdout and '"turns"' in out.stdout
+        sse = out.stdout.replace("\r\n", "\n")
+        assert "id: 3\nevent: turn.started" in sse and "id: 2\n" not in sse
+        ro = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "actors.cli",
+                "token",
+                "create",
+                "--session",
+                "chat-1",
+                "--read-only",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        scoped = ro.stdout.strip()
+        headers = {"Authorization": f"Bearer {scoped}"}
+        base = f"http://127.0.0.1:{port}/v1/sessions/chat-1"
+        assert httpx.get(base, headers=headers).status_code == 200
+        assert (
+            httpx.post(f"{base}/messages", headers=headers, json={"text": "x"}).status_code == 403
+        )
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            stdout, _ = daemon.communicate(timeout=30)
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+    assert daemon.returncode == 0
+    assert f"vertebra http: http://127.0.0.1:{port}  token {token}" in stdout
+    assert f"http://127.0.0.1:{port}/#token={token}" in stdout
