@@ -26,7 +26,7 @@ from actors.gateway import (
     start_gateway,
 )
 from actors.gateway._app import openapi_bytes
-from actors.gateway._sse import Feed, session_stream
+from actors.gateway._hub import Client
 from actors.gateway._tokens import ADMIN_FILE, TOKENS_FILE
 
 pytestmark = pytest.mark.timeout(120)
@@ -426,23 +426,26 @@ def test_a_stalled_client_does_not_hold_back_another(http: httpx.Client, gw: Gat
         stalled.close()
 
 
-def test_a_client_too_far_behind_on_live_items_is_disconnected() -> None:
-    """Past its live bound a feed ends its stream (the client resumes from its last id)."""
+def test_a_live_client_too_far_behind_is_disconnected() -> None:
+    """Past its bound a live client's stream ends (it resumes from its last id); before
+    that, a record it already has is never offered twice."""
+    from spine import Event, Kind, Record, encode_event
 
-    async def run() -> list[Any]:
-        feed = Feed(asyncio.get_running_loop(), capacity=4, live_capacity=3)
-        for i in range(5):
-            feed.put_live((0, "assistant.delta", "", str(i)))
-        await asyncio.sleep(0.05)
-        return [item async for item in session_stream(feed, 0, False)]
+    def rec(seq: int) -> tuple[Record, bytes]:
+        r = Record("s", seq, seq, Kind.USER_MESSAGE, encode_event(Event(kind=Kind.USER_MESSAGE)))
+        return r, b"x"
 
-    out = asyncio.run(run())
-    assert feed_overflowed(out)
+    async def run() -> tuple[Client, list[bytes | None]]:
+        c = Client(2, None, capacity=3)
+        c.live = True
+        c.offer([rec(2), rec(3)])  # seq 2 is the client's already
+        first = await c.take()
+        c.offer([rec(4), rec(5), rec(6), rec(7)])
+        return c, [first, await c.take(), await c.take()]
 
-
-def feed_overflowed(out: list[Any]) -> bool:
-    # hello, then the three deltas within the bound, then the end.
-    return len(out) == 4 and all(b"assistant.delta" in x for x in out[1:])
+    c, out = asyncio.run(run())
+    assert out[0] == b"x" and c.overflowed and c.ended
+    assert out[1] == b"xxxx" and out[2] is None
 
 
 def test_the_global_stream_carries_every_session_with_positions(http: httpx.Client) -> None:

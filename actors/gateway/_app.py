@@ -33,8 +33,9 @@ from starlette.routing import Route
 from spine import InvalidArgumentError, Log, subscribe_all, validate_session_id
 
 from .. import errors as e
-from ..host import Host, SessionSubscription
+from ..host import Host
 from . import _sse
+from ._hub import Hubs
 from ._tokens import Grant, TokenStore
 
 log = logging.getLogger("vertebra.gateway")
@@ -86,50 +87,40 @@ class Gateway:
     tokens: TokenStore
     ping: float = 15.0
     send_timeout: float = 30.0
-    buffer: int = 256
-    live_buffer: int = 4096
-    feeds: dict[str, list[_sse.Feed]] = attrs.field(factory=dict)
-    last_seen: dict[str, int] = attrs.field(factory=dict)
+    buffer: int = 4096
+    hubs: Hubs = attrs.field()
+    feeds: list[_sse.Feed] = attrs.field(factory=list)
     lock: threading.Lock = attrs.field(factory=threading.Lock)
     stopping: bool = False
 
-    def on_sink(self, sid: str, ev: Any, live: Any) -> None:
-        """The Host sink: remember each session's last stored seq so a live item knows
-        which stored event it follows, and hand live items to that session's feeds."""
-        if ev is not None:
-            self.last_seen[sid] = ev.seq
-            return
-        if live is None:
-            return
-        with self.lock:
-            feeds = list(self.feeds.get(sid, ()))
-        if not feeds:
-            return
-        after = self.last_seen.get(sid)
-        if after is None:
-            after = self.last_seen[sid] = self.log.last_seq(sid)
-        kind, severity, text = live
-        for feed in feeds:
-            feed.put_live((after, kind, severity, text))
+    @hubs.default
+    def _hubs(self) -> Hubs:
+        return Hubs(self.log, self.buffer)
 
-    def attach(self, sid: str, feed: _sse.Feed) -> None:
+    def on_sink(self, sid: str, ev: Any, live: Any) -> None:
+        """The Host sink: remember each session's last stored seq, so that a live item
+        knows which stored event it follows, and pass live items to the session's hub."""
+        if ev is not None:
+            self.hubs.last_seen[sid] = ev.seq
+        elif live is not None:
+            self.hubs.post_live(sid, live)
+
+    def attach(self, feed: _sse.Feed) -> None:
         with self.lock:
-            self.feeds.setdefault(sid, []).append(feed)
+            self.feeds.append(feed)
 
         def detach() -> None:
             with self.lock:
-                group = self.feeds.get(sid, [])
-                if feed in group:
-                    group.remove(feed)
-                if not group:
-                    self.feeds.pop(sid, None)
+                if feed in self.feeds:
+                    self.feeds.remove(feed)
 
         feed.on_stop.append(detach)
 
     def stop_feeds(self) -> None:
         self.stopping = True
+        self.hubs.stop()
         with self.lock:
-            feeds = [f for group in self.feeds.values() for f in group]
+            feeds = list(self.feeds)
         for f in feeds:
             f.stop()
             f.end()
@@ -456,7 +447,7 @@ def _resume_point(request: Request, param: str) -> int:
     return int_param(request, param, 0)
 
 
-def _sse_response(gw: Gateway, content: Any, feed: _sse.Feed) -> Response:
+def _sse_response(gw: Gateway, content: Any) -> Response:
     return EventSourceResponse(
         content,
         ping=gw.ping,
@@ -473,11 +464,7 @@ async def session_events(gw: Gateway, request: Request) -> Response:
     await known(gw, sid)
     if gw.stopping:
         raise HttpError(503, "unavailable", "the gateway is stopping")
-    feed = _sse.Feed(asyncio.get_running_loop(), gw.buffer, gw.live_buffer)
-    sub = SessionSubscription(gw.log, sid, after, kinds)
-    gw.attach(sid, feed)
-    _sse.start_pump(sub, feed, f"sse-{sid}")
-    return _sse_response(gw, _sse.session_stream(feed, after, kinds is not None), feed)
+    return _sse_response(gw, gw.hubs.stream(sid, after, kinds))
 
 
 @route("GET", "/v1/events", "admin")
@@ -486,11 +473,11 @@ async def all_events(gw: Gateway, request: Request) -> Response:
     kinds = _kinds(request)
     if gw.stopping:
         raise HttpError(503, "unavailable", "the gateway is stopping")
-    feed = _sse.Feed(asyncio.get_running_loop(), gw.buffer, gw.live_buffer)
+    feed = _sse.Feed(asyncio.get_running_loop(), gw.buffer)
     sub = subscribe_all(gw.log, after, kinds)
-    gw.attach("*", feed)
+    gw.attach(feed)
     _sse.start_pump(sub, feed, "sse-all")
-    return _sse_response(gw, _sse.global_stream(feed), feed)
+    return _sse_response(gw, _sse.global_stream(feed))
 
 
 # -- unauthenticated: the page and the API description ----------------------------------

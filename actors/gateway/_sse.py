@@ -1,11 +1,10 @@
-"""Server-sent events: a session's stored events with their seq as id, live items without.
+"""Server-sent events: the encodings, and the every-session stream for dashboards.
 
-Each client has its own `Feed`: a cursor thread tails the spine (the same `subscribe`
-code as every other reader) and a share of the gateway's one Host sink brings the live
-items (text deltas, notices). Stored records wait for room in the client's buffer, so a
-slow reader holds back only its own cursor; live items never wait (the sink serves every
-client), and a client whose live backlog passes its bound is disconnected: it resumes
-from its last id, losing nothing stored.
+Stored events go out with their seq (or global position) as ``id``; live items without
+one, so they never move a client's resume point. A session's clients are served by
+`_hub`; a client of the every-session stream has its own `Feed`, filled by a cursor
+thread (the spine's `subscribe_all`) that waits for room in it, so a slow reader holds
+back only its own cursor.
 """
 
 from __future__ import annotations
@@ -29,22 +28,17 @@ RETRY_MS = 1000
 #: A live item: (after_seq, kind, severity, text).
 Live = tuple[int, str, str, str]
 _END = ("end", None)
-#: Live items a client may hold while their stored event has not been read yet.
-HELD_MAX = 4096
 
 
 class Feed:
-    """One SSE client's bounded buffer between threads and its response coroutine."""
+    """One client's bounded buffer between its cursor thread and its response."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, capacity: int, live_capacity: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, capacity: int) -> None:
         self._loop = loop
         self._items: deque[tuple[str, Any]] = deque()
         self._ready = asyncio.Event()
         self._room = threading.Semaphore(capacity)
-        self._live_capacity = live_capacity
-        self._live = 0
         self.stopped = threading.Event()
-        self.overflowed = False
         self.on_stop: list[Callable[[], None]] = []
 
     # -- producer side (any thread) ------------------------------------------------------
@@ -58,10 +52,6 @@ class Feed:
             return False
         self._call(self._push, ("record", r))
         return True
-
-    def put_live(self, item: Live) -> None:
-        """Queue a live item; never waits."""
-        self._call(self._push_live, item)
 
     def end(self) -> None:
         self._call(self._push, _END)
@@ -79,16 +69,6 @@ class Feed:
         self._items.append(item)
         self._ready.set()
 
-    def _push_live(self, item: Live) -> None:
-        if self._live >= self._live_capacity:
-            # Too far behind: disconnect; the client resumes from its last id.
-            self.overflowed = True
-            self._items.append(_END)
-        else:
-            self._live += 1
-            self._items.append(("live", item))
-        self._ready.set()
-
     async def next(self) -> tuple[str, Any]:
         while not self._items:
             self._ready.clear()
@@ -96,8 +76,6 @@ class Feed:
         kind, value = self._items.popleft()
         if kind == "record":
             self._room.release()
-        elif kind == "live":
-            self._live -= 1
         return kind, value
 
     def stop(self) -> None:
@@ -164,40 +142,6 @@ def live_event(item: Live) -> bytes:
 
 def hello() -> ServerSentEvent:
     return ServerSentEvent(comment="vertebra", retry=RETRY_MS)
-
-
-async def session_stream(feed: Feed, after: int, filtered: bool) -> AsyncIterator[Any]:
-    """Stored events in seq order, each live item after the stored event it follows.
-
-    A live item that belongs after a seq not sent yet waits for it; one that belongs
-    before the last sent seq is stale (the stored event that follows already carries its
-    content) and is dropped. With a kinds filter the stored seqs are not contiguous, so
-    live items go out as they come.
-    """
-    last = after
-    held: list[Live] = []
-    try:
-        yield hello()
-        while True:
-            kind, value = await feed.next()
-            if kind == "end":
-                return
-            if kind == "record":
-                last = value.seq
-                yield stored_event(value)
-                for item in held:
-                    if item[0] == last:
-                        yield live_event(item)
-                held = [item for item in held if item[0] > last]
-            elif filtered or value[0] == last:
-                yield live_event(value)
-            elif value[0] > last:
-                held.append(value)
-                if len(held) > HELD_MAX:
-                    feed.overflowed = True
-                    return
-    finally:
-        feed.stop()
 
 
 async def global_stream(feed: Feed) -> AsyncIterator[Any]:
