@@ -120,6 +120,30 @@ def test_a_dropped_connection_resumes_without_loss_or_repeats(page: Any, gw: Gat
     assert users.count("!slow 0.1 after the drop every word is here") == 1
 
 
+def test_tool_calls_show_and_the_session_list_switches_sessions(
+    page: Any, gw: GatewayHandle
+) -> None:
+    """A tool call and its result appear; a second session starts empty and switching
+    back shows the first one's transcript again."""
+    page.fill("#input", '!tool search {"q": "event sourcing"}')
+    page.press("#input", "Enter")
+    page.wait_for_selector(".msg.tool:has-text('search')")
+    page.wait_for_selector(".msg.tool:has-text('←')")
+    with client(gw) as http:
+        last = http.get("/v1/sessions/web-1").json()["last_seq"]
+    page.wait_for_function(f"document.getElementById('transcript').dataset.lastSeq == '{last}'")
+    first = _transcript(page)
+    page.fill("#new-id", "web-2")
+    page.click("#create button")
+    page.wait_for_selector("#session-list li.active[data-id='web-2']")
+    page.wait_for_function("document.getElementById('transcript').dataset.lastSeq == '1'")
+    assert _transcript(page) == []
+    page.click("#session-list li[data-id='web-1']")
+    page.wait_for_function(f"document.getElementById('transcript').dataset.lastSeq == '{last}'")
+    assert _transcript(page) == first
+    _shot(page, "tools")
+
+
 def test_a_reload_replays_the_same_transcript(page: Any, gw: GatewayHandle) -> None:
     """After a reload the page rebuilds the transcript from seq 0, identical to before."""
     with client(gw) as http:

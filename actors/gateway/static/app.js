@@ -52,6 +52,15 @@ function bubble(turn) {
   return el;
 }
 
+// Text after a tool call goes in a new bubble below it, so the transcript reads in order.
+function settle(turn) {
+  const el = state.turns.get(turn);
+  if (!el) return;
+  if (el.textContent) el.classList.remove("streaming");
+  else el.remove();
+  state.turns.delete(turn);
+}
+
 // The turn whose assistant text is streaming now (the last one started and not ended).
 let streamingTurn = null;
 
@@ -71,9 +80,11 @@ function onStored(ev, seq) {
       break;
     }
     case "tool.call":
+      settle(ev.turn);
       add("msg tool", `→ ${ev.tool} ${JSON.stringify(ev.input ?? {})}`);
       break;
     case "tool.result":
+      settle(ev.turn);
       add(`msg tool${ev.isError ? " error" : ""}`, `← ${ev.tool || ""} ${ev.result || ""}`);
       break;
     case "turn.completed": {
