@@ -122,16 +122,21 @@ async def _sse_client(
         f"Authorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n".encode()
     )
     await writer.drain()
+    # Whole chunks, split here: per-line reads would make this reader, not the gateway,
+    # the slowest part on a machine whose cores it shares with the daemon.
+    buf = b""
     try:
         while True:
-            line = await reader.readline()
-            if not line:
+            chunk = await reader.read(1 << 16)
+            if not chunk:
                 return
-            if line.startswith(b"retry:"):
-                ready.set()
-            elif line.startswith(b"data: "):
-                sent = float(orjson.loads(line[6:])["text"])
-                got(time.time() - sent)
+            now = time.time()
+            *lines, buf = (buf + chunk).split(b"\n")
+            for line in lines:
+                if line.startswith(b"data: "):
+                    got(now - float(orjson.loads(line[6:])["text"]))
+                elif line.startswith(b"retry:"):
+                    ready.set()
     finally:
         writer.close()
 
