@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import wait_for
-from gateway_helpers import SseReader, client, running_gateway
+from gateway_support import SseReader, client, running_gateway
 
 from actors.gateway import (
     ROUTES,

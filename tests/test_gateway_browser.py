@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gateway_helpers import client, running_gateway
+from gateway_support import client, running_gateway
 
 from actors.gateway import GatewayHandle
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import schemathesis
-from gateway_helpers import client, running_gateway
+from gateway_support import client, running_gateway
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 

@@ -1,4 +1,4 @@
-"""Test helpers for the HTTP gateway: a running gateway over a real Host, and an SSE reader."""
+"""Test support for the HTTP gateway: a running gateway over a real Host, and an SSE reader."""
 
 from __future__ import annotations
 
