@@ -230,6 +230,30 @@ def test_a_full_queue_is_answered_429(tmp_path: pathlib.Path) -> None:
         assert _kinds(http, "busy-1").count("user.message") == 1
 
 
+def test_a_runtime_that_does_not_answer_gives_503(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """With the embedding program's Host gone, commands answer 503 with Retry-After and
+    reads of the spine still work."""
+    from actors.host import Host
+
+    host = Host(tmp_path / "data", timeout=20)
+    try:
+        g = start_gateway(tmp_path / "data", host=host)
+        try:
+            with client(g) as http:
+                _new(http, "gone-1")
+                host.close()
+                r = http.post("/v1/sessions/gone-1/messages", json={"text": "anyone?"})
+                assert r.status_code == 503 and r.json()["error"] == "unavailable"
+                assert r.headers["retry-after"]
+                assert http.get("/v1/sessions/gone-1/history").status_code == 200
+        finally:
+            g.stop()
+    finally:
+        host.close()
+
+
 # -- tokens ---------------------------------------------------------------------------------
 
 
