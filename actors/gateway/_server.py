@@ -112,7 +112,8 @@ def start_gateway(
     addr, port = parse_bind(bind)
     if not is_loopback(addr) and not allow_remote:
         raise GatewayError(
-            f"refusing to bind {addr}: not a loopback address (pass allow_remote to allow it)"
+            f"refusing to bind {addr}: not a loopback address"
+            " (--http-allow-remote, or allow_remote=True, allows it)"
         )
     data = os.path.abspath(os.fspath(data_dir))
     tokens = TokenStore(data)
