@@ -163,6 +163,46 @@ def serve_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="do not print events")
     p.add_argument("--for-seconds", type=positive, default=None, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--http", metavar="ADDR", default=None, help="also serve HTTP + SSE on HOST:PORT"
+    )
+    p.add_argument(
+        "--http-allow-remote", action="store_true", help="allow a non-loopback --http address"
+    )
+
+
+def _start_http(args: argparse.Namespace, host: Any, out: Out) -> Any:
+    """The HTTP gateway for ``serve --http ADDR`` (None without it); prints its URL."""
+    if args.http is None:
+        return None
+    try:
+        from ..gateway import GatewayError, start_gateway
+    except ImportError as exc:
+        raise CliError(
+            f"--http needs the http extra (pip install 'vertebra[http]'): {exc}", EXIT_USAGE
+        ) from None
+    try:
+        gw = start_gateway(args.data, args.http, allow_remote=args.http_allow_remote, host=host)
+    except GatewayError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    out.line(f"vertebra http: {gw.url}  token {gw.token}")
+    out.line(f"vertebra http: open {gw.page_url}")
+    return gw
+
+
+def token_args(p: argparse.ArgumentParser) -> None:
+    tsub = p.add_subparsers(dest="token_command", required=True, metavar="create")
+    c = tsub.add_parser("create", help="a token scoped to sessions (printed once)")
+    c.add_argument("--session", action="append", required=True, help="a session (repeatable)")
+    c.add_argument("--read-only", action="store_true", help="may read but not write")
+
+
+def token(args: argparse.Namespace, out: Out) -> int:
+    """Mint a bearer token limited to the given sessions (read-only if asked)."""
+    from ..gateway._tokens import create_token
+
+    out.line(create_token(args.data, args.session, read_only=args.read_only))
+    return 0
 
 
 def serve(args: argparse.Namespace, out: Out) -> int:
@@ -181,6 +221,7 @@ def serve(args: argparse.Namespace, out: Out) -> int:
 
     spine = getattr(args, "spine", None) or None
     host = Host(args.data, admin_port=args.port, idle_timeout=args.idle_timeout, spine=spine)
+    gateway = None
     try:
         write_daemon(
             args.data,
@@ -200,6 +241,7 @@ def serve(args: argparse.Namespace, out: Out) -> int:
                     out.line(event_line(ev, style, sid))
 
             host.add_sink(show)
+        gateway = _start_http(args, host, out)
         out.line(
             f"vertebra daemon {__version__}: data {args.data}, admin port {host.admin_port} "
             "(loopback); stop with Ctrl-C or `vertebra stop`"
@@ -208,6 +250,8 @@ def serve(args: argparse.Namespace, out: Out) -> int:
         while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
             stop.wait(1.0 if deadline is None else min(1.0, deadline - time.monotonic()))
     finally:
+        if gateway is not None:
+            gateway.stop()
         host.close()
         # Last, once the actor system is down: `vertebra stop` waits for this.
         remove_daemon(args.data)
@@ -783,6 +827,13 @@ COMMANDS: tuple[Command, ...] = (
         ("vertebra import chat-1.jsonl", "vertebra import chat-1.jsonl --session copy-1"),
         import_args,
         import_,
+    ),
+    Command(
+        "token",
+        "mint an HTTP bearer token scoped to sessions (printed once)",
+        ("vertebra token create --session chat-1", "vertebra token create --session a --read-only"),
+        token_args,
+        token,
     ),
     Command(
         "demo",

@@ -1,0 +1,165 @@
+"""`start_gateway`: the HTTP server on a thread of the embedding program (or the CLI)."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+from spine import SqliteLog
+
+from ..host import Host
+from ..runner import spine_path
+from ._app import Gateway, create_app
+from ._tokens import TokenStore
+
+
+class GatewayError(Exception):
+    """The gateway cannot start as asked (a refused bind, a port in use)."""
+
+
+def parse_bind(bind: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as a host and a port."""
+    host, sep, port = bind.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise GatewayError(f"bind must be HOST:PORT, got {bind!r}")
+    host = host.strip("[]")
+    if not 0 <= int(port) <= 65535:
+        raise GatewayError(f"port out of range in {bind!r}")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class GatewayHandle:
+    """A running gateway: its ``url``, its admin ``token``, and `stop`."""
+
+    def __init__(
+        self,
+        server: uvicorn.Server,
+        thread: threading.Thread,
+        gw: Gateway,
+        url: str,
+        owned_host: Host | None,
+        sink_id: str,
+    ) -> None:
+        self._server = server
+        self._thread = thread
+        self.gateway = gw
+        self.url = url
+        self.token = gw.tokens.admin
+        self.host = gw.host
+        self._owned = owned_host
+        self._sink_id = sink_id
+        self._stopped = False
+
+    @property
+    def page_url(self) -> str:
+        """The page's address with the token in the fragment (never sent to the server)."""
+        return f"{self.url}/#token={self.token}"
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """End every stream, stop serving, and close the Host if the gateway started it."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.gateway.stop_feeds()
+        self._server.should_exit = True
+        self._thread.join(timeout)
+        with contextlib.suppress(Exception):
+            self.host.remove_sink(self._sink_id)
+        self.gateway.log.unwatch()
+        self.gateway.log.close()
+        if self._owned is not None:
+            self._owned.close()
+
+    def __enter__(self) -> GatewayHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_gateway(
+    data_dir: str | os.PathLike[str],
+    bind: str = "127.0.0.1:0",
+    *,
+    allow_remote: bool = False,
+    host: Host | None = None,
+    ping: float = 15.0,
+    **host_options: Any,
+) -> GatewayHandle:
+    """Serve HTTP + SSE for the daemon over ``data_dir`` on ``bind`` (port 0: a free one).
+
+    With ``host`` the gateway uses that embedding `Host` (and leaves it open on `stop`);
+    without, it starts one with ``host_options`` and closes it on `stop`. A bind address
+    that is not loopback is refused unless ``allow_remote``: the admin token then crosses
+    the network, so put TLS in front.
+    """
+    addr, port = parse_bind(bind)
+    if not is_loopback(addr) and not allow_remote:
+        raise GatewayError(
+            f"refusing to bind {addr}: not a loopback address"
+            " (--http-allow-remote, or allow_remote=True, allows it)"
+        )
+    data = os.path.abspath(os.fspath(data_dir))
+    tokens = TokenStore(data)
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((addr, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise GatewayError(f"cannot bind {bind}: {exc}") from None
+    owned = None
+    try:
+        if host is None:
+            owned = host = Host(data, **host_options)
+        log = SqliteLog(spine_path(data))
+        log.watch()
+        gw = Gateway(host=host, log=log, tokens=tokens, ping=ping)
+        sink_id = host.add_sink(gw.on_sink)
+    except BaseException:
+        sock.close()
+        if owned is not None:
+            owned.close()
+        raise
+    config = uvicorn.Config(
+        create_app(gw),
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=2,
+        ws="none",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="vertebra-gateway", daemon=True
+    )
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            sock.close()
+            if owned is not None:
+                owned.close()
+            raise GatewayError("the HTTP server did not start")
+        time.sleep(0.01)
+    shown = f"[{addr}]" if family == socket.AF_INET6 else addr
+    url = f"http://{shown}:{sock.getsockname()[1]}"
+    return GatewayHandle(server, thread, gw, url, owned, sink_id)

@@ -1,0 +1,324 @@
+// The live page: a session list, the transcript rendered from the SSE stream (stored events
+// by seq, assistant text streaming in from live deltas), a composer with an interrupt
+// button, and side panels from the status projection.
+import { openStream } from "/sse.js";
+
+const $ = (id) => document.getElementById(id);
+const state = { token: null, session: null, stream: null, turns: new Map(), statusTimer: null };
+
+function readToken() {
+  const params = new URLSearchParams(location.hash.slice(1));
+  const fromUrl = params.get("token");
+  if (fromUrl) {
+    sessionStorage.setItem("vertebra-token", fromUrl);
+    params.delete("token");
+    // The token leaves the address bar (and the history) once it is stored for this tab.
+    history.replaceState(null, "", `${location.pathname}${location.search}#${params}`);
+  }
+  return sessionStorage.getItem("vertebra-token");
+}
+
+async function api(method, path, body) {
+  const headers = { Authorization: `Bearer ${state.token}` };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const data = await res.json().catch(() => ({}));
+  if (!res.ok) throw new Error(`${res.status} ${data.error || ""}: ${data.message || res.statusText}`);
+  return data;
+}
+
+function showError(err) {
+  $("error").textContent = err ? String(err.message || err) : "";
+}
+
+function add(cls, text) {
+  const el = document.createElement("div");
+  el.className = cls;
+  el.textContent = text;
+  const box = $("transcript");
+  const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
+  box.appendChild(el);
+  if (atBottom) box.scrollTop = box.scrollHeight;
+  return el;
+}
+
+function bubble(turn) {
+  let el = state.turns.get(turn);
+  if (!el) {
+    el = add("msg assistant streaming", "");
+    el.dataset.turn = turn;
+    state.turns.set(turn, el);
+  }
+  return el;
+}
+
+// Text after a tool call goes in a new bubble below it, so the transcript reads in order.
+function settle(turn) {
+  const el = state.turns.get(turn);
+  if (!el) return;
+  if (el.textContent) el.classList.remove("streaming");
+  else el.remove();
+  state.turns.delete(turn);
+}
+
+// The turn whose assistant text is streaming now (the last one started and not ended).
+let streamingTurn = null;
+
+function onStored(ev, seq) {
+  $("transcript").dataset.lastSeq = seq;
+  switch (ev.kind) {
+    case "user.message":
+      add("msg user", ev.text || "");
+      break;
+    case "turn.started":
+      streamingTurn = ev.turn;
+      bubble(ev.turn);
+      break;
+    case "assistant.message": {
+      const el = bubble(ev.turn);
+      el.textContent = ev.text || "";
+      break;
+    }
+    case "tool.call":
+      settle(ev.turn);
+      add("msg tool", `→ ${ev.tool} ${JSON.stringify(ev.input ?? {})}`);
+      break;
+    case "tool.result":
+      settle(ev.turn);
+      add(`msg tool${ev.isError ? " error" : ""}`, `← ${ev.tool || ""} ${ev.result || ""}`);
+      break;
+    case "turn.completed": {
+      const el = bubble(ev.turn);
+      el.classList.remove("streaming");
+      if (!el.textContent) el.remove();
+      streamingTurn = null;
+      break;
+    }
+    case "turn.cancelled": {
+      const el = bubble(ev.turn);
+      el.classList.remove("streaming");
+      el.classList.add("cancelled");
+      el.textContent = (ev.text || "") + " [interrupted]";
+      streamingTurn = null;
+      break;
+    }
+    case "user.interrupt":
+      add("note", `interrupt: ${ev.reason || ""}`);
+      break;
+    case "session.properties":
+      add("note", `metadata: ${Object.entries(ev.properties || {}).map(([k, v]) => `${k}=${v}`).join(", ")}`);
+      break;
+    case "record.sealed":
+      add("note", "record sealed");
+      break;
+    case "record.verified":
+      add("note", `record verified${ev.error ? ": " + ev.error : ""}`);
+      break;
+    case "session.lifecycle":
+      if (ev.phase === "closed" || ev.phase === "failed") add("note", `session ${ev.phase}`);
+      break;
+    default:
+      break;
+  }
+  scheduleStatus();
+}
+
+function onLive(item) {
+  if (item.kind === "assistant.delta") {
+    if (streamingTurn === null) return;
+    const el = bubble(streamingTurn);
+    el.textContent += item.text;
+    const box = $("transcript");
+    box.scrollTop = box.scrollHeight;
+  } else if (item.kind === "notice") {
+    add(`note ${item.severity || ""}`, item.text);
+  }
+}
+
+function setConn(text, cls) {
+  const el = $("conn");
+  el.textContent = text;
+  el.className = `badge ${cls || ""}`;
+}
+
+function openSession(id) {
+  state.stream?.close();
+  state.session = id;
+  state.turns = new Map();
+  streamingTurn = null;
+  $("transcript").replaceChildren();
+  $("transcript").dataset.lastSeq = "0";
+  $("current").textContent = id;
+  const params = new URLSearchParams(location.hash.slice(1));
+  params.set("session", id);
+  history.replaceState(null, "", `#${params}`);
+  for (const li of $("session-list").children) li.classList.toggle("active", li.dataset.id === id);
+  // A reload replays from seq 0; a dropped connection resumes from the last id.
+  state.stream = openStream(`/v1/sessions/${encodeURIComponent(id)}/events`, {
+    token: state.token,
+    onEvent: (msg) => {
+      const data = JSON.parse(msg.data);
+      if (msg.id !== null) onStored(data, Number(msg.id));
+      else onLive(data);
+    },
+    onState: (s, detail) => setConn(s === "open" ? "live" : detail ? `${s} (${detail})` : s, s),
+  });
+  window.vertebraStream = state.stream;
+  refreshStatus();
+}
+
+function scheduleStatus() {
+  clearTimeout(state.statusTimer);
+  state.statusTimer = setTimeout(refreshStatus, 250);
+}
+
+function row(cells) {
+  const tr = document.createElement("tr");
+  for (const c of cells) {
+    const td = document.createElement("td");
+    td.textContent = c;
+    tr.appendChild(td);
+  }
+  return tr;
+}
+
+async function refreshStatus() {
+  if (!state.session) return;
+  let p;
+  try {
+    p = await api("GET", `/v1/sessions/${encodeURIComponent(state.session)}/status`);
+  } catch {
+    return;
+  }
+  const u = p.usage || {};
+  const dl = $("usage");
+  dl.replaceChildren();
+  for (const [k, v] of [
+    ["turns", p.turns],
+    ["cancelled", p.cancelled],
+    ["input tokens", u.inputTokens],
+    ["output tokens", u.outputTokens],
+    ["cache read", u.cacheReadTokens],
+    ["cache hit rate", `${Math.round((p.cacheHitRate || 0) * 100)}%`],
+    ["phase", p.phase || "-"],
+  ]) {
+    const dt = document.createElement("dt");
+    dt.textContent = k;
+    const dd = document.createElement("dd");
+    dd.textContent = v ?? 0;
+    dl.append(dt, dd);
+  }
+  const rec = $("record");
+  rec.textContent = p.record;
+  rec.className = `badge ${p.record}`;
+  $("actions").replaceChildren(
+    row(["call", "action", "trust", "state"]),
+    ...(p.actions || []).map((a) => row([a.call, a.action, a.trust, a.state + (a.fault ? ` (${a.fault})` : "")])),
+  );
+  $("egress-counts").textContent = `allowed ${p.egressAllowed}, blocked ${p.egressBlocked}`;
+  $("egress").replaceChildren(...(p.egress || []).map((e) => row([e.host, e.allowed ? "allowed" : "blocked", e.reason])));
+  const byParent = new Map();
+  for (const c of p.fanout || []) {
+    if (!byParent.has(c.parent)) byParent.set(c.parent, []);
+    byParent.get(c.parent).push(c);
+  }
+  const tree = (parent) =>
+    (byParent.get(parent) || []).map((c) => {
+      const li = document.createElement("li");
+      li.textContent = `${c.id} ${c.state} (trust ${c.trust || "-"}, ${c.turns} turns)`;
+      const kids = tree(c.id);
+      if (kids.length) {
+        const ul = document.createElement("ul");
+        ul.append(...kids);
+        li.appendChild(ul);
+      }
+      return li;
+    });
+  const ids = new Set((p.fanout || []).map((c) => c.id));
+  const roots = [...byParent.keys()].filter((k) => !ids.has(k));
+  $("fanout").replaceChildren(...roots.flatMap(tree));
+}
+
+async function loadSessions() {
+  const { sessions } = await api("GET", "/v1/sessions");
+  const list = $("session-list");
+  list.replaceChildren(
+    ...sessions.map((s) => {
+      const li = document.createElement("li");
+      li.dataset.id = s.id;
+      li.innerHTML = "<span></span><small></small>";
+      li.firstChild.textContent = s.id;
+      li.lastChild.textContent = s.state;
+      li.classList.toggle("active", s.id === state.session);
+      li.onclick = () => openSession(s.id);
+      return li;
+    }),
+  );
+  return sessions;
+}
+
+async function send(text) {
+  showError(null);
+  try {
+    await api("POST", `/v1/sessions/${encodeURIComponent(state.session)}/messages`, { text });
+  } catch (err) {
+    showError(err);
+  }
+}
+
+function wire() {
+  $("composer").onsubmit = (e) => {
+    e.preventDefault();
+    const text = $("input").value;
+    if (!text.trim() || !state.session) return;
+    $("input").value = "";
+    send(text);
+  };
+  $("input").onkeydown = (e) => {
+    if (e.key === "Enter" && !e.shiftKey) {
+      e.preventDefault();
+      $("composer").requestSubmit();
+    }
+  };
+  $("interrupt").onclick = async () => {
+    showError(null);
+    try {
+      await api("POST", `/v1/sessions/${encodeURIComponent(state.session)}/interrupt`, { reason: "stopped from the page" });
+    } catch (err) {
+      showError(err);
+    }
+  };
+  $("create").onsubmit = async (e) => {
+    e.preventDefault();
+    showError(null);
+    const id = $("new-id").value.trim();
+    try {
+      const s = await api("POST", "/v1/sessions", id ? { id } : {});
+      $("new-id").value = "";
+      await loadSessions();
+      openSession(s.id);
+    } catch (err) {
+      showError(err);
+    }
+  };
+}
+
+async function main() {
+  state.token = readToken();
+  wire();
+  if (!state.token) {
+    showError("No token: open the address the daemon printed (it ends in #token=...).");
+    return;
+  }
+  try {
+    const sessions = await loadSessions();
+    const wanted = new URLSearchParams(location.hash.slice(1)).get("session");
+    const pick = sessions.find((s) => s.id === wanted) || sessions[0];
+    if (pick) openSession(pick.id);
+  } catch (err) {
+    showError(err);
+  }
+  setInterval(() => loadSessions().catch(() => {}), 5000);
+}
+
+main();

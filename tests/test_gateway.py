@@ -1,0 +1,595 @@
+"""The HTTP + SSE gateway over a real daemon (multiproc Host) on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import socket
+import stat
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from conftest import wait_for
+from gateway_support import SseReader, client, running_gateway
+
+from actors.gateway import (
+    ROUTES,
+    GatewayError,
+    GatewayHandle,
+    create_token,
+    is_loopback,
+    parse_bind,
+    start_gateway,
+)
+from actors.gateway._app import openapi_bytes
+from actors.gateway._hub import Client
+from actors.gateway._tokens import ADMIN_FILE, TOKENS_FILE
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayHandle]:
+    """One gateway over one daemon for the module (starting a daemon takes a second)."""
+    with running_gateway(tmp_path_factory.mktemp("gw") / "data") as g:
+        yield g
+
+
+@pytest.fixture
+def http(gw: GatewayHandle) -> Iterator[httpx.Client]:
+    with client(gw) as c:
+        yield c
+
+
+def _new(http: httpx.Client, sid: str, **body: Any) -> dict[str, Any]:
+    r = http.post("/v1/sessions", json={"id": sid, **body})
+    assert r.status_code == 201, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def _kinds(http: httpx.Client, sid: str) -> list[str]:
+    return [e["kind"] for e in http.get(f"/v1/sessions/{sid}/history").json()["events"]]
+
+
+def _wait_turn_end(http: httpx.Client, sid: str, after: int) -> dict[str, Any]:
+    def ended() -> dict[str, Any] | None:
+        evs = http.get(f"/v1/sessions/{sid}/history", params={"after": after}).json()["events"]
+        return next((e for e in evs if e["kind"] in ("turn.completed", "turn.cancelled")), None)
+
+    return wait_for(ended, 30)  # type: ignore[no-any-return]
+
+
+# -- sessions and commands ----------------------------------------------------------------
+
+
+def test_a_session_is_created_listed_read_and_closed_over_http(http: httpx.Client) -> None:
+    """POST answers 201 with the session; GET lists and reads it; DELETE closes it."""
+    s = _new(http, "crud-1", metadata={"objective": "try it"})
+    assert s["id"] == "crud-1" and s["state"] == "live" and s["last_seq"] >= 1
+    assert s["metadata"] == {"objective": "try it"}
+    assert "crud-1" in [x["id"] for x in http.get("/v1/sessions").json()["sessions"]]
+    assert http.get("/v1/sessions/crud-1").json()["id"] == "crud-1"
+    r = http.delete("/v1/sessions/crud-1")
+    assert r.status_code == 200 and r.json()["state"] == "closed"
+    r = http.post("/v1/sessions/crud-1/messages", json={"text": "hi"})
+    assert r.status_code == 409 and r.json()["error"] == "closed"
+
+
+def test_a_session_without_an_id_gets_a_fresh_one(http: httpx.Client) -> None:
+    """An empty create body makes a session with a generated id."""
+    r = http.post("/v1/sessions")
+    assert r.status_code == 201 and len(r.json()["id"]) >= 32
+    assert r.headers["location"] == f"/v1/sessions/{r.json()['id']}"
+
+
+def test_a_message_is_acknowledged_with_the_seq_it_was_stored_at(http: httpx.Client) -> None:
+    """The ack names the committed user message's seq; the turn follows in history."""
+    _new(http, "msg-1")
+    r = http.post("/v1/sessions/msg-1/messages", json={"text": "hello there"})
+    assert r.status_code == 201, r.text
+    ack = r.json()
+    assert ack["duplicate"] is False and ack["consumed"] is False
+    ended = _wait_turn_end(http, "msg-1", ack["seq"])
+    assert ended["kind"] == "turn.completed"
+    evs = http.get("/v1/sessions/msg-1/history").json()["events"]
+    stored = evs[ack["seq"] - 1]
+    assert (stored["kind"], stored["text"]) == ("user.message", "hello there")
+    assert any(e.get("text") == "[scripted] hello there" for e in evs)
+
+
+def test_a_retry_with_the_same_idempotency_key_returns_the_same_ack(http: httpx.Client) -> None:
+    """Two POSTs with one Idempotency-Key store one message; the second is a duplicate."""
+    _new(http, "idem-1")
+    first = http.post(
+        "/v1/sessions/idem-1/messages", json={"text": "once"}, headers={"Idempotency-Key": "k-1"}
+    ).json()
+    again = http.post(
+        "/v1/sessions/idem-1/messages", json={"text": "once"}, headers={"Idempotency-Key": "k-1"}
+    ).json()
+    assert again["seq"] == first["seq"] and again["duplicate"] is True
+    _wait_turn_end(http, "idem-1", first["seq"])
+    assert _kinds(http, "idem-1").count("user.message") == 1
+
+
+def test_a_slash_command_is_consumed_and_its_notice_returned(http: httpx.Client) -> None:
+    """/model changes metadata; the ack says consumed and carries the notice."""
+    _new(http, "slash-1")
+    ack = http.post("/v1/sessions/slash-1/messages", json={"text": "/model big"}).json()
+    assert ack["consumed"] is True
+    assert any("big" in n["text"] for n in ack["notices"])
+
+
+def test_metadata_is_patched_and_read_back_from_the_status(http: httpx.Client) -> None:
+    """PATCH sets and deletes keys; the status projection shows the result."""
+    _new(http, "meta-1", metadata={"a": "1", "b": "2"})
+    r = http.patch("/v1/sessions/meta-1/metadata", json={"a": "9", "b": None})
+    assert r.status_code == 200 and r.json()["seq"] > 0
+    status = http.get("/v1/sessions/meta-1/status").json()
+    assert status["metadata"]["a"] == "9" and "b" not in status["metadata"]
+
+
+def test_the_status_has_the_seed_field_names(http: httpx.Client) -> None:
+    """Status is the projection in camelCase (turns, usage.inputTokens, egressAllowed, ...)."""
+    _new(http, "status-1")
+    ack = http.post("/v1/sessions/status-1/messages", json={"text": "count me"}).json()
+    _wait_turn_end(http, "status-1", ack["seq"])
+    s = wait_for(lambda: (p := http.get("/v1/sessions/status-1/status").json())["turns"] and p)
+    assert s["turns"] == 1 and s["usage"]["inputTokens"] >= 1
+    fields = {"record", "egressAllowed", "egressBlocked", "fanout", "actions", "cacheHitRate"}
+    assert fields <= set(s)
+    assert s["record"] == "recording"
+
+
+def test_history_pages_through_the_stream(http: httpx.Client) -> None:
+    """after and limit page the stored events; next_after continues where a page ended."""
+    _new(http, "page-1")
+    ack = http.post("/v1/sessions/page-1/messages", json={"text": "fill"}).json()
+    _wait_turn_end(http, "page-1", ack["seq"])
+    seqs: list[int] = []
+    after = 0
+    while True:
+        page = http.get("/v1/sessions/page-1/history", params={"after": after, "limit": 2}).json()
+        if not page["events"]:
+            break
+        assert len(page["events"]) <= 2
+        seqs += [e["seq"] for e in page["events"]]
+        after = page["next_after"]
+    assert seqs == list(range(1, page["last_seq"] + 1))
+
+
+def test_seal_and_verify_work_over_http(http: httpx.Client) -> None:
+    """seal stores a signed root over what is new; verify reports it intact."""
+    _new(http, "seal-1")
+    r = http.post("/v1/sessions/seal-1/seal").json()
+    assert r["seq"] > 0 and r["first"] == 1 and r["root"]
+    v = http.post("/v1/sessions/seal-1/verify").json()
+    assert v["ok"] is True and v["seq"] > 0
+
+
+def test_interrupt_cuts_a_hanging_turn_off(http: httpx.Client) -> None:
+    """A turn blocked in its model call ends as turn.cancelled after POST interrupt."""
+    _new(http, "int-1")
+    ack = http.post("/v1/sessions/int-1/messages", json={"text": "!hang"}).json()
+    wait_for(lambda: "turn.started" in _kinds(http, "int-1"))
+    r = http.post("/v1/sessions/int-1/interrupt", json={"reason": "stop"})
+    assert r.status_code == 200, r.text
+    assert _wait_turn_end(http, "int-1", ack["seq"])["kind"] == "turn.cancelled"
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+def test_errors_are_json_with_the_right_status(gw: GatewayHandle, http: httpx.Client) -> None:
+    """400 bad JSON and bad id, 401, 404, 409 exists, 413, 422, each {error, message}."""
+    _new(http, "err-1")
+    cases = [
+        (http.post("/v1/sessions/err-1/messages", content=b"{nope"), 400, "bad_json"),
+        (http.post("/v1/sessions/err-1/messages", json=[1]), 400, "bad_json"),
+        (http.get("/v1/sessions/a.b"), 400, "bad_id"),
+        (http.post("/v1/sessions", json={"id": "has space"}), 400, "bad_id"),
+        (httpx.get(f"{gw.url}/v1/sessions"), 401, "unauthorized"),
+        (
+            httpx.get(f"{gw.url}/v1/sessions", headers={"Authorization": "Bearer nope"}),
+            401,
+            "unauthorized",
+        ),
+        (http.get("/v1/sessions/nobody"), 404, "not_found"),
+        (http.get("/v1/sessions/nobody/history"), 404, "not_found"),
+        (http.post("/v1/sessions/nobody/messages", json={"text": "x"}), 404, "not_found"),
+        (http.post("/v1/sessions", json={"id": "err-1"}), 409, "exists"),
+        (
+            http.post("/v1/sessions/err-1/messages", json={"text": "x" * (300 * 1024)}),
+            413,
+            "too_large",
+        ),
+        (http.post("/v1/sessions/err-1/messages", json={"text": 5}), 422, "invalid_field"),
+        (http.post("/v1/sessions", json={"metadata": {"k": 1}}), 422, "invalid_field"),
+        (http.get("/v1/sessions/err-1/history", params={"limit": "x"}), 422, "invalid_field"),
+        (http.get("/v1/nothing-here"), 404, "not_found"),
+    ]
+    for r, status, code in cases:
+        assert (r.status_code, r.json()["error"]) == (status, code), (r.request.url, r.text)
+        assert r.json()["message"]
+    assert _kinds(http, "err-1") == ["session.started"]
+
+
+def test_a_full_queue_is_answered_429(tmp_path: pathlib.Path) -> None:
+    """Under the reject busy policy a message mid-turn is refused with 429, nothing stored."""
+    with running_gateway(tmp_path / "data", busy_policy="reject") as g, client(g) as http:
+        _new(http, "busy-1")
+        http.post("/v1/sessions/busy-1/messages", json={"text": "!hang"})
+        wait_for(lambda: "turn.started" in _kinds(http, "busy-1"))
+        r = http.post("/v1/sessions/busy-1/messages", json={"text": "too soon"})
+        assert r.status_code == 429 and r.json()["error"] == "busy"
+        assert r.headers["retry-after"]
+        http.post("/v1/sessions/busy-1/interrupt")
+        assert _kinds(http, "busy-1").count("user.message") == 1
+
+
+def test_a_runtime_that_does_not_answer_gives_503(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """With the embedding program's Host gone, commands answer 503 with Retry-After and
+    reads of the spine still work."""
+    from actors.host import Host
+
+    host = Host(tmp_path / "data", timeout=20)
+    try:
+        g = start_gateway(tmp_path / "data", host=host)
+        try:
+            with client(g) as http:
+                _new(http, "gone-1")
+                host.close()
+                r = http.post("/v1/sessions/gone-1/messages", json={"text": "anyone?"})
+                assert r.status_code == 503 and r.json()["error"] == "unavailable"
+                assert r.headers["retry-after"]
+                assert http.get("/v1/sessions/gone-1/history").status_code == 200
+        finally:
+            g.stop()
+    finally:
+        host.close()
+
+
+# -- tokens ---------------------------------------------------------------------------------
+
+
+def test_the_admin_token_is_owner_only_and_scoped_tokens_are_stored_hashed(
+    gw: GatewayHandle,
+) -> None:
+    """gateway-token is mode 0600; the tokens file holds digests, never a token."""
+    data = gw.host.data_dir
+    assert stat.S_IMODE(os.stat(os.path.join(data, ADMIN_FILE)).st_mode) == 0o600
+    token = create_token(data, ["x"])
+    path = os.path.join(data, TOKENS_FILE)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    text = pathlib.Path(path).read_text()
+    assert token not in text and token[4:] not in text
+
+
+def test_a_scoped_token_reaches_only_its_sessions(gw: GatewayHandle, http: httpx.Client) -> None:
+    """A token for one session reads and writes it, gets 403 elsewhere, lists only it."""
+    _new(http, "mine-1")
+    _new(http, "theirs-1")
+    token = create_token(gw.host.data_dir, ["mine-1"])
+    with client(gw, token) as mine:
+        assert mine.get("/v1/sessions/mine-1").status_code == 200
+        r = mine.post("/v1/sessions/mine-1/messages", json={"text": "/model small"})
+        assert r.status_code == 201
+        for r in (
+            mine.get("/v1/sessions/theirs-1"),
+            mine.get("/v1/sessions/theirs-1/history"),
+            mine.get("/v1/sessions/theirs-1/events"),
+            mine.post("/v1/sessions/theirs-1/messages", json={"text": "x"}),
+            mine.post("/v1/sessions", json={"id": "new-1"}),
+            mine.get("/v1/events"),
+        ):
+            assert r.status_code == 403 and r.json()["error"] == "forbidden", r.request.url
+        assert [s["id"] for s in mine.get("/v1/sessions").json()["sessions"]] == ["mine-1"]
+    assert _kinds(http, "theirs-1") == ["session.started"]
+
+
+def test_a_read_only_token_reads_but_cannot_write(gw: GatewayHandle, http: httpx.Client) -> None:
+    """GETs pass; POST, PATCH and DELETE answer 403 and change nothing."""
+    _new(http, "ro-1")
+    token = create_token(gw.host.data_dir, ["ro-1"], read_only=True)
+    with client(gw, token) as ro:
+        assert ro.get("/v1/sessions/ro-1/history").status_code == 200
+        assert ro.get("/v1/sessions/ro-1/status").status_code == 200
+        for r in (
+            ro.post("/v1/sessions/ro-1/messages", json={"text": "x"}),
+            ro.post("/v1/sessions/ro-1/interrupt"),
+            ro.patch("/v1/sessions/ro-1/metadata", json={"a": "b"}),
+            ro.delete("/v1/sessions/ro-1"),
+        ):
+            assert r.status_code == 403, r.request.url
+    assert _kinds(http, "ro-1") == ["session.started"]
+
+
+def test_a_non_loopback_bind_is_refused_unless_allowed(tmp_path: pathlib.Path) -> None:
+    """0.0.0.0 and a LAN address are refused without allow_remote; bad binds are named."""
+    for bind in ("0.0.0.0:0", "10.1.2.3:8080"):
+        with pytest.raises(GatewayError, match="not a loopback address"):
+            start_gateway(tmp_path, bind)
+    for bind in ("8080", "host:", ":80", "127.0.0.1:99999"):
+        with pytest.raises(GatewayError):
+            parse_bind(bind)
+    assert is_loopback("127.0.0.5") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("192.168.1.1")
+
+
+# -- SSE ------------------------------------------------------------------------------------
+
+
+def _stream(http: httpx.Client, sid: str, **kw: Any) -> Any:
+    return http.stream("GET", f"/v1/sessions/{sid}/events", **kw)
+
+
+def test_sse_sends_stored_events_with_their_seq_as_id_and_a_retry(http: httpx.Client) -> None:
+    """From seq 0: every stored event in order, id = seq, event = kind, data = stored JSON."""
+    _new(http, "sse-1")
+    ack = http.post("/v1/sessions/sse-1/messages", json={"text": "stream me"}).json()
+    _wait_turn_end(http, "sse-1", ack["seq"])
+    stored = http.get("/v1/sessions/sse-1/history").json()["events"]
+    with _stream(http, "sse-1") as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        reader = SseReader(r)
+        got = [e for e in reader.until(lambda e: e["id"] == str(len(stored))) if e["id"]]
+    assert reader.retry == 1000
+    assert [int(e["id"]) for e in got] == [e["seq"] for e in stored]
+    assert [e["event"] for e in got] == [e["kind"] for e in stored]
+    assert [json.loads(e["data"]) for e in got] == stored
+
+
+def test_sse_resumes_after_last_event_id_exactly(http: httpx.Client) -> None:
+    """A reconnect with Last-Event-ID starts right after it; ?after does the same."""
+    _new(http, "sse-2")
+    ack = http.post("/v1/sessions/sse-2/messages", json={"text": "resume me"}).json()
+    last = _wait_turn_end(http, "sse-2", ack["seq"])["seq"]
+    with _stream(http, "sse-2", headers={"Last-Event-ID": "3"}) as r:
+        got = SseReader(r).until(lambda e: e["id"] == str(last))
+    assert [int(e["id"]) for e in got if e["id"]] == list(range(4, last + 1))
+    with _stream(http, "sse-2", params={"after": 2, "kinds": "assistant.message"}) as r:
+        got = SseReader(r).until(lambda e: e["event"] == "assistant.message")
+    assert [e["event"] for e in got if e["id"]] == ["assistant.message"]
+
+
+def test_a_stream_cut_mid_turn_and_resumed_shows_every_event_once(http: httpx.Client) -> None:
+    """Disconnect while a slow turn streams; resume from the last id: each stored event
+    exactly once, live deltas never carrying an id."""
+    _new(http, "cut-1")
+    ack = http.post(
+        "/v1/sessions/cut-1/messages", json={"text": "!slow 0.1 one two three four five six"}
+    ).json()
+    seen: list[dict[str, Any]] = []
+    with _stream(http, "cut-1") as r:
+        seen += SseReader(r).until(lambda e: e["event"] == "assistant.delta")
+    # The connection is gone mid-turn; the turn goes on streaming meanwhile.
+    last_id = [e["id"] for e in seen if e["id"]][-1]
+    with _stream(http, "cut-1", headers={"Last-Event-ID": last_id}) as r:
+        seen += SseReader(r).until(lambda e: e["event"] == "turn.completed")
+    stored = [e for e in seen if e["id"] is not None]
+    live = [e for e in seen if e["id"] is None]
+    history = http.get("/v1/sessions/cut-1/history").json()["events"]
+    end = next(e["seq"] for e in history if e["kind"] == "turn.completed")
+    assert [int(e["id"]) for e in stored] == list(range(1, end + 1))
+    assert [json.loads(e["data"]) for e in stored] == history[:end]
+    assert live and {e["event"] for e in live} == {"assistant.delta"}
+    assert all(json.loads(e["data"])["after"] >= ack["seq"] for e in live)
+
+
+def test_live_deltas_stream_the_reply_before_it_is_stored(http: httpx.Client) -> None:
+    """During a slow turn the words arrive as unnumbered deltas, then the stored message."""
+    _new(http, "delta-1")
+    with _stream(http, "delta-1") as r:
+        reader = SseReader(r)
+        reader.until(lambda e: e["event"] == "session.started")
+        http.post("/v1/sessions/delta-1/messages", json={"text": "!slow 0.05 a b c d"})
+        got = reader.until(lambda e: e["event"] == "assistant.message")
+    deltas = [json.loads(e["data"])["text"] for e in got if e["event"] == "assistant.delta"]
+    message = json.loads(got[-1]["data"])["text"]
+    assert deltas and "".join(deltas) == message
+    assert all(e["id"] is None for e in got if e["event"] == "assistant.delta")
+
+
+def test_heartbeats_keep_an_idle_stream_open(gw: GatewayHandle, http: httpx.Client) -> None:
+    """An idle stream gets comment heartbeats at the configured interval."""
+    _new(http, "beat-1")
+    gw.gateway.ping = 0.2
+    try:
+        with _stream(http, "beat-1") as r:
+            reader = SseReader(r)
+            reader.next()
+            # Nothing happens in the session: what comes now can only be heartbeats.
+            beats = [line for line, _ in zip(reader.lines, range(4), strict=False) if line]
+    finally:
+        gw.gateway.ping = 15.0
+    assert len(beats) >= 2 and all(b.startswith(": ping") for b in beats), beats
+
+
+def test_a_closed_session_ends_its_stream(http: httpx.Client) -> None:
+    """Closing the session ends the SSE response after the closing lifecycle event."""
+    _new(http, "end-1")
+    with _stream(http, "end-1") as r:
+        reader = SseReader(r)
+        reader.until(lambda e: e["event"] == "session.started")
+        http.delete("/v1/sessions/end-1")
+        got = reader.until(lambda e: e["event"] == "session.lifecycle")
+        assert json.loads(got[-1]["data"])["phase"] == "closed"
+        with pytest.raises(EOFError):
+            reader.next()
+
+
+def test_a_stalled_client_does_not_hold_back_another(http: httpx.Client, gw: GatewayHandle) -> None:
+    """A client that connects and never reads leaves other streams and commands serving."""
+    _new(http, "stall-1")
+    host, port = gw.url.removeprefix("http://").split(":")
+    stalled = socket.create_connection((host, int(port)))
+    try:
+        stalled.sendall(
+            f"GET /v1/sessions/stall-1/events HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {gw.token}\r\n\r\n".encode()
+        )
+        with _stream(http, "stall-1") as r:
+            reader = SseReader(r)
+            reader.until(lambda e: e["event"] == "session.started")
+            for i in range(5):
+                text = f"!slow 0.001 {' '.join(['word'] * 200)} {i}"
+                http.post("/v1/sessions/stall-1/messages", json={"text": text})
+            got = reader.until(
+                lambda e: (
+                    e["event"] == "assistant.message"
+                    and json.loads(e["data"])["text"].endswith(" 4")
+                )
+            )
+        assert sum(e["event"] == "turn.completed" for e in got) >= 4
+    finally:
+        stalled.close()
+
+
+def test_a_live_client_too_far_behind_is_disconnected() -> None:
+    """Past its bound a live client's stream ends (it resumes from its last id); before
+    that, a record it already has is never offered twice."""
+    from spine import Event, Kind, Record, encode_event
+
+    def rec(seq: int) -> tuple[Record, bytes]:
+        r = Record("s", seq, seq, Kind.USER_MESSAGE, encode_event(Event(kind=Kind.USER_MESSAGE)))
+        return r, b"x"
+
+    async def run() -> tuple[Client, list[bytes | None]]:
+        c = Client(2, None, capacity=3)
+        c.live = True
+        c.offer([rec(2), rec(3)])  # seq 2 is the client's already
+        first = await c.take()
+        c.offer([rec(4), rec(5), rec(6), rec(7)])
+        return c, [first, await c.take(), await c.take()]
+
+    c, out = asyncio.run(run())
+    assert out[0] == b"x" and c.overflowed and c.ended
+    assert out[1] == b"xxxx" and out[2] is None
+
+
+def test_the_global_stream_carries_every_session_with_positions(http: httpx.Client) -> None:
+    """/v1/events: id is the global position, data names the session and its event."""
+    _new(http, "glob-1")
+    with http.stream("GET", "/v1/events", params={"after": 0}) as r:
+        got = SseReader(r).until(
+            lambda e: (
+                e["event"] == "session.started" and json.loads(e["data"])["session"] == "glob-1"
+            )
+        )
+    positions = [int(e["id"]) for e in got]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    data = json.loads(got[-1]["data"])
+    assert data["seq"] == 1 and data["event"]["kind"] == "session.started"
+
+
+# -- the API description ----------------------------------------------------------------------
+
+
+def test_openapi_lists_every_route_and_validates(http: httpx.Client) -> None:
+    """The served document is the repository's, a valid OpenAPI 3.1, with every route."""
+    from openapi_spec_validator import validate
+
+    spec = http.get("/openapi.json").json()
+    assert spec == json.loads(openapi_bytes())
+    validate(spec)
+    documented = {
+        (m.upper(), p) for p, ops in spec["paths"].items() for m in ops if m != "parameters"
+    }
+    served = {(method, path) for method, path, _, _ in ROUTES}
+    served |= {("GET", p) for p in ("/openapi.json", "/", "/app.js", "/sse.js", "/style.css")}
+    assert documented == served
+
+
+# -- the command line and the README ---------------------------------------------------------
+
+README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+
+
+def _readme_curl_block() -> str:
+    text = README.read_text()
+    section = text[text.index("## HTTP, server-sent events") :]
+    blocks = section.split("```sh\n")
+    return next(b.split("```")[0] for b in blocks if b.startswith("TOKEN="))
+
+
+def test_serve_http_prints_the_url_and_the_readme_curl_examples_work(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """`vertebra serve --http` prints URL and token; the README's curl lines run as written
+    (only the port differs); `token create` mints a read-only token that works."""
+    import signal
+    import subprocess
+    import sys
+
+    from actors.system import free_port
+
+    port = free_port()
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "actors.cli", "serve", "--quiet", "--http", f"127.0.0.1:{port}"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    data = tmp_path / "vertebra-data"
+    try:
+        wait_for(lambda: (data / "daemon.json").exists() or daemon.poll() is not None, 30)
+        assert daemon.poll() is None, daemon.stderr.read() if daemon.stderr else ""
+        no_leftover_processes.append(
+            json.loads((data / "daemon.json").read_text())["system_session"]
+        )
+        wait_for(lambda: (data / "gateway-token").exists() or daemon.poll() is not None, 30)
+        token = (data / "gateway-token").read_text().strip()
+        wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/openapi.json").status_code == 200)
+        script = _readme_curl_block().replace("8080", str(port))
+        out = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        # curl --max-time ends the event stream with status 28; everything before ran.
+        assert out.returncode == 28, out.stderr
+        assert '"id":"chat-1"' in out.stdout and '"seq":2' in out.stdout
+        assert "hello over http" in out.stdout and '"turns"' in out.stdout
+        sse = out.stdout.replace("\r\n", "\n")
+        assert "id: 3\nevent: turn.started" in sse and "id: 2\n" not in sse
+        ro = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "actors.cli",
+                "token",
+                "create",
+                "--session",
+                "chat-1",
+                "--read-only",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        scoped = ro.stdout.strip()
+        headers = {"Authorization": f"Bearer {scoped}"}
+        base = f"http://127.0.0.1:{port}/v1/sessions/chat-1"
+        assert httpx.get(base, headers=headers).status_code == 200
+        assert (
+            httpx.post(f"{base}/messages", headers=headers, json={"text": "x"}).status_code == 403
+        )
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            stdout, _ = daemon.communicate(timeout=30)
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+    assert daemon.returncode == 0
+    assert f"vertebra http: http://127.0.0.1:{port}  token {token}" in stdout
+    assert f"http://127.0.0.1:{port}/#token={token}" in stdout

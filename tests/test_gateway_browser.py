@@ -1,0 +1,157 @@
+"""The web page end to end in headless Chromium (the system's package) driven by Playwright."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from gateway_support import client, running_gateway
+
+from actors.gateway import GatewayHandle
+
+pytestmark = pytest.mark.timeout(120)
+
+CHROMIUM = os.environ.get("VERTEBRA_CHROMIUM", "/usr/bin/chromium")
+#: Screenshots land here (git-ignored); CI keeps the directory as the run's artifacts.
+ARTIFACTS = pathlib.Path(
+    os.environ.get(
+        "VERTEBRA_TEST_ARTIFACTS", pathlib.Path(__file__).resolve().parent.parent / "test-artifacts"
+    )
+)
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+if not shutil.which(CHROMIUM):
+    pytest.skip(f"no Chromium at {CHROMIUM} (.ci/run installs it)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayHandle]:
+    with running_gateway(tmp_path_factory.mktemp("web") / "data") as g:
+        yield g
+
+
+@pytest.fixture(scope="module")
+def page(gw: GatewayHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One page in a fresh browser profile, opened at the address the daemon prints."""
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("profile")),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=ARGS,
+        )
+        try:
+            ctx.set_default_timeout(20_000)
+            pg = ctx.new_page()
+            pg.goto(gw.page_url)
+            yield pg
+        finally:
+            ctx.close()
+
+
+def _shot(page: Any, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"browser-{name}.png"), full_page=True)
+
+
+def _transcript(page: Any) -> list[tuple[str, str]]:
+    return page.eval_on_selector_all(  # type: ignore[no-any-return]
+        "#transcript > div", "els => els.map(e => [e.className, e.textContent])"
+    )
+
+
+def test_the_page_creates_a_session_and_streams_the_reply(page: Any, gw: GatewayHandle) -> None:
+    """Create a session from the list, send a message, watch the reply stream in."""
+    assert "token" not in page.url  # the token left the address bar
+    page.fill("#new-id", "web-1")
+    page.click("#create button")
+    page.wait_for_selector("#session-list li.active[data-id='web-1']")
+    page.wait_for_function("document.getElementById('conn').textContent === 'live'")
+    page.fill("#input", "!slow 0.15 streaming words arrive one by one")
+    page.press("#input", "Enter")
+    page.wait_for_selector(".msg.user:has-text('streaming words')")
+    # Part of the reply shows while the turn is still running.
+    partial = page.wait_for_selector(".assistant.streaming:has-text('words')")
+    assert partial.text_content() != "streaming words arrive one by one"
+    _shot(page, "streaming")
+    page.wait_for_selector(".assistant:not(.streaming):has-text('words arrive one by one')")
+    page.wait_for_function("document.getElementById('usage').textContent.includes('turns')")
+    _shot(page, "streamed")
+
+
+def test_the_interrupt_button_cuts_a_slow_turn_off(page: Any, gw: GatewayHandle) -> None:
+    """A slow turn shows its first words; Interrupt ends it as cancelled, keeping them."""
+    page.fill("#input", "!slow 0.5 a b c d e f")
+    page.press("#input", "Enter")
+    page.wait_for_selector(".assistant.streaming:has-text('a')")
+    page.click("#interrupt")
+    cancelled = page.wait_for_selector(".assistant.cancelled")
+    text = cancelled.text_content()
+    assert text.endswith("[interrupted]") and "f" not in text.removesuffix("[interrupted]")
+    with client(gw) as http:
+        kinds = [e["kind"] for e in http.get("/v1/sessions/web-1/history").json()["events"]]
+    assert kinds.count("turn.cancelled") == 1
+    _shot(page, "interrupted")
+
+
+def test_a_dropped_connection_resumes_without_loss_or_repeats(page: Any, gw: GatewayHandle) -> None:
+    """Dropping the stream mid-turn reconnects from the last id: each message once."""
+    page.fill("#input", "!slow 0.1 after the drop every word is here")
+    page.press("#input", "Enter")
+    page.wait_for_selector(".assistant.streaming:has-text('after')")
+    page.evaluate("window.vertebraStream.drop()")
+    page.wait_for_selector(".assistant:not(.streaming):has-text('the drop every word is here')")
+    users = [t for c, t in _transcript(page) if "user" in c]
+    assert users.count("!slow 0.1 after the drop every word is here") == 1
+
+
+def test_tool_calls_show_and_the_session_list_switches_sessions(
+    page: Any, gw: GatewayHandle
+) -> None:
+    """A tool call and its result appear; a second session starts empty and switching
+    back shows the first one's transcript again."""
+    page.fill("#input", '!tool search {"q": "event sourcing"}')
+    page.press("#input", "Enter")
+    page.wait_for_selector(".msg.tool:has-text('search')")
+    page.wait_for_selector(".msg.tool:has-text('←')")
+    with client(gw) as http:
+        last = http.get("/v1/sessions/web-1").json()["last_seq"]
+    page.wait_for_function(f"document.getElementById('transcript').dataset.lastSeq == '{last}'")
+    first = _transcript(page)
+    page.fill("#new-id", "web-2")
+    page.click("#create button")
+    page.wait_for_selector("#session-list li.active[data-id='web-2']")
+    page.wait_for_function("document.getElementById('transcript').dataset.lastSeq == '1'")
+    assert _transcript(page) == []
+    page.click("#session-list li[data-id='web-1']")
+    page.wait_for_function(f"document.getElementById('transcript').dataset.lastSeq == '{last}'")
+    assert _transcript(page) == first
+    _shot(page, "tools")
+
+
+def test_a_reload_replays_the_same_transcript(page: Any, gw: GatewayHandle) -> None:
+    """After a reload the page rebuilds the transcript from seq 0, identical to before."""
+    with client(gw) as http:
+        last = http.get("/v1/sessions/web-1").json()["last_seq"]
+    page.wait_for_function(f"document.getElementById('transcript').dataset.lastSeq == '{last}'")
+    before = _transcript(page)
+    page.reload()
+    page.wait_for_function(f"document.getElementById('transcript').dataset.lastSeq == '{last}'")
+    after = _transcript(page)
+    assert after == before and len(after) >= 6
+    _shot(page, "reloaded")
