@@ -548,3 +548,49 @@ def test_chat_reads_lines_from_a_pipe_and_ends_at_the_end_of_input(daemon: Daemo
     assert ESC not in text
     assert text.index("[scripted] hello") < text.index("calculator")
     assert "calculator returned 42" in text
+
+
+def test_pending_approve_and_reject_decide_waiting_actions(daemon: Daemon) -> None:
+    """A sandboxed session's http_get waits for a human: pending lists it, reject refuses
+    it, approve runs the next one once; bad and unknown calls are one-line errors."""
+    ok(run(daemon.data, "new", "gov-1", "--meta", "governance.trust=sandboxed"))
+    fetch = '!tool http_get {"url": "http://127.0.0.1:9/"}'
+    ok(run(daemon.data, "send", "gov-1", fetch, "--no-wait"))
+
+    def waiting() -> list[dict[str, object]]:
+        text = ok(run(daemon.data, "pending", "gov-1", "--json"))
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    (first,) = wait_for(waiting, 20)
+    assert first["action"] == "http_get" and "127.0.0.1:9" in str(first["input"])
+    assert str(first["call"]) in ok(run(daemon.data, "pending", "gov-1"))
+    assert "rejected" in ok(run(daemon.data, "reject", "gov-1", str(first["call"]), "--note", "no"))
+    fails(run(daemon.data, "approve", "gov-1", str(first["call"])), 2, "already rejected")
+    fails(run(daemon.data, "approve", "gov-1", "0"), 2, "positive integer")
+    fails(run(daemon.data, "approve", "gov-1", "424242"), 2, "no action 424242")
+    wait_for(lambda: not waiting(), 20)
+    assert "no action waits" in ok(run(daemon.data, "pending", "gov-1"))
+    ok(run(daemon.data, "send", "gov-1", fetch, "--no-wait"))
+    (second,) = wait_for(waiting, 20)
+    out = json.loads(ok(run(daemon.data, "approve", "gov-1", str(second["call"]), "--json")))
+    assert out["decision"] == "approved" and not out["duplicate"]
+    again = json.loads(ok(run(daemon.data, "approve", "gov-1", str(second["call"]), "--json")))
+    assert again["duplicate"]
+    fails(run(daemon.data, "pending", "nobody-here"), 4, "unknown session")
+
+
+def test_chat_asks_for_approval_inline_and_the_answer_decides(daemon: Daemon) -> None:
+    """A waiting action is shown in the chat with its input and asked about: y approves
+    (the tool runs), anything else rejects."""
+    ok(run(daemon.data, "new", "gov-chat", "--meta", "governance.trust=sandboxed"))
+    fetch = '!tool http_get {"url": "http://127.0.0.1:9/"}'
+    lines = f"{fetch}\ny\n{fetch}\nn\n"
+    text = ok(run(daemon.data, "chat", "gov-chat", stdin=lines))
+    assert text.count("approval needed: action") == 2
+    assert "approved" in text and "rejected" in text
+    hist = [
+        json.loads(x) for x in ok(run(daemon.data, "history", "gov-chat", "--json")).splitlines()
+    ]
+    faults = [e.get("fault") for e in hist if e["kind"] == "action.rejected"]
+    assert faults == ["approval_rejected"]
+    assert any(e["kind"] == "net.egress" for e in hist)  # the approved fetch ran (and was refused)

@@ -11,9 +11,8 @@ Ctrl-C while a turn runs interrupts it (a second one stops waiting for it); Ctrl
 prompt asks for a second to leave; Ctrl-D leaves. Slash commands are plain messages: the
 session's interceptors answer them with notices.
 
-Approvals: when sessions can ask for one, `Chat.on_event` is where the prompt goes (an
-approval-request event arrives through the same subscription; answer it, then keep
-following the turn). Nothing else needs to change.
+Approvals: an action waiting for a human (``action.pending``) arrives through the same
+subscription; `Chat.on_event` asks about it inline and answers, then the turn goes on.
 """
 
 from __future__ import annotations
@@ -77,6 +76,17 @@ def render(ev: Event, style: Style, own: bool) -> str | None:
         return style.paint("dim", f"  [in {u.input_tokens} / out {u.output_tokens} tokens]")
     if kind == Kind.TURN_CANCELLED:
         return style.paint("magenta", f"  turn cancelled ({ev.reason or 'interrupted'})")
+    if kind in (Kind.ACTION_ADMITTED, Kind.ACTION_COMPLETED, Kind.ACTION_APPROVAL):
+        return None  # governance bookkeeping; refusals and waits are shown
+    if kind == Kind.ACTION_PENDING:
+        return None  # asked about by on_event
+    if kind == Kind.ACTION_REJECTED:
+        return style.paint("red", f"  {ev.action or 'action'} refused: {ev.fault}")
+    if kind == Kind.EGRESS:
+        verdict = "allowed" if ev.allowed else "blocked"
+        return style.paint(
+            "dim" if ev.allowed else "red", f"  egress {ev.host} {verdict} ({ev.reason})"
+        )
     if kind in (Kind.PROPERTIES, Kind.SESSION_SWITCH):
         return style.paint("dim", f"  {kind}: {detail(ev)}")
     return style.paint("dim", "  " + event_line(ev, style))
@@ -268,8 +278,33 @@ class Chat:
             self.say(line)
 
     def on_event(self, ev: Event) -> None:
-        """Every stored event of the session passes here before it is shown: the hook for
-        inline approval prompts once sessions can ask for approval."""
+        """Every stored event of the session passes here before it is shown: an action
+        waiting for approval is asked about inline (y approves; anything else, Ctrl-C or
+        the end of input rejects)."""
+        if ev.kind != Kind.ACTION_PENDING:
+            return
+        if ev.call not in {p.call for p in self.host.pending(self.sid)}:
+            return  # decided meanwhile (another client, or before this chat attached)
+        self.print_deltas()
+        if self._streamed:
+            self.write("\n")
+            self._streamed = ""
+        self.say(
+            self.style.paint("yellow", f"approval needed: action {ev.call}: {ev.action} {ev.input}")
+        )
+        try:
+            answer = self.read_line(self.style.prompt("approve? [y/N] "))
+        except (EOFError, KeyboardInterrupt):
+            answer = ""
+        try:
+            if answer.strip().lower() in ("y", "yes"):
+                self.host.approve(self.sid, ev.call, note="approved from the chat")
+                self.say(self.style.paint("green", f"action {ev.call} approved"))
+            else:
+                self.host.reject(self.sid, ev.call, reason="rejected from the chat")
+                self.say(self.style.paint("red", f"action {ev.call} rejected"))
+        except ActorsError as exc:
+            self.say(self.style.paint("red", f"error: {exc}"))
 
 
 @contextlib.contextmanager

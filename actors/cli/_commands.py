@@ -411,6 +411,78 @@ def interrupt(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+def _call(text: str) -> int:
+    if not text.isdigit() or int(text) <= 0:
+        raise CliError(
+            f"a call is a positive integer (as `vertebra pending` shows it), got {text!r}",
+            EXIT_USAGE,
+        )
+    return int(text)
+
+
+def decide_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("call", metavar="CALL", help="the waiting action's call id")
+    p.add_argument("--note", default="", help="why (stored with the decision)")
+    _add_json(p)
+
+
+def _decide(args: argparse.Namespace, out: Out, approve: bool) -> int:
+    sid = _session_id(args.session)
+    call = _call(args.call)
+    with _attach(args) as host:
+        if approve:
+            ack = host.approve(sid, call, note=args.note)
+        else:
+            ack = host.reject(sid, call, reason=args.note)
+    word = "approved" if approve else "rejected"
+    if args.json:
+        out.line(
+            json_line({"call": call, "decision": word, "seq": ack.seq, "duplicate": ack.duplicate})
+        )
+    elif ack.duplicate:
+        out.line(f"action {call} was already {word}")
+    else:
+        out.line(f"action {call} {word} (seq {ack.seq})")
+    return 0
+
+
+def approve(args: argparse.Namespace, out: Out) -> int:
+    return _decide(args, out, True)
+
+
+def reject(args: argparse.Namespace, out: Out) -> int:
+    return _decide(args, out, False)
+
+
+def pending_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    _add_json(p)
+
+
+def pending(args: argparse.Namespace, out: Out) -> int:
+    """The session's actions waiting for approval, read from the spine."""
+    from ..host import pending_actions
+
+    sid = _session_id(args.session)
+    with _open_log(args) as log:
+        if not log.last_seq(sid):
+            raise _unknown(sid)
+        waiting = pending_actions(log, sid)
+    for ev in waiting:
+        if args.json:
+            out.line(
+                json_line(
+                    {"call": ev.call, "action": ev.action, "turn": ev.turn, "input": ev.input}
+                )
+            )
+        else:
+            out.line(f"{ev.call:>6}  {ev.action:<16} {ev.input}")
+    if not waiting and not args.json:
+        out.line("no action waits for approval")
+    return 0
+
+
 def chat_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", nargs="?", metavar="SESSION", help="the session (default: a new one)")
     p.add_argument("--create", action="store_true", help="create SESSION if it is new")
@@ -729,6 +801,27 @@ COMMANDS: tuple[Command, ...] = (
         ("vertebra stop --data ./vertebra-data",),
         stop_args,
         stop,
+    ),
+    Command(
+        "pending",
+        "list a session's actions waiting for a human's approval",
+        ("vertebra pending chat-1", "vertebra pending chat-1 --json"),
+        pending_args,
+        pending,
+    ),
+    Command(
+        "approve",
+        "approve a waiting action: it runs once, even after a restart",
+        ("vertebra approve chat-1 17", "vertebra approve chat-1 17 --note 'looks right'"),
+        decide_args,
+        approve,
+    ),
+    Command(
+        "reject",
+        "reject a waiting action: it never runs and the model is told why",
+        ("vertebra reject chat-1 17 --note 'not in production'",),
+        decide_args,
+        reject,
     ),
     Command(
         "chat",

@@ -1,6 +1,6 @@
 """The embedding API: `Host`, over a transport per kind of actor-system base."""
 
-from .host import BASES, SYSTEM_SESSIONS, Host
+from .host import BASES, SYSTEM_SESSIONS, Host, pending_actions
 from .sinks import SinkFn, merge
 from .subscription import SessionSubscription
 from .transport import MultiprocTransport, SimpleTransport, Transport
@@ -15,4 +15,5 @@ __all__ = [
     "SinkFn",
     "Transport",
     "merge",
+    "pending_actions",
 ]

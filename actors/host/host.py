@@ -37,6 +37,7 @@ from projections import (
 from spine import (
     Event,
     Kind,
+    Log,
     history,
     new_session_id,
     open_log,
@@ -62,6 +63,19 @@ log = logging.getLogger("vertebra.host")
 #: Session ids of the actor systems Hosts of this process started (tests check them).
 SYSTEM_SESSIONS: set[int] = set()
 BASES = ("multiprocTCPBase", "simpleSystemBase")
+
+
+def pending_actions(log: Log, session_id: str) -> list[Event]:
+    """The ``action.pending`` events of ``session_id`` not yet decided, oldest first."""
+    waiting: dict[int, Event] = {}
+    for ev in history(log, session_id):
+        if ev.kind == Kind.ACTION_PENDING:
+            waiting[ev.call] = ev
+        elif ev.kind in (Kind.ACTION_ADMITTED, Kind.ACTION_REJECTED) and ev.call in waiting:
+            del waiting[ev.call]
+        elif ev.kind in (Kind.TURN_COMPLETED, Kind.TURN_CANCELLED):
+            waiting = {c: e for c, e in waiting.items() if e.turn != ev.turn}
+    return list(waiting.values())
 
 
 class Host:
@@ -284,15 +298,7 @@ class Host:
         """The actions of ``session_id`` waiting for approval (their ``action.pending``
         events: ``call``, ``tool``, ``toolUseID``, ``input``), oldest first; read from
         the log."""
-        waiting: dict[int, Event] = {}
-        for ev in self.history(session_id):
-            if ev.kind == Kind.ACTION_PENDING:
-                waiting[ev.call] = ev
-            elif ev.kind in (Kind.ACTION_ADMITTED, Kind.ACTION_REJECTED) and ev.call in waiting:
-                del waiting[ev.call]
-            elif ev.kind in (Kind.TURN_COMPLETED, Kind.TURN_CANCELLED):
-                waiting = {c: e for c, e in waiting.items() if e.turn != ev.turn}
-        return list(waiting.values())
+        return pending_actions(self._log, session_id)
 
     def switch(self, session_id: str, target: str, *, key: str | None = None) -> m.Ack:
         """Record that the conduit moves to ``target`` (a session switch event)."""
