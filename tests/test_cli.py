@@ -485,6 +485,7 @@ def test_the_demo_runs_to_the_end_and_leaves_a_gapless_stream(
     out = run(tmp_path / "d", "demo")
     assert out.returncode == 0, out.stderr
     assert "seqs gapless: True" in out.stdout and "restarts: 1" in out.stdout
+    assert "approval needed: action" in out.stdout and "blocked (metadata)" in out.stdout
     assert os.path.exists(tmp_path / "d" / "spine.db")
 
 

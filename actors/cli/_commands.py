@@ -930,7 +930,8 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "demo",
-        "a conversation on the full runtime: slash command, tool call, interrupt, recovery",
+        "a conversation on the full runtime: slash command, tool call, approval, "
+        "blocked egress, interrupt, recovery",
         ("vertebra demo --data ./demo-data",),
         demo_args,
         demo,

@@ -36,6 +36,28 @@ def run_demo(data: str, out: Any) -> int:
         say("/model scripted-large")
         say("What is the spine?")
         say('!tool calculator {"expression": "17 * 23"}')
+
+        # Governance: a sandboxed session's fetch waits for a human, who approves it; the
+        # egress guard then refuses the cloud metadata address it points at.
+        gid = host.create("guarded", metadata={"governance.trust": "sandboxed"})
+        fetch = '!tool http_get {"url": "http://169.254.169.254/latest/meta-data/"}'
+        out.line(f"\n[{gid}, trust sandboxed] > {fetch}")
+        ack = host.send(gid, fetch)
+        deadline = time.monotonic() + 20
+        while not (waiting := host.pending(gid)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for w in waiting:
+            out.line(f"  approval needed: action {w.call} ({w.action} {w.input})")
+            host.approve(gid, w.call, note="approved by the demo")
+            out.line(f"  approved action {w.call}")
+        ended = host.wait_turn(gid, ack.seq)
+        for ev in host.history(gid)[ack.seq : ended.seq]:
+            out.line("  " + event_line(ev, style, gid))
+        status = host.status(gid)
+        out.line(
+            f"  governance: admitted {status.admitted}, rejected {status.rejected}, "
+            f"egress blocked {status.egress_blocked}, containment {status.containment}"
+        )
         slow = "!slow 0.05 a long answer that the user cuts off halfway through"
         out.line(f"\n> {slow}")
         ack = host.send(sid, slow)

@@ -81,6 +81,17 @@ def detail(ev: Any) -> str:
         out = f"{ev.tool} {ev.input}"
     elif ev.kind == "tool.result":
         out = f"{ev.tool} -> {ev.result}"
+    elif ev.kind.startswith("action."):
+        # Governance: the action, its call id, and the fault or the human's note.
+        out = f"{ev.action} call {ev.call}"
+        if ev.kind == "action.approval":
+            out += " approved" if ev.allowed else " rejected"
+        if ev.fault:
+            out += f" fault {ev.fault}"
+        if ev.reason:
+            out += f": {ev.reason}"
+    elif ev.kind == "net.egress":
+        out = f"{ev.host} {'allowed' if ev.allowed else 'blocked'} ({ev.reason})"
     else:
         out = (
             ev.text
