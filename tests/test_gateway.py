@@ -593,3 +593,33 @@ def test_serve_http_prints_the_url_and_the_readme_curl_examples_work(
     assert daemon.returncode == 0
     assert f"vertebra http: http://127.0.0.1:{port}  token {token}" in stdout
     assert f"http://127.0.0.1:{port}/#token={token}" in stdout
+
+
+def test_a_waiting_action_is_listed_and_decided_over_http(http: httpx.Client) -> None:
+    """A sandboxed session's fetch waits; GET approvals lists it, POST approvals/{call}
+    approves it (a repeat is a duplicate), and a bad call or decision is an error."""
+    _new(http, "gov-1", metadata={"governance.trust": "sandboxed"})
+    fetch = '!tool http_get {"url": "http://127.0.0.1:9/"}'
+    assert http.post("/v1/sessions/gov-1/messages", json={"text": fetch}).status_code == 201
+
+    def listed() -> list[dict[str, object]]:
+        r = http.get("/v1/sessions/gov-1/approvals")
+        assert r.status_code == 200
+        return r.json()["pending"]  # type: ignore[no-any-return]
+
+    (w,) = wait_for(listed, 20)
+    assert w["action"] == "http_get"
+    url = f"/v1/sessions/gov-1/approvals/{w['call']}"
+    assert http.post(url, json={"decision": "maybe"}).status_code == 422
+    assert (
+        http.post("/v1/sessions/gov-1/approvals/x", json={"decision": "approve"}).status_code == 400
+    )
+    r = http.post(url, json={"decision": "approve", "note": "fine"})
+    assert r.status_code == 200 and not r.json()["duplicate"]
+    assert http.post(url, json={"decision": "approve"}).json()["duplicate"]
+    r = http.post(url, json={"decision": "reject"})
+    assert r.status_code == 422 and "already approved" in r.json()["message"]
+    r = http.post("/v1/sessions/gov-1/approvals/99999", json={"decision": "reject"})
+    assert r.status_code == 422 and "no action 99999" in r.json()["message"]
+    wait_for(lambda: not listed(), 20)
+    assert http.get("/v1/sessions/gov-1/status").json()["pending"] == []

@@ -155,3 +155,26 @@ def test_a_reload_replays_the_same_transcript(page: Any, gw: GatewayHandle) -> N
     after = _transcript(page)
     assert after == before and len(after) >= 6
     _shot(page, "reloaded")
+
+
+def test_a_pending_action_is_approved_from_the_page(page: Any, gw: GatewayHandle) -> None:
+    """The governance panel shows a waiting action with Approve and Reject; Approve runs it
+    and the panel empties."""
+    with client(gw) as http:
+        meta = {"governance.trust": "sandboxed"}
+        assert (
+            http.post("/v1/sessions", json={"id": "web-gov", "metadata": meta}).status_code == 201
+        )
+    page.reload()
+    page.click("#session-list li[data-id='web-gov']")
+    page.wait_for_selector("#session-list li.active[data-id='web-gov']")
+    page.fill("#input", '!tool http_get {"url": "http://127.0.0.1:9/"}')
+    page.press("#input", "Enter")
+    page.wait_for_selector("#pending .pending:has-text('http_get')")
+    _shot(page, "approval")
+    page.click("#pending button.approve")
+    page.wait_for_function("document.querySelectorAll('#pending .pending').length === 0")
+    with client(gw) as http:
+        evs = http.get("/v1/sessions/web-gov/history").json()["events"]
+    approvals = [e for e in evs if e["kind"] == "action.approval"]
+    assert len(approvals) == 1 and approvals[0].get("allowed") is True

@@ -382,6 +382,42 @@ async def set_metadata(gw: Gateway, request: Request) -> Response:
     return json_response(ack_json(ack))
 
 
+@route("GET", "/v1/sessions/{id}/approvals", "read")
+async def approvals(gw: Gateway, request: Request) -> Response:
+    """The session's actions waiting for a human's approval, oldest first."""
+    sid = session_id(request)
+    await known(gw, sid)
+    waiting = await call(gw.host.pending, sid)
+    return json_response(
+        {
+            "pending": [
+                {"call": e.call, "action": e.action, "turn": e.turn, "input": e.input}
+                for e in waiting
+            ]
+        }
+    )
+
+
+@route("POST", "/v1/sessions/{id}/approvals/{call}", "write")
+async def decide(gw: Gateway, request: Request) -> Response:
+    """Approve or reject a waiting action: ``{"decision": "approve"|"reject", "note": ...}``.
+    Deciding again the same way answers ``duplicate: true``; a contrary or unknown
+    decision is 422."""
+    sid = session_id(request)
+    raw = str(request.path_params["call"])
+    if not raw.isdigit() or int(raw) <= 0:
+        raise HttpError(400, "bad_call", f"a call is a positive integer, got {raw!r}")
+    body = await json_body(request)
+    decision = field(body, "decision", str, None)
+    if decision not in ("approve", "reject"):
+        raise HttpError(422, "invalid_field", '\'decision\' must be "approve" or "reject"')
+    note = field(body, "note", str, "")
+    await known(gw, sid)
+    fn = gw.host.approve if decision == "approve" else gw.host.reject
+    ack = await call(fn, sid, int(raw), note)
+    return json_response(ack_json(ack))
+
+
 @route("GET", "/v1/sessions/{id}/status", "read")
 async def status(gw: Gateway, request: Request) -> Response:
     sid = session_id(request)

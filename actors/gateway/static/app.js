@@ -215,6 +215,34 @@ async function refreshStatus() {
     row(["call", "action", "trust", "state"]),
     ...(p.actions || []).map((a) => row([a.call, a.action, a.trust, a.state + (a.fault ? ` (${a.fault})` : "")])),
   );
+  $("pending").replaceChildren(
+    ...(p.pending || []).map((w) => {
+      const div = document.createElement("div");
+      div.className = "pending";
+      const text = document.createElement("span");
+      text.textContent = `approval needed: ${w.action} ${w.input} (call ${w.call}) `;
+      div.appendChild(text);
+      for (const [label, decision] of [["Approve", "approve"], ["Reject", "reject"]]) {
+        const b = document.createElement("button");
+        b.textContent = label;
+        b.className = decision;
+        b.onclick = async () => {
+          b.disabled = true;
+          try {
+            await api("POST", `/v1/sessions/${encodeURIComponent(state.session)}/approvals/${w.call}`, {
+              decision,
+              note: `${decision}d from the page`,
+            });
+          } catch (err) {
+            showError(err);
+          }
+          scheduleStatus();
+        };
+        div.appendChild(b);
+      }
+      return div;
+    }),
+  );
   $("egress-counts").textContent = `allowed ${p.egressAllowed}, blocked ${p.egressBlocked}`;
   $("egress").replaceChildren(...(p.egress || []).map((e) => row([e.host, e.allowed ? "allowed" : "blocked", e.reason])));
   const byParent = new Map();
