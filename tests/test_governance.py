@@ -96,6 +96,27 @@ NONE = Requirement()
             (Verdict.REJECT, Fault.NEEDS_APPROVAL),
         ),
         (
+            {"governance.max_cost": "1", "governance.price.input": "2"},
+            "model",
+            NONE,
+            Spent(input_tokens=500_000),
+            (Verdict.REJECT, Fault.BUDGET_EXCEEDED),
+        ),
+        (
+            {"governance.max_cost": "1", "governance.price.input": "2"},
+            "calculator",
+            NONE,
+            Spent(input_tokens=499_999),
+            (Verdict.ADMIT, None),
+        ),
+        (
+            {"governance.max_cost": "0"},
+            "model",
+            NONE,
+            Spent(input_tokens=10**9),
+            (Verdict.ADMIT, None),
+        ),
+        (
             {"governance.trust": "sandboxed", "governance.approvals": "off"},
             "http_get",
             Requirement(trust="standard"),
@@ -118,6 +139,8 @@ def test_the_gate_decides_from_trust_capabilities_budgets_and_approvals(
         ("governance.approvals", "maybe"),
         ("governance.max_tokens", "-1"),
         ("governance.max_tool_calls", "many"),
+        ("governance.max_cost", "cheap"),
+        ("governance.price.output", "-3"),
     ],
 )
 def test_a_bad_policy_value_is_named(key: str, value: str) -> None:

@@ -19,9 +19,12 @@ __all__ = [
     "GOV_APPROVALS",
     "GOV_CAPABILITIES",
     "GOV_EGRESS_ALLOW",
+    "GOV_MAX_COST",
     "GOV_MAX_TOKENS",
     "GOV_MAX_TOOL_CALLS",
     "GOV_MAX_TURNS",
+    "GOV_PRICE_INPUT",
+    "GOV_PRICE_OUTPUT",
     "GOV_TRUST",
     "TRUST_LEVELS",
     "Fault",
@@ -41,6 +44,11 @@ GOV_CAPABILITIES = "governance.capabilities"
 GOV_MAX_TOKENS = "governance.max_tokens"
 GOV_MAX_TOOL_CALLS = "governance.max_tool_calls"
 GOV_MAX_TURNS = "governance.max_turns"
+#: A cost budget in the price table's currency, enforced only with a price table:
+#: ``governance.price.input`` and ``governance.price.output``, per million tokens.
+GOV_MAX_COST = "governance.max_cost"
+GOV_PRICE_INPUT = "governance.price.input"
+GOV_PRICE_OUTPUT = "governance.price.output"
 #: ``on`` (default): an action that needs approval waits for one; ``off``: it is refused.
 GOV_APPROVALS = "governance.approvals"
 #: Addresses (CIDRs) and host names egress may reach although not public, comma-separated.
@@ -84,6 +92,19 @@ def _int(md: Mapping[str, str], key: str) -> int | None:
     return int(text)
 
 
+def _float(md: Mapping[str, str], key: str) -> float | None:
+    raw = md.get(key)
+    if raw is None or raw == "":
+        return None
+    try:
+        x = float(raw)
+    except ValueError:
+        x = -1.0
+    if not 0.0 <= x < float("inf"):
+        raise PolicyError(f"{key} must be a non-negative number, got {raw!r}")
+    return x
+
+
 def _list(raw: str | None) -> tuple[str, ...]:
     if not raw:
         return ()
@@ -101,6 +122,19 @@ class Policy:
     max_turns: int | None = None
     approvals: bool = True
     egress_allow: tuple[str, ...] = ()
+    max_cost: float | None = None
+    #: Prices per million input and output tokens (both unset: no price table).
+    price_input: float | None = None
+    price_output: float | None = None
+
+    def cost(self, spent: Spent) -> float | None:
+        """What ``spent`` cost under the price table (None without one)."""
+        if self.price_input is None and self.price_output is None:
+            return None
+        return (
+            spent.input_tokens * (self.price_input or 0.0)
+            + spent.output_tokens * (self.price_output or 0.0)
+        ) / 1e6
 
     @classmethod
     def from_metadata(cls, md: Mapping[str, str]) -> Policy:
@@ -121,6 +155,9 @@ class Policy:
             max_turns=_int(md, GOV_MAX_TURNS),
             approvals=approvals == "on",
             egress_allow=_list(md.get(GOV_EGRESS_ALLOW)),
+            max_cost=_float(md, GOV_MAX_COST),
+            price_input=_float(md, GOV_PRICE_INPUT),
+            price_output=_float(md, GOV_PRICE_OUTPUT),
         )
 
 
@@ -131,6 +168,8 @@ class Spent:
     tokens: int = 0
     tool_calls: int = 0
     turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
 
 
 class Verdict(enum.StrEnum):
@@ -152,6 +191,10 @@ def gate(
     and approval: an action the session's trust is too low for, or one that always needs a
     human, waits for approval when approvals are on, and is refused when they are off.
     """
+    if policy.max_cost is not None:
+        cost = policy.cost(spent)
+        if cost is not None and cost >= policy.max_cost:
+            return Verdict.REJECT, Fault.BUDGET_EXCEEDED
     if action == "model":
         if policy.max_turns is not None and spent.turns > policy.max_turns:
             return Verdict.REJECT, Fault.BUDGET_EXCEEDED

@@ -38,6 +38,8 @@ def _spent(st: SessionState, run: Running) -> Spent:
         tokens=used.input_tokens + used.output_tokens,
         tool_calls=st.tool_calls,
         turns=run.turn,
+        input_tokens=used.input_tokens,
+        output_tokens=used.output_tokens,
     )
 
 
