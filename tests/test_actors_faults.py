@@ -336,3 +336,27 @@ def test_a_session_with_a_protocol_subscriber_is_not_passivated(
         assert h.session_pid(other) > 0  # brought back on demand
     finally:
         h.close()
+
+
+def test_sinks_keep_receiving_after_the_runner_is_replaced(mp: Host) -> None:
+    """A Host's sink registered with a Runner that dies is registered again with the new
+    one: live events keep arriving without the embedding program doing anything."""
+    seen: list[str] = []
+    got = threading.Event()
+
+    def sink(sid: str, ev: Event | None, live: object) -> None:
+        if ev is not None and ev.kind == Kind.TURN_COMPLETED:
+            seen.append(sid)
+            got.set()
+
+    mp.add_sink(sink)
+    sid = mp.create()
+    mp.send(sid, "before")
+    assert got.wait(20)
+    runner = mp.runner_pid()
+    os.kill(runner, signal.SIGKILL)
+    wait_for(lambda: mp.runner_pid() != runner, 20)
+    got.clear()
+    mp.send(sid, "after")
+    assert got.wait(20), "no live event reached the sink after the Runner restart"
+    assert seen.count(sid) >= 2

@@ -439,10 +439,17 @@ class Host:
         if not callable(fn):
             raise InvalidRequest("a sink must be callable")
         sink_id = self._sinks.add(fn, kinds)
+        if hasattr(self._transport, "current_runner"):
+            self._transport.current_runner = self._current_runner
         if not self._transport.add_sink(self._runtime.runner, self.timeout):
             self._sinks.remove(sink_id)
             raise HostTimeout("the sink pump did not start")
         return sink_id
+
+    def _current_runner(self) -> Any:
+        """The Runner's address after asking the guardian (for the sink pump)."""
+        self._runtime.refresh()
+        return self._runtime.runner
 
     def remove_sink(self, sink_id: str) -> None:
         self._sinks.remove(sink_id)

@@ -36,6 +36,8 @@ SHUTDOWN_GRACE = 10.0
 #: How long a pump waits for a message before it looks at its stop flag again.
 PUMP_LISTEN = 0.1
 SIMPLE_PUMP_LISTEN = 0.002
+#: Seconds without a batch after which the pump checks that its Runner is still the Runner.
+SINK_CHECK = 0.5
 
 OnBatch = Callable[[m.SinkBatch], None]
 
@@ -164,6 +166,9 @@ class MultiprocTransport:
         self._pump: threading.Thread | None = None
         self._ready = threading.Event()
         self._stop = threading.Event()
+        #: Where the Runner is now (asks the guardian): set by the Host so that the pump
+        #: registers again with a Runner the guardian started after a crash.
+        self.current_runner: Callable[[], Any] | None = None
 
     def _endpoint(self) -> tuple[Any, ReplyMatcher]:
         """This thread's private endpoint and its matcher, opened on first use."""
@@ -205,17 +210,44 @@ class MultiprocTransport:
 
     def _pump_loop(self, runner: Any, timeout: float) -> None:
         ctx = self._endpoint()[0]
+
+        def push(msg: Any) -> None:
+            if isinstance(msg, m.SinkBatch):
+                deliver_and_ack(msg, self._on_batch, ctx.tell, runner)
+
+        # Batches arriving while the pump waits for a reply (a registration) are delivered,
+        # not dropped as strays.
+        self._local.endpoint = (ctx, ReplyMatcher(push))
         reply = self.ask(runner, m.AddSink(request_id=request_id()), timeout)
         if not isinstance(reply, m.SinkReply):
             log.error("sink registration got no reply")
             return
+        sink_id = reply.sink_id
         self._ready.set()
+        quiet_since = time.monotonic()
         while not self._stop.is_set():
             msg = ctx.listen(PUMP_LISTEN)
             if isinstance(msg, m.SinkBatch):
-                deliver_and_ack(msg, self._on_batch, ctx.tell, runner)
+                push(msg)
+                quiet_since = time.monotonic()
+                continue
+            if self.current_runner is None or time.monotonic() - quiet_since < SINK_CHECK:
+                continue
+            # Quiet for a while: is the Runner we registered with still the Runner? A new
+            # one (the guardian restarts a dead one) knows no sinks until told.
+            quiet_since = time.monotonic()
+            try:
+                now = self.current_runner()
+            except Exception:
+                continue
+            if now is None or now == runner:
+                continue
+            again = self.ask(now, m.AddSink(request_id=request_id()), timeout)
+            if isinstance(again, m.SinkReply):
+                log.info("sinks registered again with a new Runner")
+                runner, sink_id = now, again.sink_id
         with contextlib.suppress(Exception):
-            ctx.tell(runner, m.RemoveSink(request_id=request_id(), sink_id=reply.sink_id))
+            ctx.tell(runner, m.RemoveSink(request_id=request_id(), sink_id=sink_id))
 
     def stop(self) -> None:
         self._stop.set()
