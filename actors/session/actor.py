@@ -317,7 +317,9 @@ class SessionActor(GuardedActor):
         if self.outbox is None or not self.outbox or self.state is None:
             return
         busy = self.state.running is not None or self.state.stored.busy
-        self._notified_at = time.monotonic()
+        if self.outbox.live:
+            # The pace of live text is what batching protects; other news does not count.
+            self._notified_at = time.monotonic()
         self.send(self.runner, self.outbox.take(busy))
 
     def _stop_self(self, reason: str) -> None:

@@ -101,7 +101,10 @@ class TurnWorker:
             self._buf.clear()
             self._usage_sent = self._usage
             self._send(Progress(turn=self.turn, text=text, events=events, usage=self._usage))
-        self._last = time.monotonic()
+            if text:
+                # Only text is batched: a hand-back of events alone (a gate's question,
+                # an action's end) must not hold back the words that follow it.
+                self._last = time.monotonic()
 
     def text(self, delta: str) -> None:
         self._buf.append(delta)
