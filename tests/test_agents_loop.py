@@ -234,7 +234,11 @@ class Recorder:
 
     def events(self, kinds: tuple[str, ...] = (Kind.TOOL_CALL, Kind.TOOL_RESULT)) -> list[Any]:
         return [
-            e for p in self.sent if isinstance(p, Progress) for e in p.events if e.kind in kinds
+            e
+            for p in self.sent
+            if isinstance(p, (Progress, Finished))
+            for e in p.events
+            if e.kind in kinds
         ]
 
 

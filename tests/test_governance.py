@@ -483,3 +483,17 @@ def test_only_http_urls_are_fetched() -> None:
     for bad in ("file:///etc/passwd", "ftp://example.com/", "http:///nohost"):
         with pytest.raises(ValueError, match="only http and https"):
             http_get(bad)
+
+
+def test_actions_in_flight_when_a_turn_is_cut_off_are_ended_with_a_fault() -> None:
+    """An admitted action with no end gets action.completed with fault cancelled on an
+    interrupt, and crash on a restart, so the ledger never keeps a call running."""
+    for restart in (False, True):
+        kit = SessionKit()
+        _turn(kit)
+        call = _govern(kit, "calculator", "t1").events[0].call
+        out = kit.restart() if restart else kit.interrupt()
+        ends = [(e.call, e.fault) for e in out.events if e.kind == Kind.ACTION_COMPLETED]
+        assert ends == [(call, "crash" if restart else "cancelled")]
+        p = project(kit.events)
+        assert [str(a.state) for a in p.actions] == ["done"]

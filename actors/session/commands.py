@@ -144,6 +144,8 @@ class Finished:
     #: The providers' own usage reports, one per model call (kept beside the normalised
     #: usage on ``turn.completed`` as ``providerUsage``).
     provider_usage: tuple[Mapping[str, Any], ...] = ()
+    #: Events the worker still held (an action's end): stored after the last text.
+    events: tuple[Event, ...] = ()
 
 
 @attrs.frozen(kw_only=True)

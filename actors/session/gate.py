@@ -18,7 +18,7 @@ from .. import messages as m
 from ..agents.governance import Fault, Policy, PolicyError, Spent, Verdict, gate
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
 from .refusals import failed
-from .state import SessionState, action_key
+from .state import SessionState, action_key, unfinished
 
 
 def _answer(cmd: Govern, verdict: str, call: int, fault: str = "") -> AnswerWorker:
@@ -183,8 +183,10 @@ def paused(s: Session) -> Running | None:
 
 
 def withdrawn(st: SessionState, turn: int) -> list[Event]:
-    """Rejections for the actions of ``turn`` still waiting, as the turn ends."""
-    return [
+    """As ``turn`` is cut off: rejections for its actions still waiting for a human, and
+    ends (fault ``cancelled``) for those admitted that never reported one."""
+    ended = unfinished(st, Fault.CANCELLED) if st.open_turn is not None else []
+    return ended + [
         Event(
             kind=Kind.ACTION_REJECTED,
             turn=p.turn,

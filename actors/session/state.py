@@ -230,6 +230,26 @@ def fold(
     return state
 
 
+def unfinished(state: SessionState, fault: str) -> list[Event]:
+    """``action.completed`` with ``fault`` for the open turn's admitted actions that never
+    reported an end (the turn is being closed under them)."""
+    out = []
+    for key, (call, status) in state.turn_actions.items():
+        if status == "admitted":
+            action, _, use_id = key.partition("\x00")
+            out.append(
+                Event(
+                    kind=Kind.ACTION_COMPLETED,
+                    call=call,
+                    action=action,
+                    tool=action if action != "model" else "",
+                    tool_use_id=use_id,
+                    fault=fault,
+                )
+            )
+    return out
+
+
 def recovery_events(state: SessionState, reason: str = "crash") -> list[Event]:
     """Events that close what a crash left open: a turn that started and never ended."""
     ot = state.open_turn
@@ -237,6 +257,7 @@ def recovery_events(state: SessionState, reason: str = "crash") -> list[Event]:
         # A turn waiting for an approval keeps waiting: the approval resumes it.
         return []
     return [
+        *unfinished(state, reason),
         Event(
             kind=Kind.TURN_CANCELLED,
             turn=ot.turn,

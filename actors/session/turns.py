@@ -151,6 +151,7 @@ def finished(s: Session, cmd: Finished) -> Decision:
     else:
         if text:
             events.append(Event(kind=Kind.ASSISTANT, turn=run.turn, text=text))
+        events.extend(attrs.evolve(e, turn=run.turn) for e in cmd.events)
         events.append(
             Event(
                 kind=Kind.TURN_COMPLETED,

@@ -36,6 +36,8 @@ class TurnWorker:
         self._usage_sent: Usage | None = None
         self._raw: tuple[Mapping[str, Any], ...] = ()
         self._on_cancel: list[Callable[[], object]] = []
+        self._events: list[Event] = []
+        self._events_lock = threading.Lock()
         self._waiting: dict[tuple[str, str], concurrent.futures.Future[tuple[str, int, str]]] = {}
 
     def govern(
@@ -60,8 +62,18 @@ class TurnWorker:
             fut.set_result((verdict, call, fault))
 
     def emit(self, event: Event) -> None:
-        """Store ``event`` in the turn (after what was said before it)."""
-        self.flush((event,))
+        """Store ``event`` in the turn, after what was said before it. It rides on the next
+        hand-back (text, a tool call, a question to the gate, the turn's end): one message
+        and one commit fewer per model call. Tools call this from their own threads."""
+        with self._events_lock:
+            self._events.append(event)
+
+    def _take_events(self, more: tuple[Event, ...] = ()) -> tuple[Event, ...]:
+        with self._events_lock:
+            if not self._events:
+                return more
+            taken, self._events = self._events, []
+        return (*taken, *more)
 
     def cancel(self) -> None:
         """Stop the turn: set ``cancelled`` and run what the agent registered for it."""
@@ -96,6 +108,7 @@ class TurnWorker:
 
     def flush(self, events: tuple[Event, ...] = ()) -> None:
         """Hand buffered text (and ``events``, and usage that changed) to the session now."""
+        events = self._take_events(events)
         if self._buf or events or self._usage is not self._usage_sent:
             text = "".join(self._buf)
             self._buf.clear()
@@ -141,5 +154,6 @@ class TurnWorker:
                 error=error,
                 usage=self._usage,
                 provider_usage=self._raw,
+                events=self._take_events(),
             )
         )
