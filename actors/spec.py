@@ -99,3 +99,5 @@ class TurnInput:
     resume: bool = False
     #: Destinations egress may reach although not public (``governance.egress_allow``).
     egress_allow: tuple[str, ...] = ()
+    #: The call id of the turn's first model call, admitted when the turn started (0: ask).
+    model_call: int = 0

@@ -8,7 +8,7 @@ test plays the worker's part with `SessionKit.progress` and `SessionKit.finish`:
 
     kit = SessionKit()
     out = kit.send("hello")
-    assert out.kinds == ["user.message", "turn.started"]
+    assert out.kinds == ["user.message", "turn.started", "action.admitted"]
     out = kit.finish(text="hi there")
     assert out.kinds == ["assistant.message", "turn.completed", "session.lifecycle"]
 """

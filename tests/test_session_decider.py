@@ -34,7 +34,7 @@ def test_a_message_to_an_idle_session_is_stored_and_starts_a_turn() -> None:
     kit = SessionKit()
     kit.create()
     out = kit.send("hello")
-    assert out.kinds == ["user.message", "turn.started"]
+    assert out.kinds == ["user.message", "turn.started", "action.admitted"]
     assert out.reply.seq == out.events[0].seq and not out.reply.consumed
     (start,) = [e for e in out.effects if isinstance(e, c.StartTurn)]
     assert start.turn == 1 and start.input.text == "hello"
@@ -47,7 +47,14 @@ def test_a_message_to_an_idle_session_is_stored_and_starts_a_turn() -> None:
         (BusyPolicy.REJECT, [], "Rejected"),
         (
             BusyPolicy.INTERRUPT,
-            ["turn.cancelled", DONE, "user.message", "turn.started"],
+            [
+                "action.completed",
+                "turn.cancelled",
+                DONE,
+                "user.message",
+                "turn.started",
+                "action.admitted",
+            ],
             "",
         ),
     ],
@@ -61,7 +68,7 @@ def test_a_message_mid_turn_follows_the_busy_policy(
     assert out.kinds == kinds
     assert out.error == error
     if policy == BusyPolicy.INTERRUPT:
-        assert out.events[0].reason == "superseded"
+        assert out.events[1].reason == "superseded"
         assert any(isinstance(e, c.CancelTurn) for e in out.effects)
         assert kit.state.running is not None and kit.state.running.turn == 2
 
@@ -79,7 +86,13 @@ def test_an_enqueued_message_runs_when_the_turn_ends() -> None:
     kit = _running()
     kit.send("second")
     out = kit.finish(text="one")
-    assert out.kinds == ["assistant.message", "turn.completed", DONE, "turn.started"]
+    assert out.kinds == [
+        "assistant.message",
+        "turn.completed",
+        DONE,
+        "turn.started",
+        "action.admitted",
+    ]
     assert kit.state.running is not None and kit.state.running.turn == 2
 
 
@@ -124,8 +137,10 @@ def test_close_cancels_the_running_turn_ends_subscriptions_and_stops() -> None:
     kit = _running()
     kit.progress("par")
     out = kit.close()
-    assert out.kinds == ["turn.cancelled", DONE, DONE]
-    assert out.events[0].text == "par" and out.events[-1].phase == Phase.CLOSED
+    # The model call the turn started with is ended first (it never reported an end).
+    assert out.kinds == ["action.completed", "turn.cancelled", DONE, DONE]
+    assert out.events[0].fault == "cancelled"
+    assert out.events[1].text == "par" and out.events[-1].phase == Phase.CLOSED
     kinds = [type(e) for e in out.effects]
     assert kinds == [c.CancelTurn, c.EndSubscriptions, c.StopSelf]
 
@@ -138,8 +153,8 @@ def test_an_interrupt_keeps_the_partial_text_and_usage() -> None:
     kit = _running()
     kit.progress("partial ", usage=Usage(input_tokens=3, output_tokens=1))
     out = kit.interrupt("enough")
-    assert out.kinds == ["user.interrupt", "turn.cancelled", DONE]
-    cancelled = out.events[1]
+    assert out.kinds == ["user.interrupt", "action.completed", "turn.cancelled", DONE]
+    cancelled = out.events[2]
     assert cancelled.text == "partial " and cancelled.usage == Usage(
         input_tokens=3, output_tokens=1
     )
@@ -172,7 +187,7 @@ def test_a_factory_failure_fails_the_turn_and_the_next_message_runs() -> None:
     kit = _running()
     kit.send("second")
     out = kit.start_failed("no model")
-    assert out.kinds == ["turn.completed", DONE, "turn.started"]
+    assert out.kinds == ["turn.completed", DONE, "turn.started", "action.admitted"]
     assert "agent factory failed: no model" in out.events[0].error
     assert kit.state.running is not None and kit.state.running.turn == 2
 
@@ -190,7 +205,7 @@ def test_a_bad_model_setting_closes_the_turn_with_an_error_and_leaves_the_sessio
     again = kit.send("again")
     assert again.events[2].kind == Kind.TURN_COMPLETED and again.events[2].error
     kit.set_metadata({"ore.model.temperature": "0.5"})
-    assert kit.send("fixed").kinds == ["user.message", "turn.started"]
+    assert kit.send("fixed").kinds == ["user.message", "turn.started", "action.admitted"]
 
 
 def test_a_slash_set_of_a_bad_model_value_is_refused_with_a_notice() -> None:
@@ -244,8 +259,14 @@ def test_a_restart_closes_the_turn_a_crash_left_open_then_runs_what_waits() -> N
     kit.progress("half")
     kit.send("queued")
     out = kit.restart()
-    assert out.kinds == ["turn.cancelled", DONE, "turn.started"]
-    assert out.events[0].reason == "crash"
+    assert out.kinds == [
+        "action.completed",
+        "turn.cancelled",
+        DONE,
+        "turn.started",
+        "action.admitted",
+    ]
+    assert out.events[1].reason == "crash"
     assert kit.state.running is not None and kit.state.running.turn == 2
 
 
@@ -271,7 +292,7 @@ def test_a_poisoned_ingress_is_recorded_and_the_session_serves_on() -> None:
     kit.create()
     out = kit.run(c.Poisoned(key="k9", detail="crashed twice"))
     assert out.kinds == [DONE] and out.events[0].phase == Phase.POISONED
-    assert kit.send("hi").kinds == ["user.message", "turn.started"]
+    assert kit.send("hi").kinds == ["user.message", "turn.started", "action.admitted"]
 
 
 # -- interceptors ----------------------------------------------------------------------------

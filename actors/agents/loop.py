@@ -129,8 +129,13 @@ class ModelAgent:
                 # A turn paused for an approval: answer the calls still open, then go on.
                 rounds = 1
                 await self._answer(todo, out, ctx, msgs, announce=False)
+            first = turn.model_call
             while True:
-                verdict, call, fault = await self._govern(out, "model", "", "", Requirement())
+                if first:
+                    verdict, call, fault = str(Verdict.ADMIT), first, ""
+                    first = 0
+                else:
+                    verdict, call, fault = await self._govern(out, "model", "", "", Requirement())
                 if verdict != Verdict.ADMIT:
                     return fault or "rejected"
                 req = ModelRequest(

@@ -7,7 +7,7 @@ import attrs
 
 from spine import Event, Kind, Phase, Usage
 
-from ..agents.governance import Policy, PolicyError
+from ..agents.governance import Policy, PolicyError, Requirement, Spent, Verdict, gate
 from ..spec import AgentSpec, SettingsError, TurnInput
 from .commands import (
     ASSISTANT_DELTA,
@@ -83,6 +83,38 @@ def settle(s: Session, cmd: Settle) -> Decision:
             error=f"cannot start the turn: {exc}",
         )
         return Decision(state=s, events=(started, ended, done_event(n)))
+    # The turn's first model call passes the gate here, in the turn's own append: no
+    # round trip from the worker and no commit of its own (later calls ask the session).
+    used = st.usage
+    spent = Spent(
+        tokens=used.input_tokens + used.output_tokens,
+        tool_calls=st.tool_calls,
+        turns=n,
+        input_tokens=used.input_tokens,
+        output_tokens=used.output_tokens,
+    )
+    verdict, fault = gate(policy, "model", Requirement(), spent)
+    call = st.last_seq + 2
+    if verdict != Verdict.ADMIT:
+        why = str(fault or "rejected")
+        refused = Event(
+            kind=Kind.ACTION_REJECTED,
+            turn=n,
+            action="model",
+            call=call,
+            trust=policy.trust,
+            fault=why,
+        )
+        ended = Event(
+            kind=Kind.TURN_COMPLETED,
+            turn=n,
+            stop_reason=why,
+            error=f"governance refused the model call: {why}",
+        )
+        return Decision(state=s, events=(started, refused, ended, done_event(n)))
+    admitted = Event(
+        kind=Kind.ACTION_ADMITTED, turn=n, action="model", call=call, trust=policy.trust
+    )
     turn_input = TurnInput(
         session_id=st.session_id,
         turn=n,
@@ -90,10 +122,11 @@ def settle(s: Session, cmd: Settle) -> Decision:
         history=history_before(st),
         spec=spec,
         egress_allow=policy.egress_allow,
+        model_call=call,
     )
     return Decision(
         state=attrs.evolve(s, running=Running(turn=n)),
-        events=(started,),
+        events=(started, admitted),
         effects=(StartTurn(turn=n, spec=spec, input=turn_input),),
     )
 
