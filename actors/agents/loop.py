@@ -124,6 +124,11 @@ class ModelAgent:
             timer[0] = None
             out.flush()
 
+        def due() -> float:
+            # When the output wants its text flushed (a worker knows; others: the interval).
+            nxt = getattr(out, "next_flush", None)
+            return float(nxt()) if nxt is not None else self.flush_interval
+
         try:
             if todo:
                 # A turn paused for an approval: answer the calls still open, then go on.
@@ -160,7 +165,7 @@ class ModelAgent:
                             # Whatever the worker holds back goes out within one interval,
                             # even if the stream goes quiet now.
                             if timer[0] is None:
-                                timer[0] = loop.call_later(self.flush_interval, flushed)
+                                timer[0] = loop.call_later(due(), flushed)
                         elif isinstance(ev, ToolCallDone):
                             calls.append(ev.call)
                         elif isinstance(ev, UsageSeen):
@@ -168,7 +173,7 @@ class ModelAgent:
                             raw = (*raws, ev.raw) if ev.raw else tuple(raws)
                             out.usage(total + ev.usage, raw)
                             if timer[0] is None:
-                                timer[0] = loop.call_later(self.flush_interval, flushed)
+                                timer[0] = loop.call_later(due(), flushed)
                         elif isinstance(ev, Stopped):
                             stop = ev.reason
                         elif isinstance(ev, ReasoningDelta):

@@ -20,6 +20,9 @@ from ..agents import Agent, TurnInput
 from ..agents.governance import Requirement
 from .commands import Finished, Govern, Progress
 
+#: Seconds a turn must have run before its first words are handed back at once.
+FIRST_WORDS_AFTER = 0.002
+
 
 class TurnWorker:
     """The `TurnOutput` an agent writes to, and the thread that runs it."""
@@ -30,7 +33,11 @@ class TurnWorker:
         self.cancelled = threading.Event()
         self._interval = interval
         self._buf: list[str] = []
-        # The first words of a turn go out at once; later ones are batched per interval.
+        # The first words of a turn go out at once, unless the turn is younger than
+        # `FIRST_WORDS_AFTER` (an instant answer then rides on the turn's end: one message
+        # fewer); later words are batched per interval.
+        self._started = time.monotonic()
+        self._said = False
         self._last = 0.0
         self._usage: Usage | None = None
         self._usage_sent: Usage | None = None
@@ -118,11 +125,22 @@ class TurnWorker:
                 # Only text is batched: a hand-back of events alone (a gate's question,
                 # an action's end) must not hold back the words that follow it.
                 self._last = time.monotonic()
+                self._said = True
 
     def text(self, delta: str) -> None:
         self._buf.append(delta)
-        if time.monotonic() - self._last >= self._interval:
+        now = time.monotonic()
+        if self._said:
+            if now - self._last >= self._interval:
+                self.flush()
+        elif now - self._started >= FIRST_WORDS_AFTER:
             self.flush()
+
+    def next_flush(self) -> float:
+        """Seconds until buffered text is due (the agent arms a timer with it)."""
+        if self._said:
+            return self._interval
+        return max(0.0, self._started + FIRST_WORDS_AFTER - time.monotonic())
 
     def tool_call(self, tool: str, tool_use_id: str, input_json: str) -> None:
         ev = Event(kind=Kind.TOOL_CALL, tool=tool, tool_use_id=tool_use_id, input=input_json)
