@@ -379,6 +379,8 @@ class SessionActor(GuardedActor):
             command = c.command_of(msg)
             if isinstance(command, c.Receive):
                 command = self._with_stored(command)
+            elif isinstance(command, c.Submit):
+                command = attrs.evolve(command, now=time.time())
             if command is None:
                 text = f"a session does not take {type(msg).__name__}"
                 self._reply(reply_to, self._failure(msg.request_id, "InvalidRequest", text))
@@ -409,7 +411,8 @@ class SessionActor(GuardedActor):
 
     def receiveMsg_Govern(self, msg: c.Govern, sender: Any) -> None:
         if self.state is not None and not self.stopping_sent:
-            self._run(msg, None)
+            # The decider has no clock: a goal's wall-time budget is checked against this.
+            self._run(attrs.evolve(msg, now=time.time()), None)
 
     def receiveMsg_Finished(self, msg: c.Finished, sender: Any) -> None:
         if self.state is None or self.stopping_sent:

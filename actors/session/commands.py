@@ -156,6 +156,9 @@ class Govern:
     tool_use_id: str = ""
     input: str = ""
     need: Requirement = attrs.field(factory=Requirement)
+    #: Unix time the session received the request (stamped by the shell: a goal run's
+    #: wall-time budget is checked against it).
+    now: float = 0.0
 
 
 @attrs.frozen(kw_only=True)
@@ -167,6 +170,26 @@ class Decide:
     call: int
     approve: bool
     note: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class Submit:
+    """Open a goal run (``session.started`` with the objective and the budget)."""
+
+    request_id: str
+    key: str
+    objective: str
+    budget: Mapping[str, int] = attrs.field(factory=dict)
+    #: Unix time the session received it (stamped by the shell), 0 if unknown.
+    now: float = 0.0
+
+
+@attrs.frozen(kw_only=True)
+class Resume:
+    """Continue the goal run in flight, if any (the next turn starts when one is due)."""
+
+    request_id: str
+    key: str
 
 
 @attrs.frozen(kw_only=True)
@@ -203,6 +226,8 @@ Command = (
     | Finished
     | Govern
     | Decide
+    | Submit
+    | Resume
     | StartFailed
     | Settle
     | Poisoned
@@ -332,6 +357,15 @@ def command_of(msg: Any) -> Command | None:
             approve=msg.approve,
             note=msg.note,
         )
+    elif isinstance(msg, m.SubmitGoal):
+        return Submit(
+            request_id=msg.request_id,
+            key=msg.key,
+            objective=msg.objective,
+            budget=dict(msg.budget),
+        )
+    elif isinstance(msg, m.ResumeGoal):
+        return Resume(request_id=msg.request_id, key=msg.key)
     elif isinstance(msg, m.SealSession):
         return SealStream(request_id=msg.request_id)
     elif isinstance(msg, m.VerifySession):

@@ -17,6 +17,7 @@ from spine import Event, Kind
 from .. import messages as m
 from ..agents.governance import Fault, Policy, PolicyError, Spent, Verdict, gate
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
+from .goals import goal_gate
 from .refusals import failed
 from .state import SessionState, action_key
 
@@ -65,14 +66,15 @@ def govern(s: Session, cmd: Govern) -> Decision:
     fault: Fault | None
     try:
         policy = Policy.from_metadata(st.metadata)
-        verdict, fault = gate(policy, cmd.action, cmd.need, _spent(st, run))
         trust = policy.trust
+        # A goal run's own budget first: it counts from the run's start.
+        verdict, fault, err = goal_gate(st, run, cmd.action, cmd.now)
+        if verdict == Verdict.ADMIT:
+            verdict, fault = gate(policy, cmd.action, cmd.need, _spent(st, run))
     except PolicyError as exc:
         # A policy that cannot be read admits nothing.
         verdict, fault, trust = Verdict.REJECT, None, ""
         err = str(exc)
-    else:
-        err = ""
     call = st.last_seq + 1
     base: dict[str, Any] = {
         "turn": run.turn,

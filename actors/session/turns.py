@@ -9,6 +9,7 @@ from spine import Event, Kind, Phase, Usage
 
 from ..agents.governance import Policy, PolicyError
 from ..spec import AgentSpec, SettingsError, TurnInput
+from . import goals
 from .commands import (
     ASSISTANT_DELTA,
     CancelTurn,
@@ -24,7 +25,7 @@ from .commands import (
     StartTurn,
 )
 from .gate import withdrawn
-from .state import SessionState
+from .state import SessionState, fold
 
 
 def done_event(turn: int = 0) -> Event:
@@ -66,9 +67,11 @@ def settle(s: Session, cmd: Settle) -> Decision:
     st = s.stored
     if s.running is not None or s.stopping or st.terminal or st.open_turn is not None:
         return Decision(state=s)
-    if not st.pending:
+    if not st.pending and st.running_goal is None:
         return Decision(state=s)
-    _seq, text = st.pending[0]
+    # A goal run drives its own turns: with no message waiting, the next one continues
+    # the conversation (the objective is in it) without new input.
+    text = st.pending[0][1] if st.pending else ""
     n = st.turns + 1
     started = Event(kind=Kind.TURN_STARTED, turn=n)
     try:
@@ -82,13 +85,17 @@ def settle(s: Session, cmd: Settle) -> Decision:
             stop_reason="error",
             error=f"cannot start the turn: {exc}",
         )
-        return Decision(state=s, events=(started, ended, done_event(n)))
+        events = [started, ended, done_event(n)]
+        if st.running_goal is not None:
+            events.extend(goals.ended(fold(st, events, st.last_seq + 1), "error", ""))
+        return Decision(state=s, events=tuple(events))
     turn_input = TurnInput(
         session_id=st.session_id,
         turn=n,
         text=text,
         history=history_before(st),
         spec=spec,
+        resume=not st.pending,
         egress_allow=policy.egress_allow,
     )
     return Decision(
@@ -162,6 +169,9 @@ def finished(s: Session, cmd: Finished) -> Decision:
             )
         )
     events.append(done_event(run.turn))
+    if s.stored.running_goal is not None:
+        after = fold(s.stored, events, s.stored.last_seq + 1)
+        events.extend(goals.ended(after, cmd.stop_reason, text))
     return Decision(state=attrs.evolve(s, running=None), events=tuple(events), live=live)
 
 
@@ -175,4 +185,8 @@ def start_failed(s: Session, cmd: StartFailed) -> Decision:
         stop_reason="error",
         error=f"agent factory failed: {cmd.error}",
     )
-    return Decision(state=attrs.evolve(s, running=None), events=(ended, done_event(run.turn)))
+    events = [ended, done_event(run.turn)]
+    st = s.stored
+    if st.running_goal is not None:
+        events.extend(goals.ended(fold(st, events, st.last_seq + 1), "error", ""))
+    return Decision(state=attrs.evolve(s, running=None), events=tuple(events))

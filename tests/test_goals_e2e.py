@@ -1,0 +1,171 @@
+"""Goal runs end to end on real processes (multiprocTCPBase, the scripted provider and the
+fake OpenAI-compatible server): submit and wait, a budget that stalls the run, an
+interrupt, a SIGKILL of the session mid-run and a restart of the whole daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+from collections.abc import Iterator
+
+import pytest
+from actor_helpers import governed_tools
+from conftest import wait_for
+from fake_models import FakeModelServer, chunk, tool_delta
+
+from actors.agents import ModelFactory
+from actors.errors import GoalStalled, HostTimeout, InvalidRequest
+from actors.host import Host
+from projections import project
+from spine import Event, Kind
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _host(data: pathlib.Path) -> Host:
+    return Host(
+        data,
+        base="multiprocTCPBase",
+        timeout=20,
+        factory=ModelFactory(tools=governed_tools(), backoff=0.01),
+    )
+
+
+@pytest.fixture
+def mp(tmp_path: pathlib.Path, no_leftover_processes) -> Iterator[Host]:  # type: ignore[no-untyped-def]
+    h = _host(tmp_path / "data")
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+def _goal_events(evs: list[Event]) -> list[str]:
+    return [
+        str(e.kind)
+        for e in evs
+        if e.kind in (Kind.CONVERGED, Kind.STALLED) or (e.kind == Kind.SESSION_STARTED and e.goal)
+    ]
+
+
+def test_a_goal_with_a_tool_call_converges_and_wait_returns_the_answer(mp: Host) -> None:
+    """The session runs the turn on its own: the tool runs, the answer is the run's
+    result, Wait returns it (also when asked again after the end) and the projection
+    shows it."""
+    sid = mp.create()
+    mp.submit(sid, '!tool calculator {"expression": "6*7"}', budget={"max_turns": 3})
+    assert mp.wait(sid, timeout=30) == "calculator returned 42"
+    assert mp.wait(sid, timeout=0) == "calculator returned 42"
+    evs = mp.history(sid)
+    assert _goal_events(evs) == [Kind.SESSION_STARTED, Kind.CONVERGED]
+    assert [e.result for e in evs if e.kind == Kind.TOOL_RESULT] == ["42"]
+    assert project(evs).result == "calculator returned 42"
+
+
+def test_an_exhausted_budget_is_rejected_at_the_gate_then_stalls(mp: Host) -> None:
+    """A model that keeps asking for tools (one tool round per turn) with a budget of two
+    turns: the third turn's model call is action.rejected budget_exceeded, then the run
+    stalls and Wait raises with the reason."""
+    sid = mp.create(metadata={"ore.model.max_tool_rounds": "1"})
+    mp.submit(sid, '!loop calculator {"expression": "1+1"}', budget={"max_turns": 2})
+    with pytest.raises(GoalStalled, match="budget exceeded"):
+        mp.wait(sid, timeout=30)
+    evs = mp.history(sid)
+    rejected = [e for e in evs if e.kind == Kind.ACTION_REJECTED]
+    assert [(e.action, e.fault) for e in rejected] == [("model", "budget_exceeded")]
+    stalled = evs[-1]
+    assert stalled.kind == Kind.STALLED and rejected[0].seq < stalled.seq
+
+
+def test_an_interrupt_stalls_the_run_as_cancelled(mp: Host) -> None:
+    """A run whose model hangs: the interrupt cancels the turn and the run stalls."""
+    sid = mp.create()
+    ack = mp.submit(sid, "!hang")
+    wait_for(lambda: any(e.kind == Kind.TURN_STARTED for e in mp.history(sid)), 20)
+    with pytest.raises(HostTimeout):
+        mp.wait(sid, timeout=0.2)
+    mp.interrupt(sid)
+    with pytest.raises(GoalStalled, match="cancelled"):
+        mp.wait(sid, timeout=30)
+    assert ack.seq > 0
+
+
+def test_a_second_submit_and_a_wait_without_a_run_are_clear_errors(mp: Host) -> None:
+    """A run in flight refuses another; a session with no run cannot be waited on."""
+    sid = mp.create()
+    with pytest.raises(InvalidRequest, match="run no goal"):
+        mp.wait(sid, timeout=1)
+    mp.submit(sid, "!slow 0.2 a b c")
+    with pytest.raises(InvalidRequest, match="already runs a goal"):
+        mp.submit(sid, "again")
+    with pytest.raises(InvalidRequest, match="positive"):
+        mp.submit(sid, "x", budget={"max_turns": -1})
+    assert mp.wait(sid, timeout=30).endswith("a b c")
+    assert mp.resume(sid).consumed
+
+
+def test_a_run_survives_a_sigkill_of_its_session(mp: Host) -> None:
+    """The session process is killed mid-turn; the restarted one closes the cut turn and
+    continues the run by itself: one session.started, one convergence."""
+    sid = mp.create()
+    mp.submit(sid, "!slow 0.15 one two three four five six")
+    wait_for(lambda: any(e.kind == Kind.TURN_STARTED for e in mp.history(sid)), 20)
+    pid = mp.session_pid(sid)
+    os.kill(pid, signal.SIGKILL)
+    assert mp.wait(sid, timeout=60).endswith("one two three four five six")
+    evs = mp.history(sid)
+    assert _goal_events(evs) == [Kind.SESSION_STARTED, Kind.CONVERGED]
+    assert [e.reason for e in evs if e.kind == Kind.TURN_CANCELLED] == ["crash"]
+    assert mp.session_pid(sid) != pid
+
+
+def test_a_run_cut_off_by_a_daemon_restart_is_resumed(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """The whole actor system goes down mid-turn; a new one resumes the run on the same
+    stream (no second session.started) and Wait, from the new Host, gets the answer."""
+    data = tmp_path / "data"
+    h = _host(data)
+    try:
+        sid = h.create()
+        h.submit(sid, "!slow 0.3 alpha beta gamma delta epsilon")
+        wait_for(lambda: any(e.kind == Kind.TURN_STARTED for e in h.history(sid)), 20)
+    finally:
+        h.close()
+    h = _host(data)
+    try:
+        with pytest.raises(HostTimeout):
+            h.wait(sid, timeout=0.1)  # nothing runs it until it is resumed
+        assert not h.resume(sid).consumed
+        assert h.wait(sid, timeout=60).endswith("alpha beta gamma delta epsilon")
+        evs = h.history(sid)
+        assert _goal_events(evs) == [Kind.SESSION_STARTED, Kind.CONVERGED]
+    finally:
+        h.close()
+
+
+def test_a_goal_against_the_fake_openai_server_converges(mp: Host) -> None:
+    """A real wire format: the server asks for a tool, then answers; the run converges
+    with the server's answer."""
+    server = FakeModelServer()
+    try:
+        sid = mp.create(
+            metadata={
+                "ore.model.provider": "openai",
+                "ore.model.base_url": server.url,
+                "ore.model.name": "fake",
+            }
+        )
+        calc = tool_delta(0, "c1", "calculator", json.dumps({"expression": "2*21"}))
+        server.queue(
+            [("sse", [chunk(tool_calls=[calc]), chunk(finish="tool_calls")]), ("done",)],
+            [("sse", [chunk(content="the answer is 42"), chunk(finish="stop")]), ("done",)],
+        )
+        mp.submit(sid, "what is 2*21?")
+        assert mp.wait(sid, timeout=30) == "the answer is 42"
+        evs = mp.history(sid)
+        assert [e.result for e in evs if e.kind == Kind.TOOL_RESULT] == ["42"]
+    finally:
+        server.close()
