@@ -195,6 +195,22 @@ def test_interrupt_cuts_a_running_turn_off(daemon: Daemon) -> None:
     fails(run(daemon.data, "interrupt", "nobody"), 4, "unknown session")
 
 
+def test_submit_and_wait_run_a_goal_and_print_its_answer_or_stall(daemon: Daemon) -> None:
+    """submit --wait prints the answer; wait prints it again without the daemon's help;
+    a stalled run is exit 1 naming the reason; a session with no run is exit 2."""
+    out = ok(run(daemon.data, "submit", "goal-1", "reach the answer", "--create", "--wait"))
+    assert "[scripted] reach the answer" in out
+    assert "reach the answer" in ok(run(daemon.data, "wait", "goal-1"))
+    ok(run(daemon.data, "new", "goal-2", "--meta", "ore.model.max_tool_rounds=1"))
+    loop = '!loop calculator {"expression": "1+1"}'
+    assert "seq" in ok(run(daemon.data, "submit", "goal-2", loop, "--max-turns", "1"))
+    fails(run(daemon.data, "wait", "goal-2", "--timeout", "30"), 1, "budget exceeded")
+    line = json.loads(run(daemon.data, "wait", "goal-2", "--json").stdout)
+    assert line["outcome"] == "stalled" and "budget exceeded" in line["error"]
+    ok(run(daemon.data, "new", "goal-3"))
+    fails(run(daemon.data, "wait", "goal-3"), 2, "has run no goal")
+
+
 def test_close_closes_a_session_and_it_takes_no_more_messages(daemon: Daemon) -> None:
     """close records the end; a later send is refused; an unknown session is exit 4."""
     ok(run(daemon.data, "new", "close-1"))
