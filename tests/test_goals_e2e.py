@@ -169,3 +169,88 @@ def test_a_goal_against_the_fake_openai_server_converges(mp: Host) -> None:
         assert [e.result for e in evs if e.kind == Kind.TOOL_RESULT] == ["42"]
     finally:
         server.close()
+
+
+def _spawns(*objectives: str) -> str:
+    return "\n".join("!tool spawn " + json.dumps({"objective": o}) for o in objectives)
+
+
+def test_a_goal_fans_out_to_two_concurrent_children_that_fold_back(mp: Host) -> None:
+    """Two spawns in one response: two child sessions (own streams, own processes) run
+    their goal runs concurrently, each with a tool call; the parent records child.spawned
+    and child.completed, its model gets the answers, and the parent's projection shows
+    the seed's fan-out tree."""
+    sid = mp.create()
+    a = '!tool calculator {"expression": "6*7"}'
+    b = '!tool calculator {"expression": "2+2"}'
+    mp.submit(sid, _spawns(a, b))
+    answer = mp.wait(sid, timeout=60)
+    assert answer == ("spawn returned calculator returned 42; spawn returned calculator returned 4")
+    evs = mp.history(sid)
+    spawned = [e for e in evs if e.kind == Kind.CHILD_SPAWNED and e.goal == sid]
+    assert [e.text for e in spawned] == [a, b]
+    kids = [e.child for e in spawned]
+    done = {e.child: e.result for e in evs if e.kind == Kind.CHILD_COMPLETED}
+    assert done == {kids[0]: "calculator returned 42", kids[1]: "calculator returned 4"}
+    p = project(evs)
+    assert [(c.id, c.parent, c.objective, c.state, c.turns, c.result) for c in p.fanout] == [
+        (kids[0], sid, a, "done", 1, "calculator returned 42"),
+        (kids[1], sid, b, "done", 1, "calculator returned 4"),
+    ]
+    assert all(c.trust == "standard" and c.blocked == 0 for c in p.fanout)
+    # Each child is a session of its own: its stream opens its own goal run.
+    for kid, objective in zip(kids, (a, b), strict=True):
+        own = mp.history(kid)
+        assert (own[0].kind, own[0].goal, own[0].text) == (Kind.SESSION_STARTED, kid, objective)
+        assert own[-1].kind == Kind.CONVERGED
+
+
+def _started(h: Host, sid: str) -> bool:
+    return any(e.kind == Kind.TURN_STARTED for e in h.history(sid))
+
+
+def test_interrupting_the_parent_cancels_its_running_children(mp: Host) -> None:
+    """Two slow children run at the same time (both have started before either ends);
+    an interrupt of the parent stalls it and both children with reason cancelled, and the
+    tree shows them failed with that result."""
+    sid = mp.create()
+    slow = "!slow 0.3 a b c d e f g h i j"
+    mp.submit(sid, _spawns(slow, slow))
+    kids = wait_for(
+        lambda: (
+            [e.child for e in mp.history(sid) if e.kind == Kind.CHILD_SPAWNED]
+            if sum(e.kind == Kind.CHILD_SPAWNED for e in mp.history(sid)) == 2
+            else None
+        ),
+        30,
+    )
+    wait_for(lambda: all(_started(mp, k) for k in kids), 30)
+    assert not any(e.kind == Kind.CONVERGED for k in kids for e in mp.history(k))
+    mp.interrupt(sid)
+    with pytest.raises(GoalStalled, match="cancelled"):
+        mp.wait(sid, timeout=30)
+    for kid in kids:
+        with pytest.raises(GoalStalled, match="cancelled"):
+            mp.wait(kid, timeout=30)
+    p = project(mp.history(sid))
+    assert [(c.state, c.result) for c in p.fanout] == [("failed", "cancelled")] * 2
+
+
+def test_a_child_killed_mid_run_is_restarted_and_its_sibling_undisturbed(mp: Host) -> None:
+    """SIGKILL of one child's process: the Runner restarts it, its run continues and
+    folds back; the sibling and the parent see nothing of it; nothing is spawned twice."""
+    sid = mp.create()
+    slow = "!slow 0.2 one two three four five"
+    mp.submit(sid, _spawns(slow, '!tool calculator {"expression": "1+2"}'))
+    kid = wait_for(
+        lambda: next((e.child for e in mp.history(sid) if e.kind == Kind.CHILD_SPAWNED), ""), 30
+    )
+    wait_for(lambda: _started(mp, kid), 30)
+    pid = mp.session_pid(kid)
+    os.kill(pid, signal.SIGKILL)
+    answer = mp.wait(sid, timeout=60)
+    assert "one two three four five" in answer and "calculator returned 3" in answer
+    evs = mp.history(sid)
+    assert sum(e.kind == Kind.CHILD_SPAWNED and e.goal == sid for e in evs) == 2
+    assert [c.state for c in project(evs).fanout] == ["done", "done"]
+    assert [e.reason for e in mp.history(kid) if e.kind == Kind.TURN_CANCELLED] == ["crash"]

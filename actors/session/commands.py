@@ -193,6 +193,16 @@ class Resume:
 
 
 @attrs.frozen(kw_only=True)
+class Spawn:
+    """From the turn's worker: the admitted ``spawn`` tool call ``tool_use_id`` delegates
+    ``objective`` to a child session (answered with `AnswerSpawn` once it exists)."""
+
+    turn: int
+    tool_use_id: str
+    objective: str
+
+
+@attrs.frozen(kw_only=True)
 class StartFailed:
     """The agent for a started turn could not be built (the factory raised)."""
 
@@ -228,6 +238,7 @@ Command = (
     | Decide
     | Submit
     | Resume
+    | Spawn
     | StartFailed
     | Settle
     | Poisoned
@@ -271,6 +282,24 @@ class AnswerWorker:
     fault: str = ""
 
 
+@attrs.frozen(kw_only=True)
+class CreateChild:
+    """Ask the Runner to create the child session ``child`` (its metadata carries the
+    objective, so it opens its goal run as it is created); then answer the worker."""
+
+    turn: int
+    tool_use_id: str
+    child: str
+    metadata: Mapping[str, str] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class CancelChildren:
+    """Interrupt the running children: each stalls with reason cancelled."""
+
+    children: tuple[str, ...]
+
+
 @attrs.frozen
 class EndSubscriptions:
     """Tell every subscriber the session closed (a final batch with ``closed``)."""
@@ -298,6 +327,8 @@ Effect = (
     | StartTurn
     | CancelTurn
     | AnswerWorker
+    | CreateChild
+    | CancelChildren
     | EndSubscriptions
     | StopSelf
     | ComputeSeal

@@ -43,6 +43,7 @@ from .commands import (
     SealStream,
     Session,
     Settle,
+    Spawn,
     StartFailed,
     StopSelf,
     Submit,
@@ -111,9 +112,11 @@ def _open(s: Session, cmd: Open) -> Decision:
     events: list[Event] = []
     already = cmd.create and st.last_seq > 0
     if cmd.create and not already:
-        events.append(Event(kind=Kind.SESSION_STARTED, text=cmd.metadata.get("objective", "")))
+        first, then = goals.opening(s.session_id, cmd.metadata)
+        events.extend(first)
         if cmd.metadata:
             events.append(Event(kind=Kind.PROPERTIES, properties=dict(cmd.metadata)))
+        events.extend(then)
     events.extend(recovery_events(st))
     metadata = dict(st.metadata)
     if cmd.create and not already:
@@ -229,9 +232,17 @@ def _interrupt(
     run = paused(s)
     if run is None and s.stored.running_goal is not None:
         reason = cmd.ingress.text or "interrupted"
-        events += [Event(kind=Kind.INTERRUPT, reason=reason), *goals.cancelled(s.stored)]
+        gone, stop = goals.cancel_children(s.stored)
+        events += [Event(kind=Kind.INTERRUPT, reason=reason), *gone, *goals.cancelled(s.stored)]
         ack = attrs.evolve(ack, seq=s.stored.last_seq + len(events), consumed=False)
-        return Decision(state=s, events=tuple(events), key=cmd.key, reply=ack, live=tuple(live))
+        return Decision(
+            state=s,
+            events=tuple(events),
+            key=cmd.key,
+            reply=ack,
+            live=tuple(live),
+            effects=stop,
+        )
     if run is None:
         nothing = ("info", "nothing to interrupt")
         ack = attrs.evolve(ack, notices=(*ack.notices, nothing))
@@ -241,7 +252,10 @@ def _interrupt(
         return _store(s, events, live, ack, cmd.key)
     reason = cmd.ingress.text or "interrupted"
     cancelled, effects = cancel(run, reason, s.stored)
-    events += [Event(kind=Kind.INTERRUPT, reason=reason), *cancelled, *goals.cancelled(s.stored)]
+    gone, stop = goals.cancel_children(s.stored)
+    events += [Event(kind=Kind.INTERRUPT, reason=reason), *gone, *cancelled]
+    events += goals.cancelled(s.stored)
+    effects = (*effects, *stop)
     ack = attrs.evolve(ack, seq=s.stored.last_seq + len(events), consumed=False)
     state = attrs.evolve(s, running=None)
     return Decision(
@@ -296,7 +310,9 @@ def _close(s: Session, cmd: Close) -> Decision:
     if refused is not None:
         return Decision(state=s, reply=refused)
     events, effects = cancel(paused(s), "closed", s.stored)
-    events.extend(goals.cancelled(s.stored))
+    gone, stop = goals.cancel_children(s.stored)
+    events = [*gone, *events, *goals.cancelled(s.stored)]
+    effects = (*effects, *stop)
     events.append(Event(kind=Kind.LIFECYCLE, phase=Phase.CLOSED))
     return Decision(
         state=attrs.evolve(s, running=None, stopping=True),
@@ -324,6 +340,7 @@ _HANDLERS: dict[type, Callable[[Session, Any], Decision]] = {
     Decide: decide_action,
     Submit: goals.submit,
     Resume: goals.resume,
+    Spawn: goals.spawn,
     StartFailed: start_failed,
     Close: _close,
     SealStream: seal,

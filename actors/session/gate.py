@@ -19,7 +19,7 @@ from ..agents.governance import Fault, Policy, PolicyError, Spent, Verdict, gate
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
 from .goals import goal_gate
 from .refusals import failed
-from .state import SessionState, action_key
+from .state import SessionState, action_key, depth_of
 
 
 def _answer(cmd: Govern, verdict: str, call: int, fault: str = "") -> AnswerWorker:
@@ -39,6 +39,8 @@ def _spent(st: SessionState, run: Running) -> Spent:
         tokens=used.input_tokens + used.output_tokens,
         tool_calls=st.tool_calls,
         turns=run.turn,
+        children=len(st.children),
+        depth=depth_of(st.metadata),
     )
 
 

@@ -20,9 +20,28 @@ from spine import Event, Kind
 
 from .. import messages as m
 from ..agents.governance import Fault, Policy, Requirement, Spent, Verdict, gate
-from .commands import Decision, Resume, Running, Session, Submit
+from .commands import (
+    CancelChildren,
+    CreateChild,
+    Decision,
+    Effect,
+    Resume,
+    Running,
+    Session,
+    Spawn,
+    Submit,
+)
 from .refusals import failed
-from .state import BUDGET_KEYS, MAX_FAILURES, GoalRun, SessionState
+from .state import (
+    BUDGET_KEYS,
+    GOAL_DEPTH,
+    GOAL_OBJECTIVE,
+    GOAL_PARENT,
+    MAX_FAILURES,
+    GoalRun,
+    SessionState,
+    depth_of,
+)
 
 #: Stop reasons of a turn that ended with an answer.
 ANSWER_STOPS = frozenset({"end_turn", "stop", "stop_sequence", "max_tokens"})
@@ -153,3 +172,72 @@ def cancelled(st: SessionState) -> list[Event]:
     """The stall of the run in flight when it is interrupted or closed."""
     g = st.running_goal
     return [] if g is None else [stalled(g, CANCELLED)]
+
+
+# -- fan-out -----------------------------------------------------------------------------
+
+
+def child_id(parent: str, tool_use_id: str) -> str:
+    """The child a spawn call creates: named after the parent and the call, so a turn that
+    resumes after a crash and asks again finds the same child instead of a second one."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in tool_use_id)
+    return f"{parent}-{safe}"
+
+
+def spawn(s: Session, cmd: Spawn) -> Decision:
+    run = s.running
+    if run is None or run.turn != cmd.turn:
+        return Decision(state=s)  # a worker of a turn already closed
+    st = s.stored
+    child = child_id(s.session_id, cmd.tool_use_id)
+    md = {k: v for k, v in st.metadata.items() if not k.startswith("goal.")}
+    md.update(
+        {
+            GOAL_OBJECTIVE: cmd.objective,
+            GOAL_PARENT: s.session_id,
+            GOAL_DEPTH: str(depth_of(st.metadata) + 1),
+        }
+    )
+    events: tuple[Event, ...] = ()
+    if child not in st.children:
+        events = (
+            Event(
+                kind=Kind.CHILD_SPAWNED,
+                turn=run.turn,
+                goal=s.session_id,
+                child=child,
+                text=cmd.objective,
+            ),
+        )
+    effect = CreateChild(turn=cmd.turn, tool_use_id=cmd.tool_use_id, child=child, metadata=md)
+    return Decision(state=s, events=events, effects=(effect,))
+
+
+def opening(session_id: str, metadata: Mapping[str, str]) -> tuple[list[Event], list[Event]]:
+    """The events a new session opens with (before and after its metadata): a spawned
+    child (``goal.objective`` set) opens its goal run at once."""
+    objective = metadata.get(GOAL_OBJECTIVE, "")
+    if not objective:
+        return [Event(kind=Kind.SESSION_STARTED, text=metadata.get("objective", ""))], []
+    return (
+        [Event(kind=Kind.SESSION_STARTED, goal=session_id, text=objective)],
+        [Event(kind=Kind.USER_MESSAGE, goal=session_id, text=objective)],
+    )
+
+
+def cancel_children(st: SessionState) -> tuple[list[Event], tuple[Effect, ...]]:
+    """The running children fold back as cancelled, and are told to stop."""
+    running = tuple(c for c, live in st.children.items() if live)
+    if not running:
+        return [], ()
+    events = [
+        Event(
+            kind=Kind.CHILD_COMPLETED,
+            goal=st.session_id,
+            child=c,
+            result=CANCELLED,
+            is_error=True,
+        )
+        for c in running
+    ]
+    return events, (CancelChildren(children=running),)

@@ -108,6 +108,8 @@ class SessionState:
     decided: Mapping[int, bool] = attrs.field(factory=dict)
     #: The latest goal run (None: the session never ran one).
     goal: GoalRun | None = None
+    #: Children this session spawned, in spawn order: id -> still running.
+    children: Mapping[str, bool] = attrs.field(factory=dict)
 
     @property
     def running_goal(self) -> GoalRun | None:
@@ -237,6 +239,30 @@ def _outcome(outcome: str) -> Callable[[SessionState, Event, int], Changes]:
 FAILED_STOPS = frozenset({"error", "timeout", "transient", "max_tool_rounds"})
 
 
+def _child_spawned(state: SessionState, ev: Event, seq: int) -> Changes:
+    if ev.child in state.children:
+        return {}
+    return {"children": {**state.children, ev.child: True}}
+
+
+def _child_completed(state: SessionState, ev: Event, seq: int) -> Changes:
+    if not state.children.get(ev.child):
+        return {}
+    return {"children": {**state.children, ev.child: False}}
+
+
+def depth_of(md: Mapping[str, str]) -> int:
+    """The session's delegation depth (``goal.depth``, 0 for a root session)."""
+    raw = md.get(GOAL_DEPTH, "0")
+    return int(raw) if raw.isdigit() else 0
+
+
+#: Metadata a spawned child is created with: its objective, its parent, its depth.
+GOAL_OBJECTIVE = "goal.objective"
+GOAL_PARENT = "goal.parent"
+GOAL_DEPTH = "goal.depth"
+
+
 def _action(status: str) -> Callable[[SessionState, Event, int], Changes]:
     def handler(state: SessionState, ev: Event, seq: int) -> Changes:
         key = action_key(ev.action, ev.tool_use_id)
@@ -283,6 +309,8 @@ _HANDLERS: dict[str, Callable[[SessionState, Event, int], Changes]] = {
     Kind.TOOL_CALL: _tool_call,
     Kind.TOOL_RESULT: _tool_result,
     Kind.SESSION_STARTED: _started,
+    Kind.CHILD_SPAWNED: _child_spawned,
+    Kind.CHILD_COMPLETED: _child_completed,
     Kind.CONVERGED: _outcome("converged"),
     Kind.STALLED: _outcome("stalled"),
     Kind.TURN_COMPLETED: _completed,
@@ -308,7 +336,8 @@ def evolve(state: SessionState, ev: Event, seq: int | None = None) -> SessionSta
     event object does not carry it (an event as appended, before the log numbered it)."""
     at = ev.seq if seq is None else seq
     handler = _HANDLERS.get(ev.kind)
-    if handler is None:
+    if handler is None or (ev.goal and ev.goal != state.session_id):
+        # A child's events mirrored onto this stream (attributed by goal) are its, not ours.
         return attrs.evolve(state, last_seq=at)
     return attrs.evolve(state, last_seq=at, **handler(state, ev, at))
 
