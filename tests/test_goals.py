@@ -9,7 +9,7 @@ import pytest
 from actors.session import commands as c
 from actors.testing import Outcome, SessionKit
 from projections import project
-from spine import Kind, Usage
+from spine import Event, Kind, Usage
 
 
 def _submit(kit: SessionKit, objective: str = "find x", now: float = 0.0, **budget: int) -> Outcome:
@@ -220,3 +220,110 @@ def test_a_setting_no_agent_can_use_stalls_the_run_instead_of_looping() -> None:
     out = _submit(kit)
     assert out.kinds[-1] == Kind.STALLED and "repeated failures" in out.events[-1].error
     assert sum(e.kind == Kind.TURN_STARTED for e in out.events) == 3
+
+
+# -- fan-out -----------------------------------------------------------------------------
+
+
+def _spawn(kit: SessionKit, use_id: str = "t1", objective: str = "sub") -> Outcome:
+    run = kit.state.running
+    assert run is not None
+    return kit.run(c.Spawn(turn=run.turn, tool_use_id=use_id, objective=objective))
+
+
+def test_a_spawn_records_the_edge_and_asks_for_the_child_with_its_objective() -> None:
+    """child.spawned (goal = the parent, child = its id, objective as text) and a
+    CreateChild whose metadata opens the child's run one level deeper; asked again (a
+    resumed turn) it records nothing new and follows the same child."""
+    kit = SessionKit(session_id="p")
+    kit.create({"ore.model.name": "m", "governance.trust": "elevated"})
+    _submit(kit)
+    out = _spawn(kit, "t1", "find y")
+    (ev,) = out.events
+    assert (ev.kind, ev.goal, ev.child, ev.text) == (Kind.CHILD_SPAWNED, "p", "p-t1", "find y")
+    (make,) = [e for e in out.effects if isinstance(e, c.CreateChild)]
+    assert make.child == "p-t1"
+    assert make.metadata["goal.objective"] == "find y" and make.metadata["goal.parent"] == "p"
+    assert make.metadata["goal.depth"] == "1" and make.metadata["ore.model.name"] == "m"
+    again = _spawn(kit, "t1", "find y")
+    assert not again.events and isinstance(again.effects[0], c.CreateChild)
+
+
+def test_a_child_opens_its_goal_run_as_it_is_created() -> None:
+    """goal.objective in the creation metadata: session.started (goal = the child) and
+    the objective as its first message, and the first turn starts."""
+    kit = SessionKit(session_id="p-t1")
+    out = kit.create({"goal.objective": "find y", "goal.parent": "p", "goal.depth": "1"})
+    assert out.kinds[:4] == [
+        Kind.SESSION_STARTED,
+        Kind.PROPERTIES,
+        Kind.USER_MESSAGE,
+        Kind.TURN_STARTED,
+    ]
+    assert (out.events[0].goal, out.events[0].text) == ("p-t1", "find y")
+    assert kit.state.stored.running_goal is not None
+
+
+@pytest.mark.parametrize(
+    ("md", "error"),
+    [
+        ({"governance.max_children": "1"}, "budget_exceeded"),
+        ({"governance.max_depth": "1", "goal.depth": "1"}, "budget_exceeded"),
+        ({"governance.capabilities": "clock"}, "capability_denied"),
+    ],
+)
+def test_breadth_depth_and_capability_govern_spawn(md: dict[str, str], error: str) -> None:
+    """A second child over max_children, any child at max_depth, or a session without
+    the spawn capability: the spawn call is action.rejected with its fault."""
+    from actors.agents.governance import Requirement
+
+    kit = SessionKit(session_id="p")
+    kit.create(md)
+    _submit(kit)
+    if "max_children" in str(md):
+        _spawn(kit, "t0")
+    run = kit.state.running
+    assert run is not None
+    need = Requirement(capabilities=frozenset({"spawn"}))
+    out = kit.run(c.Govern(turn=run.turn, action="spawn", tool_use_id="t9", need=need))
+    (ev,) = out.events
+    assert (ev.kind, ev.fault) == (Kind.ACTION_REJECTED, error)
+
+
+def test_interrupting_the_parent_folds_running_children_back_as_cancelled() -> None:
+    """Running children get child.completed (cancelled, an error) and a CancelChildren
+    effect; finished ones are left alone; the parent's run stalls."""
+    kit = SessionKit(session_id="p")
+    kit.create()
+    _submit(kit)
+    _spawn(kit, "a")
+    _spawn(kit, "b")
+    kit.progress(events=[Event(kind=Kind.CHILD_COMPLETED, goal="p", child="p-a", result="ok")])
+    out = kit.interrupt()
+    gone = [(e.child, e.result, e.is_error) for e in out.events if e.kind == Kind.CHILD_COMPLETED]
+    assert gone == [("p-b", "cancelled", True)]
+    (stop,) = [e for e in out.effects if isinstance(e, c.CancelChildren)]
+    assert stop.children == ("p-b",)
+    assert out.kinds[-1] == Kind.STALLED
+
+
+def test_a_childs_mirrored_events_do_not_touch_the_parents_state() -> None:
+    """turn.completed and actions attributed to a child leave the parent's open turn,
+    budgets and run alone, and the projection counts them under the child."""
+    kit = SessionKit(session_id="p")
+    kit.create()
+    _submit(kit)
+    _spawn(kit, "a")
+    before = kit.state.stored
+    mirrored = [
+        Event(kind=Kind.ACTION_ADMITTED, goal="p-a", action="calculator", call=3, trust="standard"),
+        Event(kind=Kind.TURN_COMPLETED, goal="p-a", stop_reason="end_turn"),
+        Event(kind=Kind.CONVERGED, goal="p-a", text="ok"),
+        Event(kind=Kind.CHILD_COMPLETED, goal="p", child="p-a", result="ok"),
+    ]
+    kit.progress(events=mirrored)
+    after = kit.state.stored
+    assert after.open_turn == before.open_turn and after.tool_calls == before.tool_calls
+    assert after.running_goal is not None and after.children == {"p-a": False}
+    (child,) = project(kit.events).fanout
+    assert (child.state, child.turns, child.result, child.trust) == ("done", 1, "ok", "standard")

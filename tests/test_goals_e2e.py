@@ -254,3 +254,41 @@ def test_a_child_killed_mid_run_is_restarted_and_its_sibling_undisturbed(mp: Hos
     assert sum(e.kind == Kind.CHILD_SPAWNED and e.goal == sid for e in evs) == 2
     assert [c.state for c in project(evs).fanout] == ["done", "done"]
     assert [e.reason for e in mp.history(kid) if e.kind == Kind.TURN_CANCELLED] == ["crash"]
+
+
+def test_children_with_an_approval_and_a_blocked_egress_fold_into_the_tree(
+    mp: Host, tmp_path: pathlib.Path
+) -> None:
+    """One child's tool needs a human: it waits until its own action is approved (the tool
+    runs once); the other's fetch of a loopback address is refused by the egress guard.
+    Both fold back; the parent's tree and egress ledger show what each did."""
+    log = tmp_path / "deploys.txt"
+    deploy = "!tool deploy " + json.dumps({"log": str(log), "target": "prod"})
+    fetch = "!tool http_get " + json.dumps({"url": "http://127.0.0.1:9/"})
+    sid = mp.create()
+    mp.submit(sid, _spawns(deploy, fetch))
+    kids = wait_for(
+        lambda: (
+            [e.child for e in mp.history(sid) if e.kind == Kind.CHILD_SPAWNED]
+            if sum(e.kind == Kind.CHILD_SPAWNED for e in mp.history(sid)) == 2
+            else None
+        ),
+        30,
+    )
+    waiting = wait_for(lambda: mp.pending(kids[0]), 30)[0]
+    with pytest.raises(HostTimeout):
+        mp.wait(sid, timeout=0.2)  # the parent waits for its child's approval
+    mp.approve(kids[0], waiting.call)
+    answer = mp.wait(sid, timeout=60)
+    assert "deployed prod" in answer and "refused: loopback" in answer
+    assert log.read_text() == "deploy prod\n"
+    evs = mp.history(sid)
+    p = project(evs)
+    assert [(c.id, c.state, c.turns) for c in p.fanout] == [
+        (kids[0], "done", 1),
+        (kids[1], "done", 1),
+    ]
+    assert [(e.host, e.allowed, e.reason) for e in p.egress] == [("127.0.0.1", False, "loopback")]
+    approvals = [e for e in evs if e.kind == Kind.ACTION_APPROVAL]
+    assert approvals == []  # the approval is the child's own, on its stream
+    assert any(e.kind == Kind.ACTION_APPROVAL for e in mp.history(kids[0]))

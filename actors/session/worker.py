@@ -32,6 +32,7 @@ MIRRORED = frozenset(
         Kind.TURN_COMPLETED,
         Kind.ACTION_ADMITTED,
         Kind.ACTION_REJECTED,
+        Kind.EGRESS,
         Kind.CHILD_SPAWNED,
         Kind.CHILD_COMPLETED,
     }
