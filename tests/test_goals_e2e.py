@@ -292,3 +292,41 @@ def test_children_with_an_approval_and_a_blocked_egress_fold_into_the_tree(
     approvals = [e for e in evs if e.kind == Kind.ACTION_APPROVAL]
     assert approvals == []  # the approval is the child's own, on its stream
     assert any(e.kind == Kind.ACTION_APPROVAL for e in mp.history(kids[0]))
+
+
+def test_a_fan_out_cut_off_by_a_daemon_restart_completes_without_duplicates(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """The daemon goes down while two children run; after a restart, resuming the parent
+    resumes its turn, which finds the same two children (none spawned twice), brings them
+    back, and the run completes with both answers."""
+    data = tmp_path / "data"
+    h = _host(data)
+    try:
+        sid = h.create()
+        slow = ("!slow 0.2 one two three four five", "!slow 0.2 six seven eight nine ten")
+        h.submit(sid, _spawns(*slow))
+        kids = wait_for(
+            lambda: (
+                [e.child for e in h.history(sid) if e.kind == Kind.CHILD_SPAWNED]
+                if sum(e.kind == Kind.CHILD_SPAWNED for e in h.history(sid)) == 2
+                else None
+            ),
+            30,
+        )
+        wait_for(lambda: all(_started(h, k) for k in kids), 30)
+    finally:
+        h.close()
+    h = _host(data)
+    try:
+        h.resume(sid)
+        answer = h.wait(sid, timeout=60)
+        assert "one two three four five" in answer and "six seven eight nine ten" in answer
+        evs = h.history(sid)
+        assert [e.child for e in evs if e.kind == Kind.CHILD_SPAWNED and e.goal == sid] == kids
+        assert _goal_events(evs) == [Kind.SESSION_STARTED, Kind.CONVERGED]
+        for kid in kids:
+            assert _goal_events(h.history(kid)) == [Kind.SESSION_STARTED, Kind.CONVERGED]
+        assert [c.state for c in project(evs).fanout] == ["done", "done"]
+    finally:
+        h.close()

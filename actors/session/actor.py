@@ -467,6 +467,15 @@ class SessionActor(GuardedActor):
         # A child that exists already is the one an earlier attempt of this call created
         # (the turn resumed after a crash): follow it, do not make a second.
         error = "" if msg.error == "SessionAlreadyExists" else f"{msg.error}: {msg.message}"
+        asked = self._spawning.get(msg.request_id)
+        if asked is not None and not error:
+            # After a daemon restart that child is not loaded either: bring it up, so its
+            # run goes on while this turn follows it.
+            child = asked[2]
+            again = m.ResumeGoal(
+                request_id=f"resume-{child}", session_id=child, key=f"resume-{child}"
+            )
+            self.send(self.runner, again)
         self._spawned(msg.request_id, error)
 
     def receiveMsg_Ack(self, msg: m.Ack, sender: Any) -> None:
