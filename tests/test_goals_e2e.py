@@ -138,7 +138,9 @@ def test_a_run_cut_off_by_a_daemon_restart_is_resumed(
     try:
         with pytest.raises(HostTimeout):
             h.wait(sid, timeout=0.1)  # nothing runs it until it is resumed
-        assert not h.resume(sid).consumed
+        other = h.create()  # no run: not resumed
+        assert h.resume_all() == [sid]
+        assert other not in h.resume_all()
         assert h.wait(sid, timeout=60).endswith("alpha beta gamma delta epsilon")
         evs = h.history(sid)
         assert _goal_events(evs) == [Kind.SESSION_STARTED, Kind.CONVERGED]

@@ -169,6 +169,11 @@ def serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--http-allow-remote", action="store_true", help="allow a non-loopback --http address"
     )
+    p.add_argument(
+        "--resume-goals",
+        action="store_true",
+        help="resume the goal runs a previous daemon left in flight (reads every stream)",
+    )
 
 
 def _start_http(args: argparse.Namespace, host: Any, out: Out) -> Any:
@@ -242,6 +247,9 @@ def serve(args: argparse.Namespace, out: Out) -> int:
 
             host.add_sink(show)
         gateway = _start_http(args, host, out)
+        if args.resume_goals:
+            for sid in host.resume_all():
+                out.line(f"resumed the goal run of {sid}")
         out.line(
             f"vertebra daemon {__version__}: data {args.data}, admin port {host.admin_port} "
             "(loopback); stop with Ctrl-C or `vertebra stop`"

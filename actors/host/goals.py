@@ -18,6 +18,24 @@ def _outcome(ev: Event, session_id: str) -> str:
     raise GoalStalled(ev.error or "stalled", session_id=session_id)
 
 
+def in_flight(events: list[Event]) -> bool:
+    """Whether the latest goal run on this stream has not ended."""
+    for ev in reversed(events):
+        if ev.kind in _ENDS and ev.goal:
+            return False
+        if ev.kind == Kind.SESSION_STARTED and ev.goal:
+            return not any(
+                e.phase in ("closed", "failed") for e in events if e.kind == Kind.LIFECYCLE
+            )
+    return False
+
+
+def runs_in_flight(log: Log) -> list[str]:
+    """Every session whose latest goal run was cut off (reads every stream: a daemon
+    start pays it once, and only when asked to resume runs)."""
+    return [s.stream for s in log.streams() if in_flight(log.read_events(s.stream))]
+
+
 def wait_goal(log: Log, session_id: str, timeout: float | None) -> str:
     """The answer of the latest goal run of ``session_id`` (see `Host.wait`)."""
     events = history(log, session_id)

@@ -52,7 +52,7 @@ from ..policy import BusyPolicy, RestartPolicy
 from ..runner import spine_spec
 from ..session.goals import budget_problem
 from ..system import free_port, loopback_only
-from .goals import wait_goal
+from .goals import runs_in_flight, wait_goal
 from .replies import request_id
 from .runtime import Runtime
 from .sinks import SinkFn, Sinks
@@ -327,6 +327,18 @@ class Host:
         (no second ``session.started``). The Ack is ``consumed`` when no run was in flight."""
         msg = m.ResumeGoal(request_id=request_id(), session_id=session_id, key=key or request_id())
         return self._request(msg)  # type: ignore[no-any-return]
+
+    def resume_all(self) -> list[str]:
+        """Resume every goal run still in flight in the spine (after a daemon restart);
+        returns the sessions resumed. Reads every stream once."""
+        resumed = []
+        for sid in runs_in_flight(self._log):
+            try:
+                if not self.resume(sid).consumed:
+                    resumed.append(sid)
+            except ActorsError as exc:  # one session that cannot come back stops no other
+                log.warning("goal run of %s not resumed: %s", sid, exc)
+        return resumed
 
     def wait(self, session_id: str, timeout: float | None = None) -> str:
         """The final answer of the session's latest goal run, once it converged; raises
