@@ -205,6 +205,18 @@ def test_a_goal_fans_out_to_two_concurrent_children_that_fold_back(mp: Host) -> 
         own = mp.history(kid)
         assert (own[0].kind, own[0].goal, own[0].text) == (Kind.SESSION_STARTED, kid, objective)
         assert own[-1].kind == Kind.CONVERGED
+    # Usage rolls up: the parent's projection counts its own turns and its children's.
+    spent = [
+        e.usage.output_tokens
+        for e in (*evs, *mp.history(kids[0]), *mp.history(kids[1]))
+        if e.kind == Kind.TURN_COMPLETED and e.usage is not None and not e.goal
+    ]
+    assert p.usage.output_tokens == sum(spent) > 0
+    # Sealing the parent seals what its children wrote (mirrored onto its stream).
+    mp.seal(sid)
+    assert mp.verify(sid).ok
+    p = project(mp.history(sid))
+    assert [c.seal for c in p.fanout] == ["verified", "verified"]
 
 
 def _started(h: Host, sid: str) -> bool:
@@ -332,3 +344,33 @@ def test_a_fan_out_cut_off_by_a_daemon_restart_completes_without_duplicates(
         assert [c.state for c in project(evs).fanout] == ["done", "done"]
     finally:
         h.close()
+
+
+def test_a_parent_killed_while_its_children_run_follows_the_same_children(mp: Host) -> None:
+    """SIGKILL of the parent's process mid fan-out: the restarted parent resumes its run,
+    its spawn calls find the children already running (none is spawned twice, none is
+    disturbed) and the run converges with both answers."""
+    sid = mp.create()
+    slow = ("!slow 0.2 one two three four five", "!slow 0.2 six seven eight nine ten")
+    mp.submit(sid, _spawns(*slow))
+    kids = wait_for(
+        lambda: (
+            [e.child for e in mp.history(sid) if e.kind == Kind.CHILD_SPAWNED]
+            if sum(e.kind == Kind.CHILD_SPAWNED for e in mp.history(sid)) == 2
+            else None
+        ),
+        30,
+    )
+    wait_for(lambda: all(_started(mp, k) for k in kids), 30)
+    pid = mp.session_pid(sid)
+    os.kill(pid, signal.SIGKILL)
+    answer = mp.wait(sid, timeout=60)
+    assert "one two three four five" in answer and "six seven eight nine ten" in answer
+    evs = mp.history(sid)
+    assert [e.child for e in evs if e.kind == Kind.CHILD_SPAWNED and e.goal == sid] == kids
+    assert [e.reason for e in evs if e.kind == Kind.TURN_CANCELLED] == ["crash"]
+    for kid in kids:
+        own = mp.history(kid)
+        assert _goal_events(own) == [Kind.SESSION_STARTED, Kind.CONVERGED]
+        assert not [e for e in own if e.kind == Kind.TURN_CANCELLED]
+    assert [c.state for c in project(evs).fanout] == ["done", "done"]
