@@ -52,6 +52,11 @@ class HostTimeout(ActorsError, TimeoutError):
     """No reply arrived within the timeout."""
 
 
+class GoalStalled(ActorsError):
+    """A goal run ended without converging; the message is the stall reason (budget
+    exceeded, repeated failures, cancelled, governance refused the model call)."""
+
+
 ERRORS: dict[str, type[ActorsError]] = {
     cls.__name__: cls
     for cls in (
@@ -66,5 +71,6 @@ ERRORS: dict[str, type[ActorsError]] = {
         InvalidRequest,
         RunnerClosed,
         HostTimeout,
+        GoalStalled,
     )
 }

@@ -123,6 +123,32 @@ class DecideAction:
 
 
 @attrs.frozen(kw_only=True)
+class SubmitGoal:
+    """Open a goal run on the session: ``session.started`` with the objective, then the
+    session drives turns on its own until ``session.converged`` or ``session.stalled``.
+    ``budget`` maps ``max_turns``, ``max_tokens``, ``max_tool_calls``, ``max_seconds`` to
+    limits counted from the run's start. Answered with an `Ack`; a run already in flight
+    is `InvalidRequest`."""
+
+    request_id: str
+    session_id: str
+    key: str
+    objective: str
+    budget: Mapping[str, int] = attrs.field(factory=dict, converter=_frozen_map)
+
+
+@attrs.frozen(kw_only=True)
+class ResumeGoal:
+    """Bring the session up so that a goal run cut off by a crash or a restart goes on,
+    on the same stream and without a second ``session.started``. Answered with an `Ack`
+    (``consumed`` when no run was in flight)."""
+
+    request_id: str
+    session_id: str
+    key: str
+
+
+@attrs.frozen(kw_only=True)
 class SwitchSession:
     """Record that the conduit moves to ``target`` (a session switch event)."""
 
@@ -426,6 +452,8 @@ ALL_MESSAGES: tuple[type, ...] = (
     Interrupt,
     SetMetadata,
     DecideAction,
+    SubmitGoal,
+    ResumeGoal,
     SwitchSession,
     Subscribe,
     Unsubscribe,

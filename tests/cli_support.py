@@ -60,10 +60,10 @@ class Daemon:
         self.proc: subprocess.Popen[str] | None = None
         self.systems: list[int] = []
 
-    def start(self) -> Daemon:
+    def start(self, *extra: str) -> Daemon:
         info_path = self.data / "daemon.json"
         self.proc = subprocess.Popen(
-            [*CLI, "--data", str(self.data), "serve", "--quiet"],
+            [*CLI, "--data", str(self.data), "serve", "--quiet", *extra],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -195,6 +195,22 @@ def test_interrupt_cuts_a_running_turn_off(daemon: Daemon) -> None:
     fails(run(daemon.data, "interrupt", "nobody"), 4, "unknown session")
 
 
+def test_submit_and_wait_run_a_goal_and_print_its_answer_or_stall(daemon: Daemon) -> None:
+    """submit --wait prints the answer; wait prints it again without the daemon's help;
+    a stalled run is exit 1 naming the reason; a session with no run is exit 2."""
+    out = ok(run(daemon.data, "submit", "goal-1", "reach the answer", "--create", "--wait"))
+    assert "[scripted] reach the answer" in out
+    assert "reach the answer" in ok(run(daemon.data, "wait", "goal-1"))
+    ok(run(daemon.data, "new", "goal-2", "--meta", "ore.model.max_tool_rounds=1"))
+    loop = '!loop calculator {"expression": "1+1"}'
+    assert "seq" in ok(run(daemon.data, "submit", "goal-2", loop, "--max-turns", "1"))
+    fails(run(daemon.data, "wait", "goal-2", "--timeout", "30"), 1, "budget exceeded")
+    line = json.loads(run(daemon.data, "wait", "goal-2", "--json").stdout)
+    assert line["outcome"] == "stalled" and "budget exceeded" in line["error"]
+    ok(run(daemon.data, "new", "goal-3"))
+    fails(run(daemon.data, "wait", "goal-3"), 2, "has run no goal")
+
+
 def test_close_closes_a_session_and_it_takes_no_more_messages(daemon: Daemon) -> None:
     """close records the end; a later send is refused; an unknown session is exit 4."""
     ok(run(daemon.data, "new", "close-1"))
@@ -292,6 +308,23 @@ def test_tail_survives_a_daemon_restart(own_daemon: Daemon) -> None:
             proc.kill()
             proc.wait()
     assert [json.loads(x)["text"] for x in out.splitlines()] == ["before", "after"], err
+
+
+def test_serve_resume_goals_continues_a_run_the_last_daemon_left(own_daemon: Daemon) -> None:
+    """A goal run in flight when the daemon stops goes on when `serve --resume-goals`
+    starts, and `wait` prints its answer; one session.started, one convergence."""
+    own_daemon.start()
+    data = own_daemon.data
+    ok(run(data, "submit", "rg-1", "!slow 0.3 a b c d e f", "--create"))
+    wait_for(lambda: "turn.started" in run(data, "history", "rg-1").stdout, 30)
+    ok(run(data, "stop"))
+    assert own_daemon.wait_exited() == 0
+    own_daemon.start("--resume-goals")
+    assert ok(run(data, "wait", "rg-1", "--timeout", "60")).strip().endswith("a b c d e f")
+    lines = ok(run(data, "history", "rg-1", "--json")).splitlines()
+    kinds = [json.loads(x)["kind"] for x in lines]
+    assert kinds.count("session.converged") == 1
+    assert sum(1 for x in lines if '"goal"' in x and "session.started" in x) == 1
 
 
 def test_status_prints_the_projection(daemon: Daemon) -> None:

@@ -19,7 +19,9 @@ __all__ = [
     "GOV_APPROVALS",
     "GOV_CAPABILITIES",
     "GOV_EGRESS_ALLOW",
+    "GOV_MAX_CHILDREN",
     "GOV_MAX_COST",
+    "GOV_MAX_DEPTH",
     "GOV_MAX_TOKENS",
     "GOV_MAX_TOOL_CALLS",
     "GOV_MAX_TURNS",
@@ -49,6 +51,10 @@ GOV_MAX_TURNS = "governance.max_turns"
 GOV_MAX_COST = "governance.max_cost"
 GOV_PRICE_INPUT = "governance.price.input"
 GOV_PRICE_OUTPUT = "governance.price.output"
+#: Fan-out budgets: children a session may spawn, and how deep delegation may go (a
+#: session at depth ``max_depth`` spawns nothing; the root is at depth 0).
+GOV_MAX_CHILDREN = "governance.max_children"
+GOV_MAX_DEPTH = "governance.max_depth"
 #: ``on`` (default): an action that needs approval waits for one; ``off``: it is refused.
 GOV_APPROVALS = "governance.approvals"
 #: Addresses (CIDRs) and host names egress may reach although not public, comma-separated.
@@ -120,6 +126,8 @@ class Policy:
     max_tokens: int | None = None
     max_tool_calls: int | None = None
     max_turns: int | None = None
+    max_children: int | None = None
+    max_depth: int | None = None
     approvals: bool = True
     egress_allow: tuple[str, ...] = ()
     max_cost: float | None = None
@@ -153,6 +161,8 @@ class Policy:
             max_tokens=_int(md, GOV_MAX_TOKENS),
             max_tool_calls=_int(md, GOV_MAX_TOOL_CALLS),
             max_turns=_int(md, GOV_MAX_TURNS),
+            max_children=_int(md, GOV_MAX_CHILDREN),
+            max_depth=_int(md, GOV_MAX_DEPTH),
             approvals=approvals == "on",
             egress_allow=_list(md.get(GOV_EGRESS_ALLOW)),
             max_cost=_float(md, GOV_MAX_COST),
@@ -170,6 +180,9 @@ class Spent:
     turns: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    #: Children this session has spawned, and its own delegation depth (root: 0).
+    children: int = 0
+    depth: int = 0
 
 
 class Verdict(enum.StrEnum):
@@ -205,6 +218,11 @@ def gate(
         return Verdict.REJECT, Fault.BUDGET_EXCEEDED
     if policy.max_tokens is not None and spent.tokens >= policy.max_tokens:
         return Verdict.REJECT, Fault.BUDGET_EXCEEDED
+    if action == "spawn":
+        if policy.max_children is not None and spent.children >= policy.max_children:
+            return Verdict.REJECT, Fault.BUDGET_EXCEEDED
+        if policy.max_depth is not None and spent.depth >= policy.max_depth:
+            return Verdict.REJECT, Fault.BUDGET_EXCEEDED
     if policy.capabilities is not None and not need.capabilities <= policy.capabilities:
         return Verdict.REJECT, Fault.CAPABILITY_DENIED
     too_low = _rank(policy.trust) < _rank(need.trust)

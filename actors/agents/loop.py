@@ -15,6 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+import attrs
 import orjson
 
 from spine import Event, Kind, Usage
@@ -118,7 +119,11 @@ class ModelAgent:
         rounds = 0
         loop = asyncio.get_running_loop()
         timer: list[asyncio.TimerHandle | None] = [None]
-        ctx = ToolContext(emit=out.emit, egress_allow=turn.egress_allow)
+        ctx = ToolContext(
+            emit=out.emit,
+            egress_allow=turn.egress_allow,
+            delegate=getattr(out, "delegate", None),
+        )
 
         def flushed() -> None:
             timer[0] = None
@@ -279,7 +284,8 @@ class ModelAgent:
         try:
             # Off the loop: a slow tool must not hold up other sessions' streams.
             if tool.context:
-                result = await loop.run_in_executor(None, tool.fn, args, ctx)
+                here = attrs.evolve(ctx, tool_use_id=call.id)
+                result = await loop.run_in_executor(None, tool.fn, args, here)
             else:
                 result = await loop.run_in_executor(None, tool.fn, args)
         except ToolError as exc:

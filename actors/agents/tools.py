@@ -45,6 +45,11 @@ class ToolContext:
 
     emit: Callable[[Event], None]
     egress_allow: tuple[str, ...] = ()
+    #: Delegate ``(tool_use_id, objective)`` to a child session and wait for its end:
+    #: ``(result, is_error)``. None where no session runs the turn.
+    delegate: Callable[[str, str], tuple[str, bool]] | None = None
+    #: The id of the tool call being answered.
+    tool_use_id: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -237,5 +242,35 @@ HTTP_GET = Tool(
 )
 
 
+def _spawn(args: Mapping[str, Any], ctx: ToolContext) -> str:
+    objective = args.get("objective")
+    if not isinstance(objective, str) or not objective.strip():
+        raise ToolError("objective must be a non-empty string")
+    if ctx.delegate is None:
+        raise ToolError("spawning needs a session to run the turn")
+    result, is_error = ctx.delegate(ctx.tool_use_id, objective)
+    if is_error:
+        raise ToolError(result)
+    return result
+
+
+SPAWN = Tool(
+    name="spawn",
+    description=(
+        "Delegate a sub-objective to a child session that works on it on its own, and "
+        "return its final answer. Several spawns in one response run concurrently."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {"objective": {"type": "string"}},
+        "required": ["objective"],
+        "additionalProperties": False,
+    },
+    fn=_spawn,
+    requirement=Requirement(capabilities=frozenset({"spawn"})),
+    context=True,
+)
+
+
 def builtin_tools() -> ToolRegistry:
-    return ToolRegistry.of([CLOCK, CALCULATOR, HTTP_GET])
+    return ToolRegistry.of([CLOCK, CALCULATOR, HTTP_GET, SPAWN])

@@ -169,6 +169,11 @@ def serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--http-allow-remote", action="store_true", help="allow a non-loopback --http address"
     )
+    p.add_argument(
+        "--resume-goals",
+        action="store_true",
+        help="resume the goal runs a previous daemon left in flight (reads every stream)",
+    )
 
 
 def _start_http(args: argparse.Namespace, host: Any, out: Out) -> Any:
@@ -242,6 +247,9 @@ def serve(args: argparse.Namespace, out: Out) -> int:
 
             host.add_sink(show)
         gateway = _start_http(args, host, out)
+        if args.resume_goals:
+            for sid in host.resume_all():
+                out.line(f"resumed the goal run of {sid}")
         out.line(
             f"vertebra daemon {__version__}: data {args.data}, admin port {host.admin_port} "
             "(loopback); stop with Ctrl-C or `vertebra stop`"
@@ -393,6 +401,73 @@ def send(args: argparse.Namespace, out: Out) -> int:
                 if rec.kind in ("turn.completed", "turn.cancelled"):
                     return 0
         raise CliError(f"no turn ended in {sid} within {args.timeout:g}s")
+
+
+def submit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("objective", metavar="OBJECTIVE", help="what the goal run is to achieve")
+    p.add_argument("--create", action="store_true", help="create the session if it is new")
+    for name in ("max-turns", "max-tokens", "max-tool-calls", "max-seconds"):
+        p.add_argument(f"--{name}", type=int, metavar="N", help=f"budget: {name[4:]}")
+    p.add_argument("--wait", action="store_true", help="wait for the run's answer")
+    p.add_argument("--timeout", type=positive, default=None, metavar="S", help="wait timeout")
+    _add_json(p)
+
+
+def submit(args: argparse.Namespace, out: Out) -> int:
+    sid = _session_id(args.session)
+    from ..errors import SessionAlreadyExists
+
+    budget = {
+        k: v
+        for k, v in (
+            ("max_turns", args.max_turns),
+            ("max_tokens", args.max_tokens),
+            ("max_tool_calls", args.max_tool_calls),
+            ("max_seconds", args.max_seconds),
+        )
+        if v is not None
+    }
+    with _attach(args) as host:
+        if args.create:
+            with contextlib.suppress(SessionAlreadyExists):
+                host.create(sid)
+        ack = host.submit(sid, args.objective, budget=budget)
+        if not args.wait:
+            out.line(json_line({"seq": ack.seq}) if args.json else f"run opened at seq {ack.seq}")
+            return 0
+        return _print_outcome(lambda: host.wait(sid, args.timeout), sid, args, out)
+
+
+def _print_outcome(wait: Any, sid: str, args: argparse.Namespace, out: Out) -> int:
+    from ..errors import GoalStalled
+
+    try:
+        answer = wait()
+    except GoalStalled as exc:
+        if args.json:
+            out.line(json_line({"session": sid, "outcome": "stalled", "error": str(exc)}))
+            return EXIT_FAILED
+        raise CliError(f"the goal run of {sid} stalled: {exc}") from None
+    if args.json:
+        out.line(json_line({"session": sid, "outcome": "converged", "text": answer}))
+    else:
+        out.line(answer)
+    return 0
+
+
+def wait_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("--timeout", type=positive, default=None, metavar="S", help="give up after S")
+    _add_json(p)
+
+
+def wait(args: argparse.Namespace, out: Out) -> int:
+    sid = _session_id(args.session)
+    from ..host.goals import wait_goal
+
+    with _open_log(args) as log:
+        return _print_outcome(lambda: wait_goal(log, sid, args.timeout), sid, args, out)
 
 
 def interrupt_args(p: argparse.ArgumentParser) -> None:
@@ -864,6 +939,23 @@ COMMANDS: tuple[Command, ...] = (
         ("vertebra sessions", "vertebra sessions --json"),
         sessions_args,
         sessions,
+    ),
+    Command(
+        "submit",
+        "open a goal run: the session works on OBJECTIVE until it converges or stalls",
+        (
+            'vertebra submit research "summarise the spec" --create --max-turns 5 --wait',
+            "vertebra submit s1 objective --max-seconds 60 --json",
+        ),
+        submit_args,
+        submit,
+    ),
+    Command(
+        "wait",
+        "print a goal run's answer once it ends (exit 1 if it stalled; no daemon needed)",
+        ("vertebra wait research", "vertebra wait research --timeout 30 --json"),
+        wait_args,
+        wait,
     ),
     Command(
         "history",

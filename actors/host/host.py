@@ -51,7 +51,9 @@ from ..interceptors import SlashCommands
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
 from ..policy import BusyPolicy, RestartPolicy
 from ..runner import spine_spec
+from ..session.goals import budget_problem
 from ..system import free_port, loopback_only
+from .goals import runs_in_flight, wait_goal
 from .replies import request_id
 from .runtime import Runtime
 from .sinks import SinkFn, Sinks
@@ -299,6 +301,57 @@ class Host:
         events: ``call``, ``tool``, ``toolUseID``, ``input``), oldest first; read from
         the log."""
         return pending_actions(self._log, session_id)
+
+    def submit(
+        self,
+        session_id: str,
+        objective: str,
+        *,
+        budget: Mapping[str, int] | None = None,
+        key: str | None = None,
+    ) -> m.Ack:
+        """Open a goal run on ``session_id``: the session drives turns on its own until it
+        converges or stalls (`wait`). ``budget`` limits ``max_turns``, ``max_tokens``,
+        ``max_tool_calls`` and ``max_seconds`` from the run's start; exhausting one is an
+        ``action.rejected`` (``budget_exceeded``), then ``session.stalled``."""
+        if not isinstance(objective, str) or not objective.strip():
+            raise InvalidRequest("a goal's objective must be a non-empty string")
+        problem = budget_problem(budget or {})
+        if problem:
+            raise InvalidRequest(problem, session_id=session_id)
+        msg = m.SubmitGoal(
+            request_id=request_id(),
+            session_id=session_id,
+            key=key or request_id(),
+            objective=objective,
+            budget=dict(budget or {}),
+        )
+        return self._request(msg)  # type: ignore[no-any-return]
+
+    def resume(self, session_id: str, *, key: str | None = None) -> m.Ack:
+        """Continue a goal run cut off by a crash or a daemon restart, on the same stream
+        (no second ``session.started``). The Ack is ``consumed`` when no run was in flight."""
+        msg = m.ResumeGoal(request_id=request_id(), session_id=session_id, key=key or request_id())
+        return self._request(msg)  # type: ignore[no-any-return]
+
+    def resume_all(self) -> list[str]:
+        """Resume every goal run still in flight in the spine (after a daemon restart);
+        returns the sessions resumed. Reads every stream once."""
+        resumed = []
+        for sid in runs_in_flight(self._log):
+            try:
+                if not self.resume(sid).consumed:
+                    resumed.append(sid)
+            except ActorsError as exc:  # one session that cannot come back stops no other
+                log.warning("goal run of %s not resumed: %s", sid, exc)
+        return resumed
+
+    def wait(self, session_id: str, timeout: float | None = None) -> str:
+        """The final answer of the session's latest goal run, once it converged; raises
+        `GoalStalled` with the reason if it stalled, `HostTimeout` if it has not ended
+        within ``timeout`` seconds (None: wait as long as it takes). Reads the stream, so
+        it answers for a run that ended before the call, and across daemon restarts."""
+        return wait_goal(self._log, session_id, timeout)
 
     def switch(self, session_id: str, target: str, *, key: str | None = None) -> m.Ack:
         """Record that the conduit moves to ``target`` (a session switch event)."""

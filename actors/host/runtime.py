@@ -39,6 +39,8 @@ IDEMPOTENT: tuple[type, ...] = (
     m.SetMetadata,
     m.SwitchSession,
     m.DecideAction,
+    m.SubmitGoal,
+    m.ResumeGoal,
     m.GetSession,
     m.RegisterSession,
     m.ListSessions,

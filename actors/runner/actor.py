@@ -160,6 +160,8 @@ class RunnerActor(GuardedActor):
     receiveMsg_Interrupt = _route_request
     receiveMsg_SetMetadata = _route_request
     receiveMsg_DecideAction = _route_request
+    receiveMsg_SubmitGoal = _route_request
+    receiveMsg_ResumeGoal = _route_request
     receiveMsg_SwitchSession = _route_request
     receiveMsg_Subscribe = _route_request
     receiveMsg_Unsubscribe = _route_request

@@ -14,7 +14,15 @@ from ..session.protocol import Routed
 from .actions import Action, Fail, Forward, Reply, Spawn
 
 #: Ingress that carries an idempotency key: tracked until committed, redelivered after a crash.
-INGRESS = (m.SendMessage, m.Interrupt, m.SetMetadata, m.SwitchSession, m.DecideAction)
+INGRESS = (
+    m.SendMessage,
+    m.Interrupt,
+    m.SetMetadata,
+    m.SwitchSession,
+    m.DecideAction,
+    m.SubmitGoal,
+    m.ResumeGoal,
+)
 
 
 class EntryState(enum.StrEnum):

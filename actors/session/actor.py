@@ -71,6 +71,8 @@ class SessionActor(GuardedActor):
         #: The Runner has been asked to stop this incarnation; ingress now bounces to it.
         self.stopping_sent = False
         self._notify_scheduled = False
+        #: Child creations asked of the Runner: request id -> (turn, tool use id, child).
+        self._spawning: dict[str, tuple[int, str, str]] = {}
 
     def _failure(self, request_id: str, error: str, message: str) -> m.RequestFailed:
         sid = self.cfg.session_id if self.cfg else ""
@@ -229,6 +231,22 @@ class SessionActor(GuardedActor):
                 self.worker.answer(
                     effect.action, effect.tool_use_id, effect.verdict, effect.call, effect.fault
                 )
+        elif isinstance(effect, c.CreateChild):
+            rid = f"spawn-{effect.child}-{time.monotonic_ns()}"
+            self._spawning[rid] = (effect.turn, effect.tool_use_id, effect.child)
+            create = m.CreateSession(
+                request_id=rid, session_id=effect.child, metadata=dict(effect.metadata)
+            )
+            self.send(self.runner, create)
+        elif isinstance(effect, c.CancelChildren):
+            for child in effect.children:
+                stop = m.Interrupt(
+                    request_id=f"cancel-{child}",
+                    session_id=child,
+                    key=f"cancel-{child}",
+                    reason="cancelled",
+                )
+                self.send(self.runner, stop)
         elif isinstance(effect, c.CancelTurn):
             if self.worker is not None and self.worker.turn == effect.turn:
                 self.worker.cancel()
@@ -268,7 +286,13 @@ class SessionActor(GuardedActor):
         except Exception as exc:  # a factory failure fails the turn, not the session
             self._run(c.StartFailed(turn=effect.turn, error=f"{type(exc).__name__}: {exc}"), None)
             return
-        self.worker = TurnWorker(self._send_to_self, effect.turn, self.cfg.flush_interval)
+        cfg = self.cfg
+        self.worker = TurnWorker(
+            self._send_to_self,
+            effect.turn,
+            cfg.flush_interval,
+            open_log=lambda: open_log(cfg.spine or cfg.db_path),
+        )
         self.worker.start(agent, effect.input)
 
     def _send_to_self(self, msg: Any) -> None:
@@ -381,6 +405,8 @@ class SessionActor(GuardedActor):
             command = c.command_of(msg)
             if isinstance(command, c.Receive):
                 command = self._with_stored(command)
+            elif isinstance(command, c.Submit):
+                command = attrs.evolve(command, now=time.time())
             if command is None:
                 text = f"a session does not take {type(msg).__name__}"
                 self._reply(reply_to, self._failure(msg.request_id, "InvalidRequest", text))
@@ -411,7 +437,8 @@ class SessionActor(GuardedActor):
 
     def receiveMsg_Govern(self, msg: c.Govern, sender: Any) -> None:
         if self.state is not None and not self.stopping_sent:
-            self._run(msg, None)
+            # The decider has no clock: a goal's wall-time budget is checked against this.
+            self._run(attrs.evolve(msg, now=time.time()), None)
 
     def receiveMsg_Finished(self, msg: c.Finished, sender: Any) -> None:
         if self.state is None or self.stopping_sent:
@@ -421,6 +448,40 @@ class SessionActor(GuardedActor):
         self._run(msg, None)
         self._settle()
         self._flush_if_idle()
+
+    def receiveMsg_Spawn(self, msg: c.Spawn, sender: Any) -> None:
+        if self.state is not None and not self.stopping_sent:
+            self._run(msg, None)
+
+    def _spawned(self, request_id: str, error: str) -> None:
+        """The Runner's answer to a child creation: hand it to the waiting spawn call."""
+        asked = self._spawning.pop(request_id, None)
+        if asked is None:
+            return
+        turn, tool_use_id, child = asked
+        if self.worker is not None and self.worker.turn == turn:
+            self.worker.answer_spawn(tool_use_id, child, error)
+
+    def receiveMsg_SessionReply(self, msg: m.SessionReply, sender: Any) -> None:
+        self._spawned(msg.request_id, "")
+
+    def receiveMsg_RequestFailed(self, msg: m.RequestFailed, sender: Any) -> None:
+        # A child that exists already is the one an earlier attempt of this call created
+        # (the turn resumed after a crash): follow it, do not make a second.
+        error = "" if msg.error == "SessionAlreadyExists" else f"{msg.error}: {msg.message}"
+        asked = self._spawning.get(msg.request_id)
+        if asked is not None and not error:
+            # After a daemon restart that child is not loaded either: bring it up, so its
+            # run goes on while this turn follows it.
+            child = asked[2]
+            again = m.ResumeGoal(
+                request_id=f"resume-{child}", session_id=child, key=f"resume-{child}"
+            )
+            self.send(self.runner, again)
+        self._spawned(msg.request_id, error)
+
+    def receiveMsg_Ack(self, msg: m.Ack, sender: Any) -> None:
+        pass  # a child acknowledging its cancellation
 
     def receiveMsg_RecordPoison(self, msg: RecordPoison, sender: Any) -> None:
         if self.state is not None and not self.stopping_sent:

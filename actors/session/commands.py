@@ -158,6 +158,9 @@ class Govern:
     tool_use_id: str = ""
     input: str = ""
     need: Requirement = attrs.field(factory=Requirement)
+    #: Unix time the session received the request (stamped by the shell: a goal run's
+    #: wall-time budget is checked against it).
+    now: float = 0.0
 
 
 @attrs.frozen(kw_only=True)
@@ -169,6 +172,36 @@ class Decide:
     call: int
     approve: bool
     note: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class Submit:
+    """Open a goal run (``session.started`` with the objective and the budget)."""
+
+    request_id: str
+    key: str
+    objective: str
+    budget: Mapping[str, int] = attrs.field(factory=dict)
+    #: Unix time the session received it (stamped by the shell), 0 if unknown.
+    now: float = 0.0
+
+
+@attrs.frozen(kw_only=True)
+class Resume:
+    """Continue the goal run in flight, if any (the next turn starts when one is due)."""
+
+    request_id: str
+    key: str
+
+
+@attrs.frozen(kw_only=True)
+class Spawn:
+    """From the turn's worker: the admitted ``spawn`` tool call ``tool_use_id`` delegates
+    ``objective`` to a child session (answered with `AnswerSpawn` once it exists)."""
+
+    turn: int
+    tool_use_id: str
+    objective: str
 
 
 @attrs.frozen(kw_only=True)
@@ -205,6 +238,9 @@ Command = (
     | Finished
     | Govern
     | Decide
+    | Submit
+    | Resume
+    | Spawn
     | StartFailed
     | Settle
     | Poisoned
@@ -248,6 +284,24 @@ class AnswerWorker:
     fault: str = ""
 
 
+@attrs.frozen(kw_only=True)
+class CreateChild:
+    """Ask the Runner to create the child session ``child`` (its metadata carries the
+    objective, so it opens its goal run as it is created); then answer the worker."""
+
+    turn: int
+    tool_use_id: str
+    child: str
+    metadata: Mapping[str, str] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class CancelChildren:
+    """Interrupt the running children: each stalls with reason cancelled."""
+
+    children: tuple[str, ...]
+
+
 @attrs.frozen
 class EndSubscriptions:
     """Tell every subscriber the session closed (a final batch with ``closed``)."""
@@ -275,6 +329,8 @@ Effect = (
     | StartTurn
     | CancelTurn
     | AnswerWorker
+    | CreateChild
+    | CancelChildren
     | EndSubscriptions
     | StopSelf
     | ComputeSeal
@@ -334,6 +390,15 @@ def command_of(msg: Any) -> Command | None:
             approve=msg.approve,
             note=msg.note,
         )
+    elif isinstance(msg, m.SubmitGoal):
+        return Submit(
+            request_id=msg.request_id,
+            key=msg.key,
+            objective=msg.objective,
+            budget=dict(msg.budget),
+        )
+    elif isinstance(msg, m.ResumeGoal):
+        return Resume(request_id=msg.request_id, key=msg.key)
     elif isinstance(msg, m.SealSession):
         return SealStream(request_id=msg.request_id)
     elif isinstance(msg, m.VerifySession):

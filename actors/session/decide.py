@@ -21,6 +21,7 @@ from spine import Event, Kind, Phase, validate_session_id
 from .. import messages as m
 from ..interceptors import NoticeItem
 from ..policy import BUSY_POLICY_KEY, BusyPolicy
+from . import goals
 from .commands import (
     Close,
     Command,
@@ -36,13 +37,16 @@ from .commands import (
     Poisoned,
     Progress,
     Receive,
+    Resume,
     RunInterceptors,
     Sealed,
     SealStream,
     Session,
     Settle,
+    Spawn,
     StartFailed,
     StopSelf,
+    Submit,
     Verified,
     VerifyStream,
 )
@@ -84,10 +88,11 @@ def _then_settle(d: Decision) -> Decision:
     s = d.state
     if s.running is not None or s.stopping or s.stored.terminal:
         return d
-    if not s.stored.pending and not any(e.kind == Kind.USER_MESSAGE for e in d.events):
-        return d
     st = s.stored
-    after = attrs.evolve(s, stored=fold(st, d.events, st.last_seq + 1))
+    folded = fold(st, d.events, st.last_seq + 1)
+    if not folded.pending and folded.running_goal is None:
+        return d
+    after = attrs.evolve(s, stored=folded)
     nxt = settle(after, Settle())
     if not nxt.events:
         return d
@@ -107,9 +112,11 @@ def _open(s: Session, cmd: Open) -> Decision:
     events: list[Event] = []
     already = cmd.create and st.last_seq > 0
     if cmd.create and not already:
-        events.append(Event(kind=Kind.SESSION_STARTED, text=cmd.metadata.get("objective", "")))
+        first, then = goals.opening(s.session_id, cmd.metadata)
+        events.extend(first)
         if cmd.metadata:
             events.append(Event(kind=Kind.PROPERTIES, properties=dict(cmd.metadata)))
+        events.extend(then)
     events.extend(recovery_events(st))
     metadata = dict(st.metadata)
     if cmd.create and not already:
@@ -223,6 +230,19 @@ def _interrupt(
 ) -> Decision:
     assert cmd.ingress is not None
     run = paused(s)
+    if run is None and s.stored.running_goal is not None:
+        reason = cmd.ingress.text or "interrupted"
+        gone, stop = goals.cancel_children(s.stored)
+        events += [Event(kind=Kind.INTERRUPT, reason=reason), *gone, *goals.cancelled(s.stored)]
+        ack = attrs.evolve(ack, seq=s.stored.last_seq + len(events), consumed=False)
+        return Decision(
+            state=s,
+            events=tuple(events),
+            key=cmd.key,
+            reply=ack,
+            live=tuple(live),
+            effects=stop,
+        )
     if run is None:
         nothing = ("info", "nothing to interrupt")
         ack = attrs.evolve(ack, notices=(*ack.notices, nothing))
@@ -232,7 +252,10 @@ def _interrupt(
         return _store(s, events, live, ack, cmd.key)
     reason = cmd.ingress.text or "interrupted"
     cancelled, effects = cancel(run, reason, s.stored)
-    events += [Event(kind=Kind.INTERRUPT, reason=reason), *cancelled]
+    gone, stop = goals.cancel_children(s.stored)
+    events += [Event(kind=Kind.INTERRUPT, reason=reason), *gone, *cancelled]
+    events += goals.cancelled(s.stored)
+    effects = (*effects, *stop)
     ack = attrs.evolve(ack, seq=s.stored.last_seq + len(events), consumed=False)
     state = attrs.evolve(s, running=None)
     return Decision(
@@ -287,6 +310,9 @@ def _close(s: Session, cmd: Close) -> Decision:
     if refused is not None:
         return Decision(state=s, reply=refused)
     events, effects = cancel(paused(s), "closed", s.stored)
+    gone, stop = goals.cancel_children(s.stored)
+    events = [*gone, *events, *goals.cancelled(s.stored)]
+    effects = (*effects, *stop)
     events.append(Event(kind=Kind.LIFECYCLE, phase=Phase.CLOSED))
     return Decision(
         state=attrs.evolve(s, running=None, stopping=True),
@@ -312,6 +338,9 @@ _HANDLERS: dict[type, Callable[[Session, Any], Decision]] = {
     Finished: finished,
     Govern: govern,
     Decide: decide_action,
+    Submit: goals.submit,
+    Resume: goals.resume,
+    Spawn: goals.spawn,
     StartFailed: start_failed,
     Close: _close,
     SealStream: seal,

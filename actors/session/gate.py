@@ -17,8 +17,9 @@ from spine import Event, Kind
 from .. import messages as m
 from ..agents.governance import Fault, Policy, PolicyError, Spent, Verdict, gate
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
+from .goals import goal_gate
 from .refusals import failed
-from .state import SessionState, action_key, unfinished
+from .state import SessionState, action_key, depth_of, unfinished
 
 
 def _answer(cmd: Govern, verdict: str, call: int, fault: str = "") -> AnswerWorker:
@@ -40,6 +41,8 @@ def _spent(st: SessionState, run: Running) -> Spent:
         turns=run.turn,
         input_tokens=used.input_tokens,
         output_tokens=used.output_tokens,
+        children=len(st.children),
+        depth=depth_of(st.metadata),
     )
 
 
@@ -67,14 +70,15 @@ def govern(s: Session, cmd: Govern) -> Decision:
     fault: Fault | None
     try:
         policy = Policy.from_metadata(st.metadata)
-        verdict, fault = gate(policy, cmd.action, cmd.need, _spent(st, run))
         trust = policy.trust
+        # A goal run's own budget first: it counts from the run's start.
+        verdict, fault, err = goal_gate(st, run, cmd.action, cmd.now)
+        if verdict == Verdict.ADMIT:
+            verdict, fault = gate(policy, cmd.action, cmd.need, _spent(st, run))
     except PolicyError as exc:
         # A policy that cannot be read admits nothing.
         verdict, fault, trust = Verdict.REJECT, None, ""
         err = str(exc)
-    else:
-        err = ""
     call = st.last_seq + 1
     base: dict[str, Any] = {
         "turn": run.turn,

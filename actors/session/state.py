@@ -18,7 +18,7 @@ from spine import Event, Kind, Phase, Usage, terminal_after
 HISTORY_LIMIT = 200
 
 #: Version of `SessionState`'s shape; snapshots written by another version are ignored.
-SNAPSHOT_VERSION = 5
+SNAPSHOT_VERSION = 6
 
 
 @attrs.frozen(kw_only=True)
@@ -39,6 +39,41 @@ class PendingAction:
     action: str
     tool_use_id: str = ""
     input: str = ""
+
+
+#: Goal budget keys, as `Submit` takes them and ``session.started`` stores them (``extra``).
+BUDGET_KEYS = ("max_turns", "max_tokens", "max_tool_calls", "max_seconds")
+
+#: Consecutive failed turns after which a goal run stalls.
+MAX_FAILURES = 3
+
+
+@attrs.frozen(kw_only=True)
+class GoalRun:
+    """The session's goal run, opened by a ``session.started`` that names a goal.
+
+    The budget counts from the run's start (``base_*`` is what the session had spent
+    then); ``outcome`` is "" while the run is in flight, else converged or stalled.
+    """
+
+    id: str
+    objective: str = ""
+    budget: Mapping[str, int] = attrs.field(factory=dict)
+    base_turns: int = 0
+    base_tokens: int = 0
+    base_tool_calls: int = 0
+    #: Unix time the run opened (the ``session.started`` event's time), 0 if unknown.
+    started_at: float = 0.0
+    #: Turns in a row that ended in an error (reset by a clean one).
+    failures: int = 0
+    last_error: str = ""
+    #: Why a budget ran out (set by an ``action.rejected`` with fault budget_exceeded).
+    exhausted: str = ""
+    outcome: str = ""
+
+    @property
+    def active(self) -> bool:
+        return self.outcome == ""
 
 
 def action_key(action: str, tool_use_id: str) -> str:
@@ -71,6 +106,16 @@ class SessionState:
     pending_actions: Mapping[int, PendingAction] = attrs.field(factory=dict)
     #: Approval decisions taken, by call: True approved, False rejected.
     decided: Mapping[int, bool] = attrs.field(factory=dict)
+    #: The latest goal run (None: the session never ran one).
+    goal: GoalRun | None = None
+    #: Children this session spawned, in spawn order: id -> still running.
+    children: Mapping[str, bool] = attrs.field(factory=dict)
+
+    @property
+    def running_goal(self) -> GoalRun | None:
+        """The goal run in flight, if any."""
+        g = self.goal
+        return g if g is not None and g.active else None
 
     @property
     def closed(self) -> bool:
@@ -150,6 +195,74 @@ def _turn_ended(state: SessionState, ev: Event, seq: int) -> Changes:
     return changes
 
 
+def _started(state: SessionState, ev: Event, seq: int) -> Changes:
+    if not ev.goal:
+        return {}  # the session's creation, not a goal run
+    raw = ev.extra.get("budget") or {}
+    budget = {k: int(v) for k, v in raw.items() if k in BUDGET_KEYS}
+    u = state.usage
+    goal = GoalRun(
+        id=ev.goal,
+        objective=ev.text,
+        budget=budget,
+        base_turns=state.turns,
+        base_tokens=u.input_tokens + u.output_tokens,
+        base_tool_calls=state.tool_calls,
+        started_at=ev.time.timestamp() if ev.time is not None else 0.0,
+    )
+    return {"goal": goal}
+
+
+def _completed(state: SessionState, ev: Event, seq: int) -> Changes:
+    changes = _turn_ended(state, ev, seq)
+    g = state.running_goal
+    if g is not None:
+        if ev.error or ev.stop_reason in FAILED_STOPS:
+            why = ev.error or ev.stop_reason
+            changes["goal"] = attrs.evolve(g, failures=g.failures + 1, last_error=why)
+        elif g.failures:
+            changes["goal"] = attrs.evolve(g, failures=0, last_error="")
+    return changes
+
+
+def _outcome(outcome: str) -> Callable[[SessionState, Event, int], Changes]:
+    def handler(state: SessionState, ev: Event, seq: int) -> Changes:
+        g = state.goal
+        if g is None or ev.goal != g.id or not g.active:
+            return {}
+        return {"goal": attrs.evolve(g, outcome=outcome)}
+
+    return handler
+
+
+#: Stop reasons of a turn that got nowhere (a goal run counts them as failures).
+FAILED_STOPS = frozenset({"error", "timeout", "transient", "max_tool_rounds"})
+
+
+def _child_spawned(state: SessionState, ev: Event, seq: int) -> Changes:
+    if ev.child in state.children:
+        return {}
+    return {"children": {**state.children, ev.child: True}}
+
+
+def _child_completed(state: SessionState, ev: Event, seq: int) -> Changes:
+    if not state.children.get(ev.child):
+        return {}
+    return {"children": {**state.children, ev.child: False}}
+
+
+def depth_of(md: Mapping[str, str]) -> int:
+    """The session's delegation depth (``goal.depth``, 0 for a root session)."""
+    raw = md.get(GOAL_DEPTH, "0")
+    return int(raw) if raw.isdigit() else 0
+
+
+#: Metadata a spawned child is created with: its objective, its parent, its depth.
+GOAL_OBJECTIVE = "goal.objective"
+GOAL_PARENT = "goal.parent"
+GOAL_DEPTH = "goal.depth"
+
+
 def _action(status: str) -> Callable[[SessionState, Event, int], Changes]:
     def handler(state: SessionState, ev: Event, seq: int) -> Changes:
         key = action_key(ev.action, ev.tool_use_id)
@@ -171,6 +284,9 @@ def _action(status: str) -> Callable[[SessionState, Event, int], Changes]:
             }
         if status == "admitted" and ev.action != "model":
             changes["tool_calls"] = state.tool_calls + 1
+        g = state.running_goal
+        if status == "rejected" and ev.fault == "budget_exceeded" and g is not None:
+            changes["goal"] = attrs.evolve(g, exhausted=ev.error or "budget exceeded")
         return changes
 
     return handler
@@ -192,7 +308,12 @@ _HANDLERS: dict[str, Callable[[SessionState, Event, int], Changes]] = {
     Kind.ASSISTANT: _assistant,
     Kind.TOOL_CALL: _tool_call,
     Kind.TOOL_RESULT: _tool_result,
-    Kind.TURN_COMPLETED: _turn_ended,
+    Kind.SESSION_STARTED: _started,
+    Kind.CHILD_SPAWNED: _child_spawned,
+    Kind.CHILD_COMPLETED: _child_completed,
+    Kind.CONVERGED: _outcome("converged"),
+    Kind.STALLED: _outcome("stalled"),
+    Kind.TURN_COMPLETED: _completed,
     Kind.TURN_CANCELLED: _turn_ended,
     Kind.LIFECYCLE: _lifecycle,
     Kind.ACTION_ADMITTED: _action("admitted"),
@@ -215,7 +336,8 @@ def evolve(state: SessionState, ev: Event, seq: int | None = None) -> SessionSta
     event object does not carry it (an event as appended, before the log numbered it)."""
     at = ev.seq if seq is None else seq
     handler = _HANDLERS.get(ev.kind)
-    if handler is None:
+    if handler is None or (ev.goal and ev.goal != state.session_id):
+        # A child's events mirrored onto this stream (attributed by goal) are its, not ours.
         return attrs.evolve(state, last_seq=at)
     return attrs.evolve(state, last_seq=at, **handler(state, ev, at))
 

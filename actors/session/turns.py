@@ -9,6 +9,7 @@ from spine import Event, Kind, Phase, Usage
 
 from ..agents.governance import Policy, PolicyError, Requirement, Spent, Verdict, gate
 from ..spec import AgentSpec, SettingsError, TurnInput
+from . import goals
 from .commands import (
     ASSISTANT_DELTA,
     CancelTurn,
@@ -24,7 +25,7 @@ from .commands import (
     StartTurn,
 )
 from .gate import withdrawn
-from .state import SessionState
+from .state import SessionState, fold
 
 
 def done_event(turn: int = 0) -> Event:
@@ -66,9 +67,11 @@ def settle(s: Session, cmd: Settle) -> Decision:
     st = s.stored
     if s.running is not None or s.stopping or st.terminal or st.open_turn is not None:
         return Decision(state=s)
-    if not st.pending:
+    if not st.pending and st.running_goal is None:
         return Decision(state=s)
-    _seq, text = st.pending[0]
+    # A goal run drives its own turns: with no message waiting, the next one continues
+    # the conversation (the objective is in it) without new input.
+    text = st.pending[0][1] if st.pending else ""
     n = st.turns + 1
     started = Event(kind=Kind.TURN_STARTED, turn=n)
     try:
@@ -82,51 +85,59 @@ def settle(s: Session, cmd: Settle) -> Decision:
             stop_reason="error",
             error=f"cannot start the turn: {exc}",
         )
-        return Decision(state=s, events=(started, ended, done_event(n)))
-    # The turn's first model call passes the gate here, in the turn's own append: no
-    # round trip from the worker and no commit of its own (later calls ask the session).
-    used = st.usage
-    spent = Spent(
-        tokens=used.input_tokens + used.output_tokens,
-        tool_calls=st.tool_calls,
-        turns=n,
-        input_tokens=used.input_tokens,
-        output_tokens=used.output_tokens,
-    )
-    verdict, fault = gate(policy, "model", Requirement(), spent)
-    call = st.last_seq + 2
-    if verdict != Verdict.ADMIT:
-        why = str(fault or "rejected")
-        refused = Event(
-            kind=Kind.ACTION_REJECTED,
-            turn=n,
-            action="model",
-            call=call,
-            trust=policy.trust,
-            fault=why,
+        events = [started, ended, done_event(n)]
+        if st.running_goal is not None:
+            events.extend(goals.ended(fold(st, events, st.last_seq + 1), "error", ""))
+        return Decision(state=s, events=tuple(events))
+    call = 0
+    admitted: tuple[Event, ...] = ()
+    if st.running_goal is None:
+        # The turn's first model call passes the gate here, in the turn's own append: no
+        # round trip from the worker and no commit of its own (later calls ask the
+        # session). A goal run's turns ask, since its budget counts wall time.
+        used = st.usage
+        spent = Spent(
+            tokens=used.input_tokens + used.output_tokens,
+            tool_calls=st.tool_calls,
+            turns=n,
+            input_tokens=used.input_tokens,
+            output_tokens=used.output_tokens,
         )
-        ended = Event(
-            kind=Kind.TURN_COMPLETED,
-            turn=n,
-            stop_reason=why,
-            error=f"governance refused the model call: {why}",
+        verdict, fault = gate(policy, "model", Requirement(), spent)
+        call = st.last_seq + 2
+        if verdict != Verdict.ADMIT:
+            why = str(fault or "rejected")
+            refused = Event(
+                kind=Kind.ACTION_REJECTED,
+                turn=n,
+                action="model",
+                call=call,
+                trust=policy.trust,
+                fault=why,
+            )
+            ended = Event(
+                kind=Kind.TURN_COMPLETED,
+                turn=n,
+                stop_reason=why,
+                error=f"governance refused the model call: {why}",
+            )
+            return Decision(state=s, events=(started, refused, ended, done_event(n)))
+        admitted = (
+            Event(kind=Kind.ACTION_ADMITTED, turn=n, action="model", call=call, trust=policy.trust),
         )
-        return Decision(state=s, events=(started, refused, ended, done_event(n)))
-    admitted = Event(
-        kind=Kind.ACTION_ADMITTED, turn=n, action="model", call=call, trust=policy.trust
-    )
     turn_input = TurnInput(
         session_id=st.session_id,
         turn=n,
         text=text,
         history=history_before(st),
         spec=spec,
+        resume=not st.pending,
         egress_allow=policy.egress_allow,
         model_call=call,
     )
     return Decision(
         state=attrs.evolve(s, running=Running(turn=n)),
-        events=(started, admitted),
+        events=(started, *admitted),
         effects=(StartTurn(turn=n, spec=spec, input=turn_input),),
     )
 
@@ -196,6 +207,9 @@ def finished(s: Session, cmd: Finished) -> Decision:
             )
         )
     events.append(done_event(run.turn))
+    if s.stored.running_goal is not None:
+        after = fold(s.stored, events, s.stored.last_seq + 1)
+        events.extend(goals.ended(after, cmd.stop_reason, text))
     return Decision(state=attrs.evolve(s, running=None), events=tuple(events), live=live)
 
 
@@ -209,4 +223,8 @@ def start_failed(s: Session, cmd: StartFailed) -> Decision:
         stop_reason="error",
         error=f"agent factory failed: {cmd.error}",
     )
-    return Decision(state=attrs.evolve(s, running=None), events=(ended, done_event(run.turn)))
+    events = [ended, done_event(run.turn)]
+    st = s.stored
+    if st.running_goal is not None:
+        events.extend(goals.ended(fold(st, events, st.last_seq + 1), "error", ""))
+    return Decision(state=attrs.evolve(s, running=None), events=tuple(events))

@@ -14,11 +14,36 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from spine import Event, Kind, Usage
+import attrs
+
+from spine import Event, Kind, Log, Usage, history, subscribe
 
 from ..agents import Agent, TurnInput
 from ..agents.governance import Requirement
-from .commands import Finished, Govern, Progress
+from .commands import Finished, Govern, Progress, Spawn
+
+#: Seconds between checks that the turn was not cancelled while waiting for a child.
+_POLL = 0.25
+
+#: A child's events copied onto its parent's stream when it folds back: what the parent's
+#: status projection folds into the child's node (turns, trust, blocked, grandchildren).
+MIRRORED = frozenset(
+    {
+        Kind.TURN_COMPLETED,
+        Kind.ACTION_ADMITTED,
+        Kind.ACTION_REJECTED,
+        Kind.EGRESS,
+        Kind.CHILD_SPAWNED,
+        Kind.CHILD_COMPLETED,
+    }
+)
+
+
+def mirror(ev: Event, child: str) -> Event:
+    """``ev`` of ``child``'s stream as its parent stores it: attributed to the child (a
+    grandchild's events keep their own goal), numbered by the parent's log."""
+    return attrs.evolve(ev, seq=0, goal=ev.goal or child)
+
 
 #: Seconds a turn must have run before its first words are handed back at once.
 FIRST_WORDS_AFTER = 0.002
@@ -27,8 +52,17 @@ FIRST_WORDS_AFTER = 0.002
 class TurnWorker:
     """The `TurnOutput` an agent writes to, and the thread that runs it."""
 
-    def __init__(self, send: Callable[[Any], None], turn: int, interval: float) -> None:
+    def __init__(
+        self,
+        send: Callable[[Any], None],
+        turn: int,
+        interval: float,
+        open_log: Callable[[], Log] | None = None,
+    ) -> None:
         self._send = send
+        self.session_id = ""
+        self._open_log = open_log
+        self._spawns: dict[str, concurrent.futures.Future[tuple[str, str]]] = {}
         self.turn = turn
         self.cancelled = threading.Event()
         self._interval = interval
@@ -68,6 +102,58 @@ class TurnWorker:
         if fut is not None and not fut.done():
             fut.set_result((verdict, call, fault))
 
+    def answer_spawn(self, tool_use_id: str, child: str, error: str) -> None:
+        """The child exists (or could not be created), from the session's thread."""
+        fut = self._spawns.pop(tool_use_id, None)
+        if fut is not None and not fut.done():
+            fut.set_result((child, error))
+
+    def delegate(self, tool_use_id: str, objective: str) -> tuple[str, bool]:
+        """Spawn a child session on ``objective``, wait for its goal run to end, mirror
+        its events onto this stream (attributed by ``goal``) and fold it back with
+        ``child.completed``. Blocks (a tool's thread); gives up when the turn is cancelled."""
+        fut: concurrent.futures.Future[tuple[str, str]] = concurrent.futures.Future()
+        self._spawns[tool_use_id] = fut
+        self._send(Spawn(turn=self.turn, tool_use_id=tool_use_id, objective=objective))
+        while True:
+            try:
+                child, error = fut.result(timeout=_POLL)
+                break
+            except concurrent.futures.TimeoutError:
+                if self.cancelled.is_set():
+                    return "cancelled", True
+        if error:
+            return f"the child session could not be created: {error}", True
+        if self._open_log is None:
+            return "no log to follow the child on", True
+        log = self._open_log()
+        try:
+            end = self._child_end(log, child)
+            if end is None:
+                return "cancelled", True
+            mirrored = [mirror(e, child) for e in history(log, child) if e.kind in MIRRORED]
+        finally:
+            log.close()
+        failed = end.kind == Kind.STALLED
+        result = end.error if failed else end.text
+        done = Event(
+            kind=Kind.CHILD_COMPLETED,
+            goal=self.session_id,
+            child=child,
+            result=result,
+            is_error=failed,
+        )
+        self.flush((*mirrored, done))
+        return (f"child {child} stalled: {result}" if failed else result), failed
+
+    def _child_end(self, log: Log, child: str) -> Event | None:
+        with subscribe(log, child, 0, (Kind.CONVERGED, Kind.STALLED)) as sub:
+            while not self.cancelled.is_set():
+                ev = sub.get(_POLL)
+                if ev is not None and ev.goal == child:
+                    return ev
+        return None
+
     def emit(self, event: Event) -> None:
         """Store ``event`` in the turn, after what was said before it. It rides on the next
         hand-back (text, a tool call, a question to the gate, the turn's end): one message
@@ -100,6 +186,8 @@ class TurnWorker:
             callback()
 
     def start(self, agent: Agent, turn_input: TurnInput) -> threading.Thread:
+        self.session_id = turn_input.session_id
+
         def work() -> None:
             try:
                 stop = agent.run(turn_input, self)

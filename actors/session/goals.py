@@ -1,0 +1,243 @@
+"""Decisions about goal runs (pure): opening one, the goal's own budget at the gate, the
+next turn a run drives on its own, and how a run ends (converged or stalled).
+
+A goal run lives on the session's stream: ``session.started`` (with ``goal`` = the
+session's id, the objective as ``text`` and the budget in ``extra``) and a
+``user.message`` with the objective open it; turns follow with no one sending anything
+until a turn ends with an answer (``session.converged``, the answer as ``text``) or the
+run stalls (``session.stalled``, the reason as ``error``). Everything a run needs to go on
+is folded from the stream (`state.GoalRun`), so a restarted session continues it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+import attrs
+
+from spine import Event, Kind
+
+from .. import messages as m
+from ..agents.governance import Fault, Policy, Requirement, Spent, Verdict, gate
+from .commands import (
+    CancelChildren,
+    CreateChild,
+    Decision,
+    Effect,
+    Resume,
+    Running,
+    Session,
+    Spawn,
+    Submit,
+)
+from .refusals import failed
+from .state import (
+    BUDGET_KEYS,
+    GOAL_DEPTH,
+    GOAL_OBJECTIVE,
+    GOAL_PARENT,
+    MAX_FAILURES,
+    GoalRun,
+    SessionState,
+    depth_of,
+)
+
+#: Stop reasons of a turn that ended with an answer.
+ANSWER_STOPS = frozenset({"end_turn", "stop", "stop_sequence", "max_tokens"})
+
+#: The stall reason of a run cut off by an interrupt or a close.
+CANCELLED = "cancelled"
+
+
+def budget_problem(budget: Mapping[str, object]) -> str:
+    """What is wrong with a goal budget ("" if nothing)."""
+    for k, v in budget.items():
+        if k not in BUDGET_KEYS:
+            return f"unknown budget {k!r} (known: {', '.join(BUDGET_KEYS)})"
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            return f"budget {k} must be a positive integer, got {v!r}"
+    return ""
+
+
+def submit(s: Session, cmd: Submit) -> Decision:
+    from .refusals import refusal
+
+    refused = refusal(s, cmd.request_id)
+    if refused is not None:
+        return Decision(state=s, reply=refused)
+    if s.stored.running_goal is not None:
+        text = f"session {s.session_id} already runs a goal; wait for it or interrupt it"
+        return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", text))
+    if not isinstance(cmd.objective, str) or not cmd.objective.strip():
+        text = "a goal's objective must be a non-empty string"
+        return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", text))
+    problem = budget_problem(cmd.budget)
+    if problem:
+        return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", problem))
+    when = datetime.fromtimestamp(cmd.now, UTC) if cmd.now else None
+    extra = {"budget": dict(cmd.budget)} if cmd.budget else None
+    events = (
+        Event(
+            kind=Kind.SESSION_STARTED,
+            time=when,
+            goal=s.session_id,
+            text=cmd.objective,
+            extra=extra,
+        ),
+        Event(kind=Kind.USER_MESSAGE, goal=s.session_id, text=cmd.objective),
+    )
+    ack = m.Ack(
+        request_id=cmd.request_id,
+        session_id=s.session_id,
+        key=cmd.key,
+        seq=s.stored.last_seq + len(events),
+    )
+    return Decision(state=s, events=events, key=cmd.key, reply=ack)
+
+
+def resume(s: Session, cmd: Resume) -> Decision:
+    ack = m.Ack(request_id=cmd.request_id, session_id=s.session_id, key=cmd.key)
+    if s.stored.running_goal is None:
+        note = ("info", "no goal run in flight")
+        return Decision(state=s, reply=attrs.evolve(ack, consumed=True, notices=(note,)))
+    # The run goes on by itself once the session is up: the shell settles after every
+    # request, which starts the next turn when one is due.
+    return Decision(state=s, reply=attrs.evolve(ack, seq=s.stored.last_seq))
+
+
+def goal_gate(
+    st: SessionState, run: Running, action: str, now: float
+) -> tuple[Verdict, Fault | None, str]:
+    """The goal's own budget on one action (admit when no run is in flight). The error
+    names the budget that ran out."""
+    g = st.running_goal
+    if g is None or not g.budget:
+        return Verdict.ADMIT, None, ""
+    b = g.budget
+    limit = b.get("max_seconds")
+    if limit is not None and g.started_at and now and now - g.started_at > limit:
+        return Verdict.REJECT, Fault.BUDGET_EXCEEDED, f"goal wall time of {limit}s"
+    used = st.usage + run.usage if run.usage is not None else st.usage
+    spent = Spent(
+        tokens=used.input_tokens + used.output_tokens - g.base_tokens,
+        tool_calls=st.tool_calls - g.base_tool_calls,
+        turns=run.turn - g.base_turns,
+    )
+    policy = Policy(
+        max_turns=b.get("max_turns"),
+        max_tokens=b.get("max_tokens"),
+        max_tool_calls=b.get("max_tool_calls"),
+    )
+    verdict, fault = gate(policy, action, Requirement(), spent)
+    if verdict == Verdict.ADMIT:
+        return verdict, None, ""
+    which = (
+        f"goal turns ({b['max_turns']})"
+        if action == "model" and b.get("max_turns") is not None and spent.turns > b["max_turns"]
+        else "goal tool calls"
+        if action != "model"
+        and b.get("max_tool_calls") is not None
+        and spent.tool_calls >= b["max_tool_calls"]
+        else "goal tokens"
+    )
+    return verdict, fault, which
+
+
+def stalled(g: GoalRun, reason: str) -> Event:
+    return Event(kind=Kind.STALLED, goal=g.id, error=reason)
+
+
+def ended(after: SessionState, stop_reason: str, answer: str) -> list[Event]:
+    """How the run goes on after a turn ended (``after``: the state with the turn's end
+    folded in): converged, stalled, or nothing (another turn follows)."""
+    g = after.running_goal
+    if g is None or stop_reason == "cancelled":
+        return []
+    if g.exhausted:
+        return [stalled(g, f"budget exceeded: {g.exhausted}")]
+    if g.failures >= MAX_FAILURES:
+        return [stalled(g, f"repeated failures ({g.failures} turns): {g.last_error}")]
+    if g.failures:
+        return []
+    if stop_reason in ANSWER_STOPS:
+        if not answer:
+            answer = next((t for role, t, _ in reversed(after.history) if role == "assistant"), "")
+        return [Event(kind=Kind.CONVERGED, goal=g.id, text=answer)]
+    # The model call itself was refused (a fault as the stop reason).
+    return [stalled(g, f"governance refused the model call: {stop_reason}")]
+
+
+def cancelled(st: SessionState) -> list[Event]:
+    """The stall of the run in flight when it is interrupted or closed."""
+    g = st.running_goal
+    return [] if g is None else [stalled(g, CANCELLED)]
+
+
+# -- fan-out -----------------------------------------------------------------------------
+
+
+def child_id(parent: str, tool_use_id: str) -> str:
+    """The child a spawn call creates: named after the parent and the call, so a turn that
+    resumes after a crash and asks again finds the same child instead of a second one."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in tool_use_id)
+    return f"{parent}-{safe}"
+
+
+def spawn(s: Session, cmd: Spawn) -> Decision:
+    run = s.running
+    if run is None or run.turn != cmd.turn:
+        return Decision(state=s)  # a worker of a turn already closed
+    st = s.stored
+    child = child_id(s.session_id, cmd.tool_use_id)
+    md = {k: v for k, v in st.metadata.items() if not k.startswith("goal.")}
+    md.update(
+        {
+            GOAL_OBJECTIVE: cmd.objective,
+            GOAL_PARENT: s.session_id,
+            GOAL_DEPTH: str(depth_of(st.metadata) + 1),
+        }
+    )
+    events: tuple[Event, ...] = ()
+    if child not in st.children:
+        events = (
+            Event(
+                kind=Kind.CHILD_SPAWNED,
+                turn=run.turn,
+                goal=s.session_id,
+                child=child,
+                text=cmd.objective,
+            ),
+        )
+    effect = CreateChild(turn=cmd.turn, tool_use_id=cmd.tool_use_id, child=child, metadata=md)
+    return Decision(state=s, events=events, effects=(effect,))
+
+
+def opening(session_id: str, metadata: Mapping[str, str]) -> tuple[list[Event], list[Event]]:
+    """The events a new session opens with (before and after its metadata): a spawned
+    child (``goal.objective`` set) opens its goal run at once."""
+    objective = metadata.get(GOAL_OBJECTIVE, "")
+    if not objective:
+        return [Event(kind=Kind.SESSION_STARTED, text=metadata.get("objective", ""))], []
+    return (
+        [Event(kind=Kind.SESSION_STARTED, goal=session_id, text=objective)],
+        [Event(kind=Kind.USER_MESSAGE, goal=session_id, text=objective)],
+    )
+
+
+def cancel_children(st: SessionState) -> tuple[list[Event], tuple[Effect, ...]]:
+    """The running children fold back as cancelled, and are told to stop."""
+    running = tuple(c for c, live in st.children.items() if live)
+    if not running:
+        return [], ()
+    events = [
+        Event(
+            kind=Kind.CHILD_COMPLETED,
+            goal=st.session_id,
+            child=c,
+            result=CANCELLED,
+            is_error=True,
+        )
+        for c in running
+    ]
+    return events, (CancelChildren(children=running),)

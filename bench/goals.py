@@ -1,0 +1,96 @@
+"""Goal-run benchmark: a 2-child fan-out against the same turns in one session.
+
+Each round, on ``multiprocTCPBase`` with the scripted provider:
+
+- fan-out: a new session submits a goal whose one response spawns two children; each
+  child is a session of its own (its own process) whose goal run makes a tool call and
+  answers; the parent folds both back and answers. Timed from ``create`` to ``wait``
+  returning the parent's answer.
+- baseline: a new session runs the same work as three goal runs one after the other
+  (each child's objective, then the parent's own answer), so the same model turns and
+  tool calls, without child sessions.
+
+Two model speeds: instant (the scripted model answers at once; the overhead of a child
+session, its process, its stream and the fold-back is all there is; target: fan-out at
+most 1.5x the baseline's wall time) and slow (each child's answer streams over ~0.4 s, so
+running the children concurrently pays for the overhead). Rounds alternate, medians and
+ratios are printed.
+
+Run ``python bench/goals.py`` (``--quick`` for a smoke run). The actor system is shut
+down at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
+
+from actors.host import Host  # noqa: E402
+
+INSTANT = ('!tool calculator {"expression": "6*7"}', '!tool calculator {"expression": "2+2"}')
+SLOW = ("!slow 0.05 a b c d e f g h", "!slow 0.05 i j k l m n o p")
+
+
+def _spawns(objectives: tuple[str, str]) -> str:
+    return "\n".join("!tool spawn " + json.dumps({"objective": o}) for o in objectives)
+
+
+def fanout(h: Host, objectives: tuple[str, str]) -> float:
+    t0 = time.perf_counter()
+    sid = h.create()
+    h.submit(sid, _spawns(objectives))
+    h.wait(sid, timeout=60)
+    return time.perf_counter() - t0
+
+
+def single(h: Host, objectives: tuple[str, str]) -> float:
+    t0 = time.perf_counter()
+    sid = h.create()
+    for objective in (*objectives, "both answers are in"):
+        h.submit(sid, objective)
+        h.wait(sid, timeout=60)
+    return time.perf_counter() - t0
+
+
+def bench(h: Host, name: str, objectives: tuple[str, str], rounds: int) -> None:
+    fan: list[float] = []
+    one: list[float] = []
+    fanout(h, objectives)  # warm up: the first child's process start is not typical
+    single(h, objectives)
+    for _ in range(rounds):
+        fan.append(fanout(h, objectives))
+        one.append(single(h, objectives))
+    f = statistics.median(fan) * 1e3
+    b = statistics.median(one) * 1e3
+    print(
+        f"{name:8s} fan-out (parent + 2 children) median {f:7.1f} ms | "
+        f"same turns in one session median {b:7.1f} ms | ratio {f / b:4.2f}x "
+        f"({rounds} rounds)"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="a fast smoke run")
+    args = ap.parse_args()
+    rounds = 3 if args.quick else 20
+    with tempfile.TemporaryDirectory() as tmp:
+        h = Host(os.path.join(tmp, "data"), base="multiprocTCPBase", timeout=30)
+        try:
+            bench(h, "instant", INSTANT, rounds)
+            bench(h, "slow", SLOW, max(3, rounds // 2))
+        finally:
+            h.close()
+
+
+if __name__ == "__main__":
+    main()
