@@ -42,6 +42,9 @@ def log_defs(data_dir: str | None = None, level: int = logging.WARNING) -> dict[
     handlers: dict[str, Any] = {"null": {"class": "logging.NullHandler"}}
     root: dict[str, Any] = {"handlers": ["null"], "level": "CRITICAL"}
     if data_dir is not None:
+        from spine import private_file
+
+        private_file(os.path.join(data_dir, "vertebra.log"))
         handlers["file"] = {
             "class": "logging.FileHandler",
             "filename": os.path.join(data_dir, "vertebra.log"),
@@ -81,7 +84,9 @@ def configure_actor_logging(data_dir: str) -> None:
     for h in list(lg.handlers):
         lg.removeHandler(h)
         h.close()
-    handler = logging.FileHandler(os.path.join(data_dir, "vertebra.log"))
+    from spine import private_file
+
+    handler = logging.FileHandler(private_file(os.path.join(data_dir, "vertebra.log")))
     handler.setFormatter(
         logging.Formatter(f"%(asctime)s %(levelname)s %(name)s[{os.getpid()}] %(message)s")
     )

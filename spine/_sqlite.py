@@ -28,6 +28,7 @@ from ._log import (
     gc_paused,
     make_record,
 )
+from ._private import private_sqlite
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -137,6 +138,8 @@ class SqliteLog:
         self._watch_thread: threading.Thread | None = None
         if read_only and not os.path.exists(self.path):
             raise StorageError(f"spine database {self.path!r} does not exist")
+        if not read_only and self.path != ":memory:" and not self.path.startswith("file:"):
+            private_sqlite(self.path)
         self._w = self._connect()
         if not read_only:
             self._init_schema()

@@ -213,7 +213,12 @@ def serve(args: argparse.Namespace, out: Out) -> int:
         running = None
     if running is not None:
         raise CliError(f"a daemon already runs on {args.data!r} (pid {running.pid})")
-    os.makedirs(args.data, exist_ok=True)
+    from spine import private_dir
+
+    private_dir(args.data)
+    # Whatever the daemon and its actor processes create later (an extra's files
+    # included) is owner-only too.
+    os.umask(0o077)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -692,9 +697,9 @@ def import_(args: argparse.Namespace, out: Out) -> int:
     except ValueError as exc:
         raise CliError(f"{args.file}: {exc}") from None
     sid = _session_id(args.session or sid)
-    from spine import ConflictError
+    from spine import ConflictError, private_dir
 
-    os.makedirs(args.data, exist_ok=True)
+    private_dir(args.data)
     with _log_at(args) as log:
         existing = log.last_seq(sid)
         if existing:

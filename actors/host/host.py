@@ -40,6 +40,7 @@ from spine import (
     history,
     new_session_id,
     open_log,
+    private_dir,
     subscribe,
     validate_session_id,
 )
@@ -107,7 +108,7 @@ class Host:
             spine=spine or "",
         )
         self.data_dir = cfg.data_dir
-        os.makedirs(self.data_dir, exist_ok=True)
+        private_dir(self.data_dir)
         self.base = base
         self.timeout = timeout
         self._simple = base == "simpleSystemBase"

@@ -19,7 +19,17 @@ from typing import Any
 from thespian.actors import ActorExitRequest, ChildActorExited, PoisonMessage, WakeupMessage
 
 from projections import Wake
-from spine import ConflictError, Event, Kind, Log, Phase, SpineError, new_session_id, open_log
+from spine import (
+    ConflictError,
+    Event,
+    Kind,
+    Log,
+    Phase,
+    SpineError,
+    new_session_id,
+    open_log,
+    private_dir,
+)
 
 from .. import messages as m
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
@@ -70,7 +80,7 @@ class RunnerActor(GuardedActor):
     def receiveMsg_RunnerConfig(self, cfg: RunnerConfig, sender: Any) -> None:
         if self.cfg is None:
             self.cfg = cfg
-            os.makedirs(cfg.data_dir, exist_ok=True)
+            private_dir(cfg.data_dir)
             configure_actor_logging(cfg.data_dir)
             self.spine = open_log(spine_spec(cfg.data_dir, cfg.spine))
             self.registry = Registry(
