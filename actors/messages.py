@@ -448,3 +448,31 @@ ALL_MESSAGES: tuple[type, ...] = (
     EventBatch,
     SinkBatch,
 )
+
+#: The messages a host sends into the runtime: each is checked field by field where it
+#: arrives (`actors.validation`), since an unpickled message never ran its converters.
+REQUESTS: tuple[type, ...] = (
+    RunnerConfig,
+    GetRunner,
+    Ping,
+    SessionPid,
+    SinkAck,
+    CreateSession,
+    GetSession,
+    RegisterSession,
+    CloseSession,
+    CloseAll,
+    ListSessions,
+    SendMessage,
+    Interrupt,
+    SetMetadata,
+    DecideAction,
+    SwitchSession,
+    Subscribe,
+    Unsubscribe,
+    AddSink,
+    RemoveSink,
+    GetRunnerStats,
+    SealSession,
+    VerifySession,
+)

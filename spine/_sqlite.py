@@ -210,7 +210,7 @@ class SqliteLog:
     ) -> AppendResult:
         check_append(stream, events, expected_seq, idempotency_key)
         # Encode outside the write lock when the seqs are known in advance.
-        pre = encode_batch(events, expected_seq + 1) if expected_seq is not None else None
+        pre = encode_batch(events, expected_seq + 1, stream) if expected_seq is not None else None
         with self._wlock:
             if self._closed:
                 raise StorageError(f"spine log {self.path!r} is closed")
@@ -231,7 +231,7 @@ class SqliteLog:
                 last = row[0] if row else 0
                 if expected_seq is not None and expected_seq != last:
                     raise ConflictError(stream, expected_seq, last)
-                encoded = pre if pre is not None else encode_batch(events, last + 1)
+                encoded = pre if pre is not None else encode_batch(events, last + 1, stream)
                 pos0 = c.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()[0]
                 # Positions run on from the newest row in the file, whichever process wrote it.
                 shift = pos0 - last
