@@ -26,6 +26,7 @@ from ._daemon import (
     EXIT_USAGE,
     CliError,
     DaemonInfo,
+    acquire_lock,
     alive,
     read_daemon,
     remove_daemon,
@@ -43,7 +44,7 @@ from ._format import (
     progress_line,
     table,
 )
-from ._parser import Command, positive, seq_number
+from ._parser import Command, positive, seq_number, tcp_port
 
 if TYPE_CHECKING:
     from spine import Log
@@ -153,7 +154,7 @@ def _payload_line(payload: bytes) -> str:
 
 
 def serve_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--port", type=int, default=None, help="admin port (default: a free one)")
+    p.add_argument("--port", type=tcp_port, default=None, help="admin port (default: a free one)")
     p.add_argument(
         "--idle-timeout",
         type=positive,
@@ -207,15 +208,14 @@ def token(args: argparse.Namespace, out: Out) -> int:
 
 def serve(args: argparse.Namespace, out: Out) -> int:
     """Run the daemon until SIGINT, SIGTERM or `vertebra stop`, printing every event."""
-    try:
-        running = read_daemon(args.data, check_version=False)
-    except CliError:
-        running = None
-    if running is not None:
-        raise CliError(f"a daemon already runs on {args.data!r} (pid {running.pid})")
     from spine import private_dir
 
     private_dir(args.data)
+    # Held (by this process and, inherited, every actor process) until the last of them
+    # exits: a second daemon on the directory is refused, a dead one's leftovers reaped.
+    acquire_lock(args.data)
+    # Holding the lock, any daemon.json here is a dead daemon's.
+    remove_daemon(args.data)
     # Whatever the daemon and its actor processes create later (an extra's files
     # included) is owner-only too.
     os.umask(0o077)
@@ -225,7 +225,14 @@ def serve(args: argparse.Namespace, out: Out) -> int:
     from ..host import Host
 
     spine = getattr(args, "spine", None) or None
-    host = Host(args.data, admin_port=args.port, idle_timeout=args.idle_timeout, spine=spine)
+    try:
+        host = Host(args.data, admin_port=args.port, idle_timeout=args.idle_timeout, spine=spine)
+    except (CliError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        # Whatever the actor system started dies with this process (its watchdog).
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise CliError(f"the daemon could not start: {type(exc).__name__}: {first}") from None
     gateway = None
     try:
         write_daemon(

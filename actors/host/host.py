@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -51,7 +52,7 @@ from ..interceptors import SlashCommands
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
 from ..policy import BusyPolicy, RestartPolicy
 from ..runner import spine_spec
-from ..system import free_port, loopback_only
+from ..system import free_port, loopback_only, orphan_guard
 from .replies import request_id
 from .runtime import Runtime
 from .sinks import SinkFn, Sinks
@@ -59,6 +60,15 @@ from .subscription import SessionSubscription
 from .transport import MultiprocTransport, SimpleTransport, Transport, reap_system
 
 log = logging.getLogger("vertebra.host")
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2.0):
+            return True
+    except OSError:
+        return False
+
 
 #: Session ids of the actor systems Hosts of this process started (tests check them).
 SYSTEM_SESSIONS: set[int] = set()
@@ -118,8 +128,8 @@ class Host:
         self.system_session = 0
         self._transport = self._open_transport(admin_port)
         self._runtime = Runtime(self._transport, timeout, follow_restarts=not self._simple)
-        self._log = open_log(spine_spec(self.data_dir, cfg.spine))
         try:
+            self._log = open_log(spine_spec(self.data_dir, cfg.spine))
             self._start(cfg)
         except BaseException:
             self._shutdown_system()
@@ -127,10 +137,14 @@ class Host:
 
     def _open_transport(self, admin_port: int | None) -> Transport:
         loopback_only()
+        orphan_guard()
         if self._simple:
             self.admin_port = 0
             return SimpleTransport(self.data_dir, self._sinks.deliver)
         self.admin_port = admin_port or free_port()
+        if self._attach and not _listening(self.admin_port):
+            # Thespian would start an actor system of its own on a port nobody serves.
+            raise HostTimeout(f"no actor system listens on admin port {self.admin_port}")
         return MultiprocTransport(self.data_dir, self._sinks.deliver, self.admin_port, self._attach)
 
     def _start(self, cfg: RunnerConfig) -> None:
