@@ -378,6 +378,10 @@ class EventBatch:
     subscription_id: str = ""
     records: tuple[tuple[int, str, bytes], ...] = attrs.field(factory=tuple, converter=_tuple)
     closed: bool = False
+    # 1, 2, 3, ... per subscription: Thespian may deliver two batches in flight to one
+    # target out of order, so a receiver reorders by this (`actors.host.BatchOrder`).
+    # 0 means unnumbered.
+    batch: int = 0
 
 
 @attrs.frozen(kw_only=True)
