@@ -330,7 +330,14 @@ class RunnerActor(GuardedActor):
             return
         ev = Event(kind=Kind.LIFECYCLE, phase=Phase.FAILED, error=action.reason)
         try:
-            res = self.spine.append(sid, [ev], expected_seq=self.spine.last_seq(sid))
+            # The crash that used up the budget cut a turn off: close it, or it stays
+            # open forever (no process will ever write this stream again).
+            try:
+                state = fold(SessionState(session_id=sid), self.spine.read_events(sid, 0))
+                events, last = [*recovery_events(state, "failed"), ev], state.last_seq
+            except SpineError:
+                events, last = [ev], self.spine.last_seq(sid)
+            res = self.spine.append(sid, events, expected_seq=last)
         except SpineError as exc:
             _log().error("could not record failure of %s: %s", sid, exc)
             return
