@@ -191,6 +191,18 @@ class VerifySession:
 
 
 @attrs.frozen(kw_only=True)
+class ReviveSession:
+    """An operator brings back a session that failed past its restart budget: the Runner
+    records the decision as a ``session.lifecycle`` event (phase ``recovered``, naming
+    ``reason``) and the next request starts the session again. Answered with an `Ack`
+    naming that event's seq; a session that is not failed is `InvalidRequest`."""
+
+    request_id: str
+    session_id: str
+    reason: str = ""
+
+
+@attrs.frozen(kw_only=True)
 class GetRunnerStats:
     """Counters of the Runner: sessions, restarts, sink deliveries, drops and failures."""
 
@@ -436,6 +448,7 @@ ALL_MESSAGES: tuple[type, ...] = (
     AddSink,
     RemoveSink,
     GetRunnerStats,
+    ReviveSession,
     SealSession,
     VerifySession,
     SealReply,
@@ -477,6 +490,7 @@ REQUESTS: tuple[type, ...] = (
     AddSink,
     RemoveSink,
     GetRunnerStats,
+    ReviveSession,
     SealSession,
     VerifySession,
 )

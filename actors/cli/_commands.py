@@ -346,6 +346,21 @@ def close(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+def revive_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("--reason", default="", help="why, recorded with the decision")
+    _add_json(p)
+
+
+def revive(args: argparse.Namespace, out: Out) -> int:
+    """Bring back a session that failed past its restart budget."""
+    sid = _session_id(args.session)
+    with _attach(args) as host:
+        seq = host.revive(sid, args.reason)
+    out.line(json_line({"revived": sid, "seq": seq}) if args.json else f"revived {sid} (seq {seq})")
+    return 0
+
+
 def sessions_args(p: argparse.ArgumentParser) -> None:
     _add_json(p)
 
@@ -776,6 +791,13 @@ COMMANDS: tuple[Command, ...] = (
         ("vertebra close chat-1",),
         close_args,
         close,
+    ),
+    Command(
+        "revive",
+        "bring back a session that failed past its restart budget",
+        ("vertebra revive chat-1 --reason 'disk replaced'",),
+        revive_args,
+        revive,
     ),
     Command(
         "sessions",

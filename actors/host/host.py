@@ -330,6 +330,15 @@ class Host:
         """Close one session: it records a "closed" lifecycle event and its actor stops."""
         self._request(m.CloseSession(request_id=request_id(), session_id=session_id))
 
+    def revive(self, session_id: str, reason: str = "") -> int:
+        """Bring back a session that failed past its restart budget; the decision is
+        stored as a ``recovered`` lifecycle event naming ``reason``, whose seq is returned.
+        The next request starts the session. `InvalidRequest` if it is not failed."""
+        reply = self._request(
+            m.ReviveSession(request_id=request_id(), session_id=session_id, reason=reason)
+        )
+        return int(reply.seq)
+
     def close_all(self) -> None:
         """Close every session; the Runner takes no more ingress afterwards."""
         self._request(m.CloseAll(request_id=request_id()))

@@ -149,6 +149,52 @@ class RunnerActor(GuardedActor):
             self._load_all()  # stored sessions this Runner has not loaded close too
             self._do(r.close_all(msg.request_id, sender, time.monotonic()))
 
+    def receiveMsg_ReviveSession(self, msg: m.ReviveSession, sender: Any) -> None:
+        """An operator's decision to bring a failed session back, recorded in its stream.
+
+        A failed session has no process, so the Runner is its stream's writer; the append
+        expects the folded seq. The registry forgets the entry: the next request loads it
+        from the log as passivated and spawns it, and the fold no longer says failed.
+        """
+        if (r := self._ready(msg, sender)) is None:
+            return
+        assert self.spine is not None
+        sid = msg.session_id
+
+        def refuse(error: str, text: str) -> None:
+            self.send(
+                sender,
+                m.RequestFailed(
+                    request_id=msg.request_id, error=error, message=text, session_id=sid
+                ),
+            )
+
+        try:
+            state = fold(SessionState(session_id=sid), self.spine.read_events(sid, 0))
+        except SpineError as exc:
+            refuse("InvalidRequest", f"session {sid} cannot be revived: {exc}")
+            return
+        if state.last_seq == 0:
+            refuse("SessionNotFound", f"session {sid} not found")
+            return
+        if not state.failed:
+            refuse("InvalidRequest", f"session {sid} is not failed")
+            return
+        why = "revived by an operator" + (f": {msg.reason}" if msg.reason else "")
+        ev = Event(kind=Kind.LIFECYCLE, phase=Phase.RECOVERED, reason=why)
+        try:
+            res = self.spine.append(sid, [ev], expected_seq=state.last_seq)
+        except SpineError as exc:
+            refuse("ActorsError", f"could not record the revival of {sid}: {exc}")
+            return
+        r.entries.pop(sid, None)
+        self._load(sid)
+        self._published(sid, res.records)
+        self.send(
+            sender,
+            m.Ack(request_id=msg.request_id, session_id=sid, key="", seq=res.last_seq),
+        )
+
     def receiveMsg_Done(self, msg: m.Done, sender: Any) -> None:
         """Replies to the Runner's own requests (close-all's closes) need no handling."""
 
