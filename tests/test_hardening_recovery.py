@@ -56,3 +56,39 @@ def test_an_operator_revives_a_failed_session_and_the_decision_is_an_event(
             h.revive("never-was")
     finally:
         h.close()
+
+
+def test_check_reports_integrity_and_names_a_tampered_seq_in_every_session(
+    tmp_path: pathlib.Path,
+) -> None:
+    """`vertebra check` on an intact spine exits 0; after a sealed row's bytes and another
+    session's kind column are edited it exits 1 naming each seq."""
+    import sqlite3
+
+    from cli_support import run
+
+    from spine import Event, SqliteLog
+    from spine.seal import KeyStore, seal_stream
+
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    db = data / "spine.db"
+    key = KeyStore(data / "keys").signing_key()
+    with SqliteLog(db) as log:
+        for sid in ("c-1", "c-2"):
+            log.append(sid, [Event(kind=Kind.USER_MESSAGE, text=f"m{i}") for i in range(4)])
+            seal_stream(log, sid, key)
+    out = run(data, "check")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "integrity: ok" in out.stdout and "c-2: 1 seal(s), ok" in out.stdout
+    c = sqlite3.connect(db, isolation_level=None)
+    try:
+        c.execute("DROP TRIGGER IF EXISTS events_append_only_update")
+        c.execute("UPDATE events SET payload=replace(payload, 'm2', 'mX') WHERE stream='c-1'")
+        c.execute("UPDATE events SET kind='turn.completed' WHERE stream='c-2' AND seq=2")
+    finally:
+        c.close()
+    out = run(data, "check")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "c-1: 1 seal(s), TAMPERED at seq 3" in out.stdout, out.stdout
+    assert "c-2: 1 seal(s), TAMPERED at seq 2" in out.stdout, out.stdout

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import json
 import os
+import pathlib
 import signal
 import sys
 import threading
@@ -344,6 +345,62 @@ def close(args: argparse.Namespace, out: Out) -> int:
         host.close_session(sid)
     out.line(json_line({"closed": sid}) if args.json else f"closed {sid}")
     return 0
+
+
+def check_args(p: argparse.ArgumentParser) -> None:
+    _add_json(p)
+
+
+def check(args: argparse.Namespace, out: Out) -> int:
+    """SQLite's integrity check on the spine file, then every session's seals, offline
+    and read-only (no daemon needed, nothing appended); exit 1 if anything is wrong."""
+    import sqlite3
+
+    from spine import LogSpec, open_log
+    from spine.seal import KeyStore, verify_stream
+
+    if _spine_url(args):
+        raise CliError("check reads a SQLite spine file; use the database's own tools")
+    path = _spine_file(args.data)
+    if not os.path.exists(path):
+        raise CliError(f"no spine in {args.data!r} (nothing stored there yet)")
+    try:
+        c = sqlite3.connect(pathlib.Path(path).resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            integrity = [str(r[0]) for r in c.execute("PRAGMA integrity_check")]
+        finally:
+            c.close()
+    except sqlite3.DatabaseError as exc:
+        integrity = [str(exc)]
+    bad = integrity != ["ok"]
+    results: list[dict[str, Any]] = []
+    if not bad:
+        ring = KeyStore(os.path.join(args.data, "keys")).keyring()
+        log = open_log(LogSpec.sqlite(path), read_only=True)
+        try:
+            for info in log.streams():
+                report = verify_stream(log, info.stream, ring, append=False)
+                ok = report.ok
+                bad = bad or not ok
+                results.append(
+                    {
+                        "session": info.stream,
+                        "seals": len(report.checks),
+                        "ok": ok,
+                        "summary": report.summary(),
+                        "seq": report.problem.seq if report.problem else 0,
+                    }
+                )
+        finally:
+            log.close()
+    if args.json:
+        out.line(json_line({"integrity": integrity, "sessions": results, "ok": not bad}))
+    else:
+        out.line("integrity: " + ("ok" if integrity == ["ok"] else "; ".join(integrity[:5])))
+        for r in results:
+            state = "ok" if r["ok"] else f"TAMPERED at seq {r['seq']}: {r['summary']}"
+            out.line(f"{r['session']}: {r['seals']} seal(s), {state}")
+    return 1 if bad else 0
 
 
 def revive_args(p: argparse.ArgumentParser) -> None:
@@ -791,6 +848,13 @@ COMMANDS: tuple[Command, ...] = (
         ("vertebra close chat-1",),
         close_args,
         close,
+    ),
+    Command(
+        "check",
+        "check the spine file's integrity and every session's seals",
+        ("vertebra check", "vertebra check --json"),
+        check_args,
+        check,
     ),
     Command(
         "revive",
