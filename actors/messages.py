@@ -217,6 +217,18 @@ class VerifySession:
 
 
 @attrs.frozen(kw_only=True)
+class ReviveSession:
+    """An operator brings back a session that failed past its restart budget: the Runner
+    records the decision as a ``session.lifecycle`` event (phase ``recovered``, naming
+    ``reason``) and the next request starts the session again. Answered with an `Ack`
+    naming that event's seq; a session that is not failed is `InvalidRequest`."""
+
+    request_id: str
+    session_id: str
+    reason: str = ""
+
+
+@attrs.frozen(kw_only=True)
 class GetRunnerStats:
     """Counters of the Runner: sessions, restarts, sink deliveries, drops and failures."""
 
@@ -404,6 +416,10 @@ class EventBatch:
     subscription_id: str = ""
     records: tuple[tuple[int, str, bytes], ...] = attrs.field(factory=tuple, converter=_tuple)
     closed: bool = False
+    # 1, 2, 3, ... per subscription: Thespian may deliver two batches in flight to one
+    # target out of order, so a receiver reorders by this (`actors.host.BatchOrder`).
+    # 0 means unnumbered.
+    batch: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -460,6 +476,7 @@ ALL_MESSAGES: tuple[type, ...] = (
     AddSink,
     RemoveSink,
     GetRunnerStats,
+    ReviveSession,
     SealSession,
     VerifySession,
     SealReply,
@@ -475,4 +492,35 @@ ALL_MESSAGES: tuple[type, ...] = (
     RunnerStats,
     EventBatch,
     SinkBatch,
+)
+
+#: The messages a host sends into the runtime: each is checked field by field where it
+#: arrives (`actors.validation`), since an unpickled message never ran its converters.
+REQUESTS: tuple[type, ...] = (
+    RunnerConfig,
+    GetRunner,
+    Ping,
+    SessionPid,
+    SinkAck,
+    CreateSession,
+    GetSession,
+    RegisterSession,
+    CloseSession,
+    CloseAll,
+    ListSessions,
+    SendMessage,
+    Interrupt,
+    SetMetadata,
+    DecideAction,
+    SubmitGoal,
+    ResumeGoal,
+    SwitchSession,
+    Subscribe,
+    Unsubscribe,
+    AddSink,
+    RemoveSink,
+    GetRunnerStats,
+    ReviveSession,
+    SealSession,
+    VerifySession,
 )

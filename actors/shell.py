@@ -14,9 +14,11 @@ from typing import Any
 from thespian.actors import ActorTypeDispatcher
 
 from . import messages as m
+from .validation import field_problem
 
 #: Replies are never answered: a failed reply handler must not start a ping-pong.
 _REPLIES = (m.RequestFailed, m.Done, m.Pong, m.Ack)
+_CHECKED = frozenset(m.REQUESTS)
 
 
 def requester_of(msg: Any, sender: Any) -> tuple[Any, Any] | None:
@@ -46,12 +48,37 @@ class GuardedActor(ActorTypeDispatcher):  # type: ignore[misc]
 
     def receiveMessage(self, msg: Any, sender: Any) -> None:
         try:
+            if type(msg) in _CHECKED:
+                problem = field_problem(msg)
+                if problem is not None:
+                    self.refuse_invalid(msg, sender, problem)
+                    return
             super().receiveMessage(msg, sender)
         except Exception as exc:  # answered here: a retry would repeat side effects
             try:
                 self.handler_failed(msg, sender, exc)
             except Exception:
                 logging.getLogger(self.log_name).exception("answering a failed handler failed")
+
+    def refuse_invalid(self, msg: Any, sender: Any, problem: str) -> None:
+        """Answer a public message with a wrongly typed field: ``InvalidRequest`` naming
+        it, echoing whatever request id and session id there are if they are strings."""
+        logging.getLogger(self.log_name).warning(
+            "refused a malformed %s: %s", type(msg).__name__, problem
+        )
+        rid = getattr(msg, "request_id", None)
+        if sender is None:
+            return
+        sid = getattr(msg, "session_id", "")
+        self.send(
+            sender,
+            m.RequestFailed(
+                request_id=rid if isinstance(rid, str) else "",
+                error="InvalidRequest",
+                message=f"{type(msg).__name__}: {problem}",
+                session_id=sid if isinstance(sid, str) else "",
+            ),
+        )
 
     def handler_failed(self, msg: Any, sender: Any, exc: Exception) -> None:
         """Log the failure and answer the requester, if there is one."""

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import threading
+import time
 from typing import Any
 
 _patched = False
@@ -34,6 +37,103 @@ def loopback_only() -> None:
     _patched = True
 
 
+#: How often an actor system's admin checks that the process that started it still runs.
+WATCHDOG_INTERVAL = 0.25
+_guarded = False
+_starter_pid = 0
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> bool:
+    """Ask Linux to send this process ``sig`` when its parent dies (PR_SET_PDEATHSIG).
+
+    False where there is no prctl (not Linux): the admin's watchdog still covers it.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        if libc.prctl(pr_set_pdeathsig, sig, 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    # The parent may have died between the fork and the prctl: then nobody signals.
+    if os.getppid() == 1:
+        os.kill(os.getpid(), sig)
+    return True
+
+
+def _watch_starter(pid: int) -> None:
+    while True:
+        time.sleep(WATCHDOG_INTERVAL)
+        if not _running(pid):
+            # The admin leads the process group every actor process of this system is in.
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    # A starter that exited but was not reaped yet (a zombie) is gone too: its parent may
+    # be waiting for the pipes these processes inherited before it reaps it.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2 :].split()[0] not in ("Z", "X")
+
+
+def orphan_guard() -> None:
+    """Make an actor system started from this process die with it.
+
+    Thespian's admin double-forks into a session of its own, so it and every actor
+    process would outlive a killed daemon and go on serving (and writing the spine). The
+    admin gets a watchdog thread that kills the whole process group within
+    `WATCHDOG_INTERVAL` of the starting process's death, and every actor and logger
+    process asks for SIGKILL when its parent dies, so a killed admin or Runner takes its
+    children along. Idempotent; call before creating a multiproc actor system.
+    """
+    global _guarded
+    if _guarded:
+        return
+    from thespian.system import multiprocCommon as mc
+
+    original_admin = mc.startAdmin
+    original_child = mc.startChild
+    original_logger = mc.startupASLogger
+
+    def start_admin(*args: Any, **kwargs: Any) -> Any:
+        global _starter_pid
+        # Runs in the first child, before Thespian's second fork: the parent is the starter.
+        _starter_pid = os.getppid()
+        return original_admin(*args, **kwargs)
+
+    def start_child(*args: Any, **kwargs: Any) -> Any:
+        die_with_parent()
+        return original_child(*args, **kwargs)
+
+    def start_logger(*args: Any, **kwargs: Any) -> Any:
+        die_with_parent()
+        return original_logger(*args, **kwargs)
+
+    base = mc.MultiProcAdmin
+
+    class MultiProcAdmin(base):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if _starter_pid > 1 and os.path.isdir(f"/proc/{_starter_pid}"):
+                threading.Thread(
+                    target=_watch_starter, args=(_starter_pid,), daemon=True, name="watchdog"
+                ).start()
+
+    mc.startAdmin = start_admin
+    mc.startChild = start_child
+    mc.startupASLogger = start_logger
+    mc.MultiProcAdmin = MultiProcAdmin
+    _guarded = True
+
+
 def log_defs(data_dir: str | None = None, level: int = logging.WARNING) -> dict[str, Any]:
     """A logging dict for Thespian: warnings to a file in the data directory, or nowhere.
 
@@ -42,6 +142,9 @@ def log_defs(data_dir: str | None = None, level: int = logging.WARNING) -> dict[
     handlers: dict[str, Any] = {"null": {"class": "logging.NullHandler"}}
     root: dict[str, Any] = {"handlers": ["null"], "level": "CRITICAL"}
     if data_dir is not None:
+        from spine import private_file
+
+        private_file(os.path.join(data_dir, "vertebra.log"))
         handlers["file"] = {
             "class": "logging.FileHandler",
             "filename": os.path.join(data_dir, "vertebra.log"),
@@ -81,7 +184,9 @@ def configure_actor_logging(data_dir: str) -> None:
     for h in list(lg.handlers):
         lg.removeHandler(h)
         h.close()
-    handler = logging.FileHandler(os.path.join(data_dir, "vertebra.log"))
+    from spine import private_file
+
+    handler = logging.FileHandler(private_file(os.path.join(data_dir, "vertebra.log")))
     handler.setFormatter(
         logging.Formatter(f"%(asctime)s %(levelname)s %(name)s[{os.getpid()}] %(message)s")
     )

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Iterator
 
 import attrs
 
+from spine import private_sqlite
+
 from ._errors import CheckpointError
 
 _SCHEMA = """
@@ -56,6 +58,7 @@ class CheckpointStore:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         try:
+            private_sqlite(self.path)
             self._c = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             self._c.execute("PRAGMA journal_mode = WAL")
             # A checkpoint lost to a power cut is refolded from the log, so NORMAL suffices.

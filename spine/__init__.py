@@ -29,6 +29,7 @@ from ._ids import new_session_id, validate_session_id
 from ._lifecycle import REVIVING_PHASES, TERMINAL_PHASES, terminal_after
 from ._log import DEFAULT_PAGE, AppendResult, Log, Record, Row, StreamInfo, Wakeup
 from ._memory import MemoryLog
+from ._private import UnsafeDataDirError, private_dir, private_file, private_sqlite
 from ._spec import LogSpec, open_log
 from ._sqlite import SqliteLog
 from ._subscribe import (
@@ -71,6 +72,7 @@ __all__ = [
     "StreamInfo",
     "StreamSubscription",
     "SubscriptionClosedError",
+    "UnsafeDataDirError",
     "Usage",
     "Wakeup",
     "converter",
@@ -82,6 +84,9 @@ __all__ = [
     "history",
     "new_session_id",
     "open_log",
+    "private_dir",
+    "private_file",
+    "private_sqlite",
     "register_upcaster",
     "subscribe",
     "subscribe_all",

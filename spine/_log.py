@@ -12,8 +12,8 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 import attrs
 
-from ._codec import SCHEMA_VERSION, decode_event, encode_events
-from ._errors import InvalidArgumentError
+from ._codec import SCHEMA_VERSION, decode_event, encode_event, encode_events
+from ._errors import DecodeError, InvalidArgumentError
 from ._event import EPHEMERAL_KINDS, Event
 from ._ids import validate_session_id
 
@@ -311,6 +311,36 @@ def _now() -> str:
     return f"{prefix}.{us:06d}Z"
 
 
-def encode_batch(events: Sequence[Event], first_seq: int) -> list[tuple[int, str, bytes]]:
-    """Encode a batch with its seqs assigned and unset times stamped now."""
-    return encode_events(events, first_seq, _now)
+def encode_batch(
+    events: Sequence[Event], first_seq: int, stream: str | None = None
+) -> list[tuple[int, str, bytes]]:
+    """Encode a batch with its seqs assigned and unset times stamped now, and check that
+    every payload reads back as the same event (see `check_readback`)."""
+    out = encode_events(events, first_seq, _now)
+    check_readback(out, stream)
+    return out
+
+
+def check_readback(encoded: Sequence[tuple[int, str, bytes]], stream: str | None) -> None:
+    """Refuse a batch of which any payload does not decode to the event that made it.
+
+    Events are attrs classes without validators, so a wrongly typed field (a number as a
+    metadata value, a string as a turn) encodes fine and only fails when read back: the
+    whole stream would then be unreadable. Decoding and encoding again costs about 8 us
+    an event, a few percent of a commit, and keeps that out of storage.
+    """
+    where = f" to {stream!r}" if stream is not None else ""
+    for i, (_seq, kind, payload) in enumerate(encoded):
+        try:
+            back = encode_event(decode_event(payload))
+        except (DecodeError, InvalidArgumentError, TypeError, ValueError, AttributeError) as exc:
+            problem = exc.problem if isinstance(exc, DecodeError) else str(exc)
+            raise InvalidArgumentError(
+                f"refused an append{where}: event {i} ({kind}) would not read back: "
+                f"{problem}; nothing was written"
+            ) from None
+        if back != payload:
+            raise InvalidArgumentError(
+                f"refused an append{where}: event {i} ({kind}) would read back differently "
+                f"from what was written; nothing was written"
+            )

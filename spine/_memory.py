@@ -62,7 +62,7 @@ class MemoryLog:
             last = len(rows) if rows else 0
             if expected_seq is not None and expected_seq != last:
                 raise ConflictError(stream, expected_seq, last)
-            encoded = encode_batch(events, last + 1)
+            encoded = encode_batch(events, last + 1, stream)
             pos = len(self._all)
             records = tuple(
                 Record(stream, seq, pos + i + 1, kind, payload)

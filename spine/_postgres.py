@@ -304,7 +304,7 @@ class PostgresLog:
     ) -> AppendResult:
         check_append(stream, events, expected_seq, idempotency_key)
         # Encode outside the write lock when the seqs are known in advance.
-        pre = encode_batch(events, expected_seq + 1) if expected_seq is not None else None
+        pre = encode_batch(events, expected_seq + 1, stream) if expected_seq is not None else None
         with self._wlock:
             if self._closed:
                 raise StorageError(f"spine log {self.where!r} is closed")
@@ -330,7 +330,7 @@ class PostgresLog:
                     last = int(row[0]) if row is not None else 0
                     if expected_seq is not None and expected_seq != last:
                         raise ConflictError(stream, expected_seq, last)
-                    encoded = pre if pre is not None else encode_batch(events, last + 1)
+                    encoded = pre if pre is not None else encode_batch(events, last + 1, stream)
                     shift = pos0 - last
                     rows = [
                         (stream, seq, seq + shift, kind, payload, SCHEMA_VERSION)

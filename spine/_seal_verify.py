@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import attrs
+import orjson
 
 from ._errors import StorageError
 from ._event import Event, Kind
@@ -153,12 +154,15 @@ def verify_records(
     stream: str,
     records: Sequence[Record],
     keys: KeysLike,
+    *,
+    columns: bool = True,
 ) -> VerifyReport:
-    """Verify every seal among ``records`` (one stream, in storage order)."""
+    """Verify every seal among ``records`` (one stream, in storage order); ``columns``:
+    check the stored ``kind`` column of sealed rows against their payloads too."""
     ring = Keyring.of(keys)
     sealed = str(Kind.RECORD_SEALED)
     checks = [
-        _check_seal(stream, records, j, ring)
+        _check_seal(stream, records, j, ring, columns)
         for j, kind in enumerate([r.kind for r in records])
         if kind == sealed
     ]
@@ -173,7 +177,9 @@ def _not_run(name: str) -> Tier:
     return Tier(name=name, ok=None, detail="not run: the seal is not authentic")
 
 
-def _check_seal(stream: str, records: Sequence[Record], js: int, ring: Keyring) -> SealCheck:
+def _check_seal(
+    stream: str, records: Sequence[Record], js: int, ring: Keyring, columns: bool = True
+) -> SealCheck:
     at = records[js].seq
     seal: Seal | None = None
     expected: list[bytes] = []
@@ -233,6 +239,14 @@ def _check_seal(stream: str, records: Sequence[Record], js: int, ring: Keyring) 
         else "the root recomputed from the stored bytes differs from the signed root",
     )
     if same and bad_seq is None:
+        column = _column_problem(observed) if columns else None
+        if column is not None:
+            r, detail = column
+            finding = Finding(kind=FindingKind.MODIFIED, seq=r.seq, seal_seq=at, detail=detail)
+            proofs = Tier(name="proofs", ok=False, detail=str(finding))
+            return SealCheck(
+                seal_seq=at, seal=seal, tiers=(cont, root, sig_tier, proofs), findings=(finding,)
+            )
         proofs = Tier(name="proofs", ok=True, detail=f"{seal.count} events proven")
         return SealCheck(seal_seq=at, seal=seal, tiers=(cont, root, sig_tier, proofs), findings=())
 
@@ -241,6 +255,26 @@ def _check_seal(stream: str, records: Sequence[Record], js: int, ring: Keyring) 
     return SealCheck(
         seal_seq=at, seal=seal, tiers=(cont, root, sig_tier, proofs), findings=(finding,)
     )
+
+
+def _column_problem(observed: Sequence[Record]) -> tuple[Record, str] | None:
+    """The first sealed row whose ``kind`` column disagrees with its sealed payload.
+
+    Seals hash the payload bytes, but readers also use the row's ``kind`` column
+    (projections dispatch on it), so an edited column would change derived state under an
+    intact seal. Only the ``kind`` member of the payload is read, nothing is decoded into
+    an event, so a payload that does not decode is still checked.
+    """
+    for r in observed:
+        try:
+            stored = orjson.loads(r.payload).get("kind")
+        except (orjson.JSONDecodeError, AttributeError):
+            stored = None
+        if stored != r.kind:
+            return r, (
+                f"the kind column of seq {r.seq} says {r.kind!r}, its sealed payload {stored!r}"
+            )
+    return None
 
 
 def _start(records: Sequence[Record], first: int) -> int:

@@ -28,6 +28,7 @@ from ._log import (
     gc_paused,
     make_record,
 )
+from ._private import private_sqlite
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -137,6 +138,8 @@ class SqliteLog:
         self._watch_thread: threading.Thread | None = None
         if read_only and not os.path.exists(self.path):
             raise StorageError(f"spine database {self.path!r} does not exist")
+        if not read_only and self.path != ":memory:" and not self.path.startswith("file:"):
+            private_sqlite(self.path)
         self._w = self._connect()
         if not read_only:
             self._init_schema()
@@ -207,7 +210,7 @@ class SqliteLog:
     ) -> AppendResult:
         check_append(stream, events, expected_seq, idempotency_key)
         # Encode outside the write lock when the seqs are known in advance.
-        pre = encode_batch(events, expected_seq + 1) if expected_seq is not None else None
+        pre = encode_batch(events, expected_seq + 1, stream) if expected_seq is not None else None
         with self._wlock:
             if self._closed:
                 raise StorageError(f"spine log {self.path!r} is closed")
@@ -228,7 +231,7 @@ class SqliteLog:
                 last = row[0] if row else 0
                 if expected_seq is not None and expected_seq != last:
                     raise ConflictError(stream, expected_seq, last)
-                encoded = pre if pre is not None else encode_batch(events, last + 1)
+                encoded = pre if pre is not None else encode_batch(events, last + 1, stream)
                 pos0 = c.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()[0]
                 # Positions run on from the newest row in the file, whichever process wrote it.
                 shift = pos0 - last

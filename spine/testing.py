@@ -390,6 +390,30 @@ class LogContract:
         assert snapshot(log) == before
         assert log.append("s", [ev("next")], expected_seq=1).first_seq == 2
 
+    @pytest.mark.parametrize(
+        ("fields", "named"),
+        [
+            ({"kind": "session.properties", "properties": {"model": 1}}, "properties"),
+            ({"kind": "session.properties", "properties": {"a": ["x"]}}, "properties"),
+            ({"kind": "user.message", "text": 5}, "text"),
+            ({"kind": "turn.started", "turn": "one"}, "turn"),
+            ({"kind": "tool.result", "is_error": "no"}, "isError"),
+            ({"kind": "tool.call", "tool": ["calc"]}, "tool"),
+        ],
+    )
+    def test_an_event_that_would_not_read_back_is_refused_and_nothing_is_written(
+        self, log: Log, fields: dict[str, object], named: str
+    ) -> None:
+        """A wrongly typed field is refused at append, naming the field, and the batch
+        (valid events beside it included) stores nothing; the stream still reads."""
+        log.append("s", [ev("kept")])
+        before = snapshot(log)
+        with pytest.raises(InvalidArgumentError, match="nothing was written") as info:
+            log.append("s", [ev("fine"), Event(**fields)])  # type: ignore[arg-type]
+        assert named in str(info.value)
+        assert snapshot(log) == before
+        assert [e.text for e in history(log, "s")] == ["kept"]
+
     def test_an_invalid_stream_id_error_names_the_id_and_problem(self, log: Log) -> None:
         """The refusal of an id carries the id and the reason."""
         with pytest.raises(InvalidStreamIdError) as info:

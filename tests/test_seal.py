@@ -484,3 +484,19 @@ def test_leaves_are_base64_of_the_leaf_hashes_in_seq_order(key: SigningKey) -> N
     seal = seal_stream(log, S, key)
     raw = base64.b64decode(seal.to_record()["leaves"])
     assert raw == b"".join(leaf_hash(r.payload) for r in log.read(S, 0, 3))
+
+
+def test_an_edited_kind_column_of_a_sealed_row_is_named_by_seq(
+    db_path: pathlib.Path, key: SigningKey
+) -> None:
+    """Readers dispatch on the kind column: changing it under intact sealed bytes is found
+    and named at that seq."""
+    with SqliteLog(db_path) as log:
+        _fill(log, 6)
+        seal_stream(log, S, key)
+    _tamper(db_path, ("UPDATE events SET kind='turn.completed' WHERE stream=? AND seq=4", (S,)))
+    with SqliteLog(db_path) as log:
+        report = verify_stream(log, S, key.public_key, append=False)
+        assert report.problem is not None
+        assert (report.problem.kind, report.problem.seq) == (FindingKind.MODIFIED, 4)
+        assert "kind column" in report.problem.detail

@@ -316,6 +316,9 @@ def _readline_history(data: str) -> Iterator[None]:
         return
     path = os.path.join(data, HISTORY_FILE)
     with contextlib.suppress(OSError):
+        # Owner-only before readline writes it: the lines typed are the conversation.
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+        os.chmod(path, 0o600)
         readline.read_history_file(path)
     readline.set_history_length(HISTORY_LENGTH)
     try:

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import json
 import os
+import pathlib
 import signal
 import sys
 import threading
@@ -26,6 +27,7 @@ from ._daemon import (
     EXIT_USAGE,
     CliError,
     DaemonInfo,
+    acquire_lock,
     alive,
     read_daemon,
     remove_daemon,
@@ -43,7 +45,7 @@ from ._format import (
     progress_line,
     table,
 )
-from ._parser import Command, positive, seq_number
+from ._parser import Command, positive, seq_number, tcp_port
 
 if TYPE_CHECKING:
     from spine import Log
@@ -153,7 +155,7 @@ def _payload_line(payload: bytes) -> str:
 
 
 def serve_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--port", type=int, default=None, help="admin port (default: a free one)")
+    p.add_argument("--port", type=tcp_port, default=None, help="admin port (default: a free one)")
     p.add_argument(
         "--idle-timeout",
         type=positive,
@@ -212,20 +214,31 @@ def token(args: argparse.Namespace, out: Out) -> int:
 
 def serve(args: argparse.Namespace, out: Out) -> int:
     """Run the daemon until SIGINT, SIGTERM or `vertebra stop`, printing every event."""
-    try:
-        running = read_daemon(args.data, check_version=False)
-    except CliError:
-        running = None
-    if running is not None:
-        raise CliError(f"a daemon already runs on {args.data!r} (pid {running.pid})")
-    os.makedirs(args.data, exist_ok=True)
+    from spine import private_dir
+
+    private_dir(args.data)
+    # Held (by this process and, inherited, every actor process) until the last of them
+    # exits: a second daemon on the directory is refused, a dead one's leftovers reaped.
+    acquire_lock(args.data)
+    # Holding the lock, any daemon.json here is a dead daemon's.
+    remove_daemon(args.data)
+    # Whatever the daemon and its actor processes create later (an extra's files
+    # included) is owner-only too.
+    os.umask(0o077)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     from ..host import Host
 
     spine = getattr(args, "spine", None) or None
-    host = Host(args.data, admin_port=args.port, idle_timeout=args.idle_timeout, spine=spine)
+    try:
+        host = Host(args.data, admin_port=args.port, idle_timeout=args.idle_timeout, spine=spine)
+    except (CliError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        # Whatever the actor system started dies with this process (its watchdog).
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise CliError(f"the daemon could not start: {type(exc).__name__}: {first}") from None
     gateway = None
     try:
         write_daemon(
@@ -339,6 +352,77 @@ def close(args: argparse.Namespace, out: Out) -> int:
         host.get(sid)
         host.close_session(sid)
     out.line(json_line({"closed": sid}) if args.json else f"closed {sid}")
+    return 0
+
+
+def check_args(p: argparse.ArgumentParser) -> None:
+    _add_json(p)
+
+
+def check(args: argparse.Namespace, out: Out) -> int:
+    """SQLite's integrity check on the spine file, then every session's seals, offline
+    and read-only (no daemon needed, nothing appended); exit 1 if anything is wrong."""
+    import sqlite3
+
+    from spine import LogSpec, open_log
+    from spine.seal import KeyStore, verify_stream
+
+    if _spine_url(args):
+        raise CliError("check reads a SQLite spine file; use the database's own tools")
+    path = _spine_file(args.data)
+    if not os.path.exists(path):
+        raise CliError(f"no spine in {args.data!r} (nothing stored there yet)")
+    try:
+        c = sqlite3.connect(pathlib.Path(path).resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            integrity = [str(r[0]) for r in c.execute("PRAGMA integrity_check")]
+        finally:
+            c.close()
+    except sqlite3.DatabaseError as exc:
+        integrity = [str(exc)]
+    bad = integrity != ["ok"]
+    results: list[dict[str, Any]] = []
+    if not bad:
+        ring = KeyStore(os.path.join(args.data, "keys")).keyring()
+        log = open_log(LogSpec.sqlite(path), read_only=True)
+        try:
+            for info in log.streams():
+                report = verify_stream(log, info.stream, ring, append=False)
+                ok = report.ok
+                bad = bad or not ok
+                results.append(
+                    {
+                        "session": info.stream,
+                        "seals": len(report.checks),
+                        "ok": ok,
+                        "summary": report.summary(),
+                        "seq": report.problem.seq if report.problem else 0,
+                    }
+                )
+        finally:
+            log.close()
+    if args.json:
+        out.line(json_line({"integrity": integrity, "sessions": results, "ok": not bad}))
+    else:
+        out.line("integrity: " + ("ok" if integrity == ["ok"] else "; ".join(integrity[:5])))
+        for r in results:
+            state = "ok" if r["ok"] else f"TAMPERED at seq {r['seq']}: {r['summary']}"
+            out.line(f"{r['session']}: {r['seals']} seal(s), {state}")
+    return 1 if bad else 0
+
+
+def revive_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("--reason", default="", help="why, recorded with the decision")
+    _add_json(p)
+
+
+def revive(args: argparse.Namespace, out: Out) -> int:
+    """Bring back a session that failed past its restart budget."""
+    sid = _session_id(args.session)
+    with _attach(args) as host:
+        seq = host.revive(sid, args.reason)
+    out.line(json_line({"revived": sid, "seq": seq}) if args.json else f"revived {sid} (seq {seq})")
     return 0
 
 
@@ -839,9 +923,9 @@ def import_(args: argparse.Namespace, out: Out) -> int:
     except ValueError as exc:
         raise CliError(f"{args.file}: {exc}") from None
     sid = _session_id(args.session or sid)
-    from spine import ConflictError
+    from spine import ConflictError, private_dir
 
-    os.makedirs(args.data, exist_ok=True)
+    private_dir(args.data)
     with _log_at(args) as log:
         existing = log.last_seq(sid)
         if existing:
@@ -932,6 +1016,20 @@ COMMANDS: tuple[Command, ...] = (
         ("vertebra close chat-1",),
         close_args,
         close,
+    ),
+    Command(
+        "check",
+        "check the spine file's integrity and every session's seals",
+        ("vertebra check", "vertebra check --json"),
+        check_args,
+        check,
+    ),
+    Command(
+        "revive",
+        "bring back a session that failed past its restart budget",
+        ("vertebra revive chat-1 --reason 'disk replaced'",),
+        revive_args,
+        revive,
     ),
     Command(
         "sessions",

@@ -6,8 +6,11 @@ to attach, so a client never guesses a port and never starts a second actor syst
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import signal
 import time
 from typing import Any, NamedTuple
 
@@ -60,6 +63,110 @@ def alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
 
 
+LOCK_FILE = "daemon.lock"
+#: How long a starting daemon waits for the processes of a dead one to let go of the lock.
+REAP_WAIT = 5.0
+
+
+def _lock_path(data: str) -> str:
+    return os.path.join(os.path.abspath(data), LOCK_FILE)
+
+
+def lock_held(data: str) -> bool:
+    """Whether a daemon (any process of its actor system) holds ``data``'s lock."""
+    try:
+        fd = os.open(_lock_path(data), os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def lock_holders(data: str) -> list[int]:
+    """Processes (of this user) with ``data``'s lock file open, this one excepted."""
+    target = _lock_path(data)
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{name}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{name}/fd/{fd}") == target:
+                    out.append(int(name))
+                    break
+            except OSError:
+                continue
+    return out
+
+
+def _session_of(pid: int) -> int:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return -1
+
+
+def acquire_lock(data: str) -> int:
+    """Take ``data``'s exclusive lock for this daemon's lifetime and return its fd.
+
+    The actor processes inherit the descriptor, so the lock is held while any process of
+    this daemon lives. If a dead daemon's processes still hold it, those of its recorded
+    actor system (daemon.json's session, holding this very lock file) are killed first.
+    A live daemon, or holders that cannot be told to be ours, are refused in one line.
+    """
+    fd = os.open(_lock_path(data), os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + REAP_WAIT
+    reaped = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            pass
+        raw = _raw_daemon(data)
+        pid = int(raw.get("pid", 0) or 0)
+        if pid and alive(pid):
+            os.close(fd)
+            raise CliError(f"a daemon already runs on {data!r} (pid {pid})")
+        if not reaped:
+            session = int(raw.get("system_session", 0) or 0)
+            holders = lock_holders(data)
+            stale = [h for h in holders if session > 0 and _session_of(h) == session]
+            if not stale:
+                os.close(fd)
+                raise CliError(
+                    f"{_lock_path(data)!r} is held by process(es) "
+                    f"{', '.join(map(str, holders)) or 'unknown'}, not by a daemon this "
+                    f"directory records: stop them first"
+                )
+            for h in stale:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(h, signal.SIGKILL)
+            reaped = True
+        if time.monotonic() > deadline:
+            os.close(fd)
+            raise CliError(f"the processes of an earlier daemon on {data!r} did not exit")
+        time.sleep(0.05)
+
+
+def _raw_daemon(data: str) -> dict[str, Any]:
+    try:
+        with open(os.path.join(data, DAEMON_FILE)) as f:
+            raw = json.load(f)
+        return raw if isinstance(raw, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
 def read_daemon(data: str, *, check_version: bool = True) -> DaemonInfo:
     """The running daemon of ``data``; `CliError` if none runs or it is another version."""
     path = os.path.join(data, DAEMON_FILE)
@@ -80,6 +187,14 @@ def read_daemon(data: str, *, check_version: bool = True) -> DaemonInfo:
     if not alive(info.pid):
         raise CliError(
             f"the daemon of {data!r} (pid {info.pid}) is gone: {start_hint(data)}", EXIT_NO_DAEMON
+        )
+    if info.version == __version__ and not lock_held(data):
+        # A daemon of this version holds the lock while it lives (an older one may not).
+        # The pid was reused, or the file was copied from another directory: attaching
+        # to its port would reach someone else's actor system, or start one.
+        raise CliError(
+            f"{path!r} is stale (no daemon holds {LOCK_FILE}): {start_hint(data)}",
+            EXIT_NO_DAEMON,
         )
     if check_version and info.version != __version__:
         raise CliError(
@@ -133,9 +248,12 @@ __all__ = [
     "EXIT_NO_DAEMON",
     "EXIT_UNKNOWN_SESSION",
     "EXIT_USAGE",
+    "LOCK_FILE",
     "CliError",
     "DaemonInfo",
+    "acquire_lock",
     "alive",
+    "lock_held",
     "read_daemon",
     "remove_daemon",
     "start_hint",

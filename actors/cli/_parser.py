@@ -114,6 +114,17 @@ def data_dir(args: argparse.Namespace, environ: Mapping[str, str]) -> str:
     return str(args.data or environ.get(DATA_ENV) or DEFAULT_DATA)
 
 
+def tcp_port(text: str) -> int:
+    """An argparse type: a TCP port, 1 to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"a port is 1 to 65535, got {text!r}")
+    return value
+
+
 def positive(text: str) -> float:
     """An argparse type: a number of seconds above zero."""
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -41,6 +42,7 @@ from spine import (
     history,
     new_session_id,
     open_log,
+    private_dir,
     subscribe,
     validate_session_id,
 )
@@ -52,7 +54,7 @@ from ..messages import Ping, Pong, RunnerConfig, SessionPid
 from ..policy import BusyPolicy, RestartPolicy
 from ..runner import spine_spec
 from ..session.goals import budget_problem
-from ..system import free_port, loopback_only
+from ..system import free_port, loopback_only, orphan_guard
 from .goals import runs_in_flight, wait_goal
 from .replies import request_id
 from .runtime import Runtime
@@ -61,6 +63,15 @@ from .subscription import SessionSubscription
 from .transport import MultiprocTransport, SimpleTransport, Transport, reap_system
 
 log = logging.getLogger("vertebra.host")
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2.0):
+            return True
+    except OSError:
+        return False
+
 
 #: Session ids of the actor systems Hosts of this process started (tests check them).
 SYSTEM_SESSIONS: set[int] = set()
@@ -123,7 +134,7 @@ class Host:
             spine=spine or "",
         )
         self.data_dir = cfg.data_dir
-        os.makedirs(self.data_dir, exist_ok=True)
+        private_dir(self.data_dir)
         self.base = base
         self.timeout = timeout
         self._simple = base == "simpleSystemBase"
@@ -133,8 +144,8 @@ class Host:
         self.system_session = 0
         self._transport = self._open_transport(admin_port)
         self._runtime = Runtime(self._transport, timeout, follow_restarts=not self._simple)
-        self._log = open_log(spine_spec(self.data_dir, cfg.spine))
         try:
+            self._log = open_log(spine_spec(self.data_dir, cfg.spine))
             self._start(cfg)
         except BaseException:
             self._shutdown_system()
@@ -142,10 +153,14 @@ class Host:
 
     def _open_transport(self, admin_port: int | None) -> Transport:
         loopback_only()
+        orphan_guard()
         if self._simple:
             self.admin_port = 0
             return SimpleTransport(self.data_dir, self._sinks.deliver)
         self.admin_port = admin_port or free_port()
+        if self._attach and not _listening(self.admin_port):
+            # Thespian would start an actor system of its own on a port nobody serves.
+            raise HostTimeout(f"no actor system listens on admin port {self.admin_port}")
         return MultiprocTransport(self.data_dir, self._sinks.deliver, self.admin_port, self._attach)
 
     def _start(self, cfg: RunnerConfig) -> None:
@@ -373,6 +388,15 @@ class Host:
     def close_session(self, session_id: str) -> None:
         """Close one session: it records a "closed" lifecycle event and its actor stops."""
         self._request(m.CloseSession(request_id=request_id(), session_id=session_id))
+
+    def revive(self, session_id: str, reason: str = "") -> int:
+        """Bring back a session that failed past its restart budget; the decision is
+        stored as a ``recovered`` lifecycle event naming ``reason``, whose seq is returned.
+        The next request starts the session. `InvalidRequest` if it is not failed."""
+        reply = self._request(
+            m.ReviveSession(request_id=request_id(), session_id=session_id, reason=reason)
+        )
+        return int(reply.seq)
 
     def close_all(self) -> None:
         """Close every session; the Runner takes no more ingress afterwards."""

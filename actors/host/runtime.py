@@ -17,11 +17,18 @@ import time
 from typing import Any
 
 from .. import messages as m
-from ..errors import ActorsError, HostTimeout
+from ..errors import ActorsError, HostTimeout, InvalidRequest
 from ..messages import GetRunner, Ping, Pong, RunnerAddress, RunnerConfig, SessionPid
 from ..runner.guardian import Guardian
+from ..validation import field_problem
 from .replies import raise_failed, request_id
 from .transport import Transport
+
+
+def _str_or_empty(msg: Any, name: str) -> str:
+    value = getattr(msg, name, "")
+    return value if isinstance(value, str) else ""
+
 
 log = logging.getLogger("vertebra.host")
 
@@ -93,6 +100,11 @@ class Runtime:
         Runner was replaced; if so the request goes to the new one, so a Runner crash
         costs well under a second.
         """
+        problem = field_problem(msg)
+        if problem is not None:
+            raise InvalidRequest(
+                f"{type(msg).__name__}: {problem}", session_id=_str_or_empty(msg, "session_id")
+            )
         deadline = time.monotonic() + timeout
         sent = time.monotonic()
         reply = self._transport.ask(self.runner, msg, min(RUNNER_CHECK, timeout))

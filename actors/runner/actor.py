@@ -19,7 +19,17 @@ from typing import Any
 from thespian.actors import ActorExitRequest, ChildActorExited, PoisonMessage, WakeupMessage
 
 from projections import Wake
-from spine import ConflictError, Event, Kind, Log, Phase, SpineError, new_session_id, open_log
+from spine import (
+    ConflictError,
+    Event,
+    Kind,
+    Log,
+    Phase,
+    SpineError,
+    new_session_id,
+    open_log,
+    private_dir,
+)
 
 from .. import messages as m
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
@@ -70,7 +80,7 @@ class RunnerActor(GuardedActor):
     def receiveMsg_RunnerConfig(self, cfg: RunnerConfig, sender: Any) -> None:
         if self.cfg is None:
             self.cfg = cfg
-            os.makedirs(cfg.data_dir, exist_ok=True)
+            private_dir(cfg.data_dir)
             configure_actor_logging(cfg.data_dir)
             self.spine = open_log(spine_spec(cfg.data_dir, cfg.spine))
             self.registry = Registry(
@@ -138,6 +148,52 @@ class RunnerActor(GuardedActor):
         if (r := self._ready(msg, sender)) is not None:
             self._load_all()  # stored sessions this Runner has not loaded close too
             self._do(r.close_all(msg.request_id, sender, time.monotonic()))
+
+    def receiveMsg_ReviveSession(self, msg: m.ReviveSession, sender: Any) -> None:
+        """An operator's decision to bring a failed session back, recorded in its stream.
+
+        A failed session has no process, so the Runner is its stream's writer; the append
+        expects the folded seq. The registry forgets the entry: the next request loads it
+        from the log as passivated and spawns it, and the fold no longer says failed.
+        """
+        if (r := self._ready(msg, sender)) is None:
+            return
+        assert self.spine is not None
+        sid = msg.session_id
+
+        def refuse(error: str, text: str) -> None:
+            self.send(
+                sender,
+                m.RequestFailed(
+                    request_id=msg.request_id, error=error, message=text, session_id=sid
+                ),
+            )
+
+        try:
+            state = fold(SessionState(session_id=sid), self.spine.read_events(sid, 0))
+        except SpineError as exc:
+            refuse("InvalidRequest", f"session {sid} cannot be revived: {exc}")
+            return
+        if state.last_seq == 0:
+            refuse("SessionNotFound", f"session {sid} not found")
+            return
+        if not state.failed:
+            refuse("InvalidRequest", f"session {sid} is not failed")
+            return
+        why = "revived by an operator" + (f": {msg.reason}" if msg.reason else "")
+        ev = Event(kind=Kind.LIFECYCLE, phase=Phase.RECOVERED, reason=why)
+        try:
+            res = self.spine.append(sid, [ev], expected_seq=state.last_seq)
+        except SpineError as exc:
+            refuse("ActorsError", f"could not record the revival of {sid}: {exc}")
+            return
+        r.entries.pop(sid, None)
+        self._load(sid)
+        self._published(sid, res.records)
+        self.send(
+            sender,
+            m.Ack(request_id=msg.request_id, session_id=sid, key="", seq=res.last_seq),
+        )
 
     def receiveMsg_Done(self, msg: m.Done, sender: Any) -> None:
         """Replies to the Runner's own requests (close-all's closes) need no handling."""
@@ -322,7 +378,14 @@ class RunnerActor(GuardedActor):
             return
         ev = Event(kind=Kind.LIFECYCLE, phase=Phase.FAILED, error=action.reason)
         try:
-            res = self.spine.append(sid, [ev], expected_seq=self.spine.last_seq(sid))
+            # The crash that used up the budget cut a turn off: close it, or it stays
+            # open forever (no process will ever write this stream again).
+            try:
+                state = fold(SessionState(session_id=sid), self.spine.read_events(sid, 0))
+                events, last = [*recovery_events(state, "failed"), ev], state.last_seq
+            except SpineError:
+                events, last = [ev], self.spine.last_seq(sid)
+            res = self.spine.append(sid, events, expected_seq=last)
         except SpineError as exc:
             _log().error("could not record failure of %s: %s", sid, exc)
             return

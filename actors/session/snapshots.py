@@ -13,6 +13,8 @@ import os
 import pickle
 import sqlite3
 
+from spine import private_sqlite
+
 from .state import SNAPSHOT_VERSION, SessionState
 
 #: Write a snapshot once a session has this many events past its last one.
@@ -24,6 +26,7 @@ class SnapshotStore:
         self.path = os.path.join(data_dir, "snapshots.db")
         # The actor serializes every use, but on the single-process base its handlers run
         # on whichever thread drives the system: the connection must not be thread-bound.
+        private_sqlite(self.path)
         self._c = sqlite3.connect(
             self.path, isolation_level=None, timeout=30, check_same_thread=False
         )

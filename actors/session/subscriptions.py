@@ -23,6 +23,7 @@ class _Sub:
     address: Any
     cursor: int
     kinds: tuple[str, ...]
+    sent: int = 0
 
 
 class Subscriptions:
@@ -36,6 +37,7 @@ class Subscriptions:
         return len(self._subs)
 
     def _batch(self, sub: _Sub, records: Sequence[Record] = (), closed: bool = False) -> None:
+        sub.sent += 1
         self._send(
             sub.address,
             m.EventBatch(
@@ -43,6 +45,7 @@ class Subscriptions:
                 subscription_id=sub.sub_id,
                 records=tuple((r.seq, r.kind, r.payload) for r in records),
                 closed=closed,
+                batch=sub.sent,
             ),
         )
 
