@@ -544,6 +544,107 @@ def status(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+# -- traces ---------------------------------------------------------------------------------
+
+
+def trace_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument(
+        "--otlp-json", default=None, metavar="FILE", help="write the spans as OTLP/JSON (- stdout)"
+    )
+    p.add_argument(
+        "--otlp-endpoint",
+        default=None,
+        metavar="URL",
+        help="POST the spans as OTLP/JSON to a collector (e.g. http://127.0.0.1:4318/v1/traces)",
+    )
+    p.add_argument(
+        "--capture-content",
+        action="store_true",
+        help="include message text, tool arguments and results (also on when "
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)",
+    )
+    _add_json(p)
+
+
+def _trace_streams(log: Log, sid: str) -> dict[str, list[Any]]:
+    """The session's events and those of every descendant stored in the same spine."""
+    from projections import spawn_links
+    from spine import history as read_history
+    from spine import validate_session_id
+
+    streams: dict[str, list[Any]] = {}
+    todo = [sid]
+    while todo:
+        s = todo.pop(0)
+        if s in streams:
+            continue
+        try:
+            validate_session_id(s)
+        except ValueError:
+            continue
+        streams[s] = read_history(log, s)
+        todo.extend(spawn_links(streams[s], s))
+    return streams
+
+
+def _post_otlp(url: str, body: bytes, timeout: float = 10.0) -> None:
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(
+        url, data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            resp.read()
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise CliError(f"the collector at {url} refused the spans: {exc}") from None
+
+
+def trace(args: argparse.Namespace, out: Out) -> int:
+    """The session's spans, folded from its log (the same log always gives the same ids)."""
+    sid = _session_id(args.session)
+    from projections import spans_of_tree
+
+    from ..otel import capture_content, nanos, otlp_json
+
+    with _open_log(args) as log:
+        streams = _trace_streams(log, sid)
+    if not streams.get(sid):
+        raise _unknown(sid)
+    spans = spans_of_tree(streams, sid, capture_content=args.capture_content or capture_content())
+    body = json.dumps(otlp_json(spans), separators=(",", ":")).encode()
+    if args.otlp_json == "-":
+        out.line(body.decode())
+    elif args.otlp_json:
+        tmp = f"{args.otlp_json}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(body)
+        os.replace(tmp, args.otlp_json)
+    if args.otlp_endpoint:
+        _post_otlp(args.otlp_endpoint, body)
+    if args.otlp_json == "-":
+        return 0
+    traces = len({s.trace_id for s in spans})
+    if args.json:
+        out.line(json_line({"session": sid, "spans": len(spans), "traces": traces}))
+        return 0
+    names = {s.span_id: s for s in spans}
+    first = {t: i for i, t in reversed(list(enumerate(s.trace_id for s in spans)))}
+    for s in sorted(spans, key=lambda s: (first[s.trace_id], nanos(s.start))):
+        depth, p = 0, s.parent_span_id
+        while p in names:
+            depth, p = depth + 1, names[p].parent_span_id
+        ms = (s.end - s.start).total_seconds() * 1000 if s.start and s.end else 0.0
+        tokens = s.attribute("gen_ai.usage.input_tokens")
+        extra = f"  in={tokens} out={s.attribute('gen_ai.usage.output_tokens')}" if tokens else ""
+        status = "  ERROR " + s.status_message if s.status == "ERROR" else ""
+        out.line(f"{s.trace_id[:8]} {'  ' * depth}{s.name}  {ms:.1f} ms{extra}{status}")
+    out.note(f"{len(spans)} spans in {traces} traces")
+    return 0
+
+
 # -- seals ----------------------------------------------------------------------------------
 
 
@@ -792,6 +893,16 @@ COMMANDS: tuple[Command, ...] = (
         ("vertebra status chat-1 --json",),
         status_args,
         status,
+    ),
+    Command(
+        "trace",
+        "write a session's turns, model and tool calls as OpenTelemetry spans (no daemon needed)",
+        (
+            "vertebra trace chat-1 --otlp-json chat-1.otlp.json",
+            "vertebra trace chat-1 --otlp-endpoint http://127.0.0.1:4318/v1/traces",
+        ),
+        trace_args,
+        trace,
     ),
     Command(
         "seal",
