@@ -243,3 +243,49 @@ def test_a_down_collector_drops_spans_and_never_holds_a_session_up(mp: Host) -> 
         assert (stats["queued"], stats["depth"], stats["exported"]) == (2, 2, 0)
     finally:
         stop_trace_export(mp, addr)
+
+
+def test_serve_exports_live_to_the_collector_what_trace_reads_from_the_log(
+    tmp_path: pathlib.Path, collector: Collector, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """`serve --otlp-endpoint` exports each turn's spans as it ends, with content when the
+    standard capture switch is set; `vertebra trace` gives the same ids from the log."""
+    import signal
+    import subprocess
+
+    from cli_support import CLI, env
+
+    data = tmp_path / "data"
+    daemon = subprocess.Popen(
+        [*CLI, "--data", str(data), "serve", "--quiet", "--otlp-endpoint", collector.url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT="true"),
+    )
+    try:
+        wait_for(lambda: (data / "daemon.json").exists() or daemon.poll() is not None, 30)
+        assert daemon.poll() is None, daemon.stderr.read() if daemon.stderr else ""
+        info = json.loads(wait_for(lambda: (data / "daemon.json").read_text() or None, 10))
+        no_leftover_processes.append(info["system_session"])
+        out = run(data, "send", "chat-1", "hello otel", "--create")
+        assert out.returncode == 0, out.stderr
+        got = wait_for(lambda: len(collector.proto_spans()) >= 2 and collector.proto_spans(), 30)
+        turn = next(s for s in got if s.name == "invoke_agent")
+        assert "hello otel" in _attrs(turn)["gen_ai.input.messages"]
+        out = run(data, "trace", "chat-1", "--otlp-json", "-")
+        assert out.returncode == 0, out.stderr
+        spans = json.loads(out.stdout)["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        assert sorted((s["traceId"], s["spanId"]) for s in spans) == sorted(
+            (s.trace_id.hex(), s.span_id.hex()) for s in got
+        )
+        assert all("gen_ai.input.messages" not in json.dumps(s) for s in spans)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(30)
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+                daemon.wait(10)
+    assert daemon.returncode == 0

@@ -169,6 +169,30 @@ def serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--http-allow-remote", action="store_true", help="allow a non-loopback --http address"
     )
+    p.add_argument(
+        "--otlp-endpoint",
+        default=None,
+        metavar="URL",
+        help="export spans live over OTLP/HTTP (e.g. http://127.0.0.1:4318/v1/traces; "
+        "needs the otel extra)",
+    )
+
+
+def _start_otlp(args: argparse.Namespace, host: Any, out: Out) -> None:
+    """The live span exporter for ``serve --otlp-endpoint URL``; it ends with the system."""
+    if not getattr(args, "otlp_endpoint", None):
+        return
+    try:
+        import opentelemetry.exporter.otlp.proto.http  # noqa: F401
+    except ImportError as exc:
+        raise CliError(
+            f"--otlp-endpoint needs the otel extra (pip install 'vertebra[otel]'): {exc}",
+            EXIT_USAGE,
+        ) from None
+    from ..otel import capture_content, start_trace_export
+
+    start_trace_export(host, args.otlp_endpoint, capture_content=capture_content())
+    out.line(f"vertebra otel: exporting spans to {args.otlp_endpoint}")
 
 
 def _start_http(args: argparse.Namespace, host: Any, out: Out) -> Any:
@@ -242,6 +266,7 @@ def serve(args: argparse.Namespace, out: Out) -> int:
 
             host.add_sink(show)
         gateway = _start_http(args, host, out)
+        _start_otlp(args, host, out)
         out.line(
             f"vertebra daemon {__version__}: data {args.data}, admin port {host.admin_port} "
             "(loopback); stop with Ctrl-C or `vertebra stop`"
