@@ -52,6 +52,7 @@ from ._metadata import (
     reduce_metadata,
     secret_problem,
 )
+from ._metrics import LATENCY_BUCKETS, TOKEN_TYPES, MetricsFolder
 from ._policy import Fail, FailurePolicy, RetryThenFail, Skip
 from ._reader import LogReader, SqliteLogReader
 from ._reducer import (
@@ -126,6 +127,7 @@ __all__ = [
     "DEFAULT_REBUILD_COMMIT",
     "EDITS",
     "HANDLERS",
+    "LATENCY_BUCKETS",
     "LEGACY_PREFIX",
     "MAX_ACTIONS",
     "MAX_EGRESS",
@@ -145,6 +147,7 @@ __all__ = [
     "REGENERATES",
     "STATUS_VERSION",
     "THINKING_LEVELS",
+    "TOKEN_TYPES",
     "ActionEntry",
     "ActionState",
     "CheckpointError",
@@ -161,6 +164,7 @@ __all__ = [
     "IndexReply",
     "InfoFolder",
     "LogReader",
+    "MetricsFolder",
     "ModelSettings",
     "Outcome",
     "PendingEntry",

@@ -670,6 +670,34 @@ def trace(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+def stats_args(p: argparse.ArgumentParser) -> None:
+    _add_json(p)
+
+
+def stats(args: argparse.Namespace, out: Out) -> int:
+    """The log's figures (no daemon needed) plus, when a daemon runs, its Runner's counters
+    and the sessions by state, in the Prometheus text format (or JSON)."""
+    from ..otel import LogMetrics, metrics_figures, prometheus_text, session_states
+
+    with _open_log(args) as log:
+        folder = LogMetrics().update(log)
+    runner = states = None
+    try:
+        read_daemon(args.data)
+    except CliError:
+        out.note("no daemon runs: figures from the log only")
+    else:
+        with _attach(args) as host:
+            runner = host.stats()
+            states = session_states(host.sessions())
+    if args.json:
+        out.line(json_line(metrics_figures(folder, runner, states)))
+    else:
+        out.stdout.write(prometheus_text(folder, runner, states))
+        out.stdout.flush()
+    return 0
+
+
 # -- seals ----------------------------------------------------------------------------------
 
 
@@ -928,6 +956,13 @@ COMMANDS: tuple[Command, ...] = (
         ),
         trace_args,
         trace,
+    ),
+    Command(
+        "stats",
+        "print turn, token, session and sink figures in the Prometheus text format",
+        ("vertebra stats", "vertebra stats --json"),
+        stats_args,
+        stats,
     ),
     Command(
         "seal",

@@ -20,6 +20,13 @@ from ._exporter import (
     start_trace_export,
     stop_trace_export,
 )
+from ._metrics import (
+    CONTENT_TYPE,
+    LogMetrics,
+    metrics_figures,
+    prometheus_text,
+    session_states,
+)
 from ._otlp import (
     CAPTURE_ENV,
     SCOPE_NAME,
@@ -33,6 +40,7 @@ from ._otlp import (
 
 __all__ = [
     "CAPTURE_ENV",
+    "CONTENT_TYPE",
     "DEFAULT_BATCH",
     "DEFAULT_INTERVAL",
     "DEFAULT_MAX_QUEUE",
@@ -42,13 +50,17 @@ __all__ = [
     "ExportStarted",
     "ExportStats",
     "GetExportStats",
+    "LogMetrics",
     "StartExport",
     "TraceExporter",
     "capture_content",
     "export_stats",
+    "metrics_figures",
     "nanos",
     "otlp_json",
+    "prometheus_text",
     "readable_spans",
+    "session_states",
     "span_json",
     "start_trace_export",
     "stop_trace_export",
