@@ -160,3 +160,51 @@ def test_get_metrics_serves_the_daemons_figures_to_the_admin_token(tmp_path: pat
         scoped = create_token(gw.host.data_dir, ["s-1"])
         with client(gw, scoped) as other:
             assert other.get("/metrics").status_code == 403
+
+
+def test_serve_with_json_logs_prints_one_object_per_line(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """`serve --log-format json` prints every line as a JSON object, events with their
+    session, seq and kind; the data directory's log, Thespian's records included, is JSON
+    at the configured level."""
+    import signal
+    import subprocess
+
+    from cli_support import CLI, env
+
+    data = tmp_path / "data"
+    daemon = subprocess.Popen(
+        [*CLI, "--data", str(data), "serve", "--log-format", "json", "--log-level", "info"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+    try:
+        wait_for(lambda: (data / "daemon.json").exists() or daemon.poll() is not None, 30)
+        assert daemon.poll() is None, daemon.stderr.read() if daemon.stderr else ""
+        info = json.loads(wait_for(lambda: (data / "daemon.json").read_text() or None, 10))
+        no_leftover_processes.append(info["system_session"])
+        out = run(data, "send", "chat-1", "hello logs", "--create")
+        assert out.returncode == 0, out.stderr
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            stdout, _ = daemon.communicate(timeout=30)
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+                daemon.wait(10)
+    assert daemon.returncode == 0
+    lines = [json.loads(x) for x in stdout.splitlines()]
+    assert {x["logger"] for x in lines} == {"vertebra.daemon", "vertebra.events"}
+    events = [x for x in lines if x["logger"] == "vertebra.events"]
+    assert [x["seq"] for x in events] == list(range(1, len(events) + 1))
+    assert {x["session"] for x in events} == {"chat-1"}
+    assert "turn.completed" in [x["kind"] for x in events]
+    logged = [json.loads(x) for x in (data / "vertebra.log").read_text().splitlines()]
+    assert logged and all({"time", "level", "logger", "message"} <= set(x) for x in logged)
+    assert any(x["level"] == "INFO" for x in logged)
+    bad = run(data, "serve", "--log-level", "chatty")
+    assert bad.returncode == 2 and "--log-level" in bad.stderr

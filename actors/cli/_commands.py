@@ -170,6 +170,18 @@ def serve_args(p: argparse.ArgumentParser) -> None:
         "--http-allow-remote", action="store_true", help="allow a non-loopback --http address"
     )
     p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="json: every line printed and logged is one JSON object (session, seq, kind)",
+    )
+    p.add_argument(
+        "--log-level",
+        default=None,
+        metavar="LEVEL",
+        help="level of DATA/vertebra.log, Thespian's records included (default WARNING)",
+    )
+    p.add_argument(
         "--otlp-endpoint",
         default=None,
         metavar="URL",
@@ -229,6 +241,48 @@ def token(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+class JsonOut(Out):
+    """The daemon's output under ``--log-format json``: one JSON object per line."""
+
+    def line(self, text: str = "") -> None:
+        from ..logformat import json_record
+
+        print(json_record("INFO", "vertebra.daemon", text), file=self.stdout, flush=True)
+
+    def note(self, text: str) -> None:
+        from ..logformat import json_record
+
+        print(json_record("WARNING", "vertebra.daemon", text), file=self.stderr, flush=True)
+
+    def event(self, sid: str, ev: Any, text: str) -> None:
+        from ..logformat import json_record
+
+        line = json_record(
+            "INFO", "vertebra.events", text, session=sid, seq=ev.seq, kind=ev.kind, turn=ev.turn
+        )
+        print(line, file=self.stdout, flush=True)
+
+
+def _log_setup(args: argparse.Namespace, out: Out) -> Out:
+    """Select the log format and level for this process and the actor processes it starts
+    (they read the environment), before the actor system exists."""
+    import logging
+
+    from ..logformat import FORMAT_ENV, LEVEL_ENV
+
+    level = getattr(args, "log_level", None)
+    if level:
+        if not isinstance(logging.getLevelName(level.upper()), int):
+            raise CliError(
+                f"bad --log-level {level!r}: use DEBUG, INFO, WARNING or ERROR", EXIT_USAGE
+            )
+        os.environ[LEVEL_ENV] = level.upper()
+    if getattr(args, "log_format", "text") != "json":
+        return out
+    os.environ[FORMAT_ENV] = "json"
+    return JsonOut(Style(color=False), out.stdout, out.stderr)
+
+
 def serve(args: argparse.Namespace, out: Out) -> int:
     """Run the daemon until SIGINT, SIGTERM or `vertebra stop`, printing every event."""
     try:
@@ -243,6 +297,7 @@ def serve(args: argparse.Namespace, out: Out) -> int:
         signal.signal(sig, lambda *_: stop.set())
     from ..host import Host
 
+    out = _log_setup(args, out)
     spine = getattr(args, "spine", None) or None
     host = Host(args.data, admin_port=args.port, idle_timeout=args.idle_timeout, spine=spine)
     gateway = None
@@ -261,7 +316,11 @@ def serve(args: argparse.Namespace, out: Out) -> int:
             style = out.style
 
             def show(sid: str, ev: Any, live: Any) -> None:
-                if ev is not None:
+                if ev is None:
+                    return
+                if isinstance(out, JsonOut):
+                    out.event(sid, ev, event_line(ev, style))
+                else:
                     out.line(event_line(ev, style, sid))
 
             host.add_sink(show)
