@@ -302,6 +302,8 @@ def serve(args: argparse.Namespace, out: Out) -> int:
     host = Host(args.data, admin_port=args.port, idle_timeout=args.idle_timeout, spine=spine)
     gateway = None
     try:
+        # Before the daemon file announces the daemon: no turn a client starts goes unseen.
+        _start_otlp(args, host, out)
         write_daemon(
             args.data,
             DaemonInfo(
@@ -325,7 +327,6 @@ def serve(args: argparse.Namespace, out: Out) -> int:
 
             host.add_sink(show)
         gateway = _start_http(args, host, out)
-        _start_otlp(args, host, out)
         out.line(
             f"vertebra daemon {__version__}: data {args.data}, admin port {host.admin_port} "
             "(loopback); stop with Ctrl-C or `vertebra stop`"

@@ -107,6 +107,9 @@ def otlp_json(spans: Sequence[SpanRecord]) -> dict[str, Any]:
     }
 
 
+_sdk_parts: tuple[Any, Any] | None = None
+
+
 def readable_spans(spans: Sequence[SpanRecord]) -> list[Any]:
     """The SDK's `ReadableSpan` for each record (needs the ``otel`` extra)."""
     from opentelemetry.sdk.resources import Resource
@@ -114,8 +117,14 @@ def readable_spans(spans: Sequence[SpanRecord]) -> list[Any]:
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
     from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-    resource = Resource.create({"service.name": SERVICE_NAME})
-    scope = InstrumentationScope(SCOPE_NAME, __version__)
+    global _sdk_parts
+    if _sdk_parts is None:
+        # Resource.create runs the resource detectors: once per process is enough.
+        _sdk_parts = (
+            Resource.create({"service.name": SERVICE_NAME}),
+            InstrumentationScope(SCOPE_NAME, __version__),
+        )
+    resource, scope = _sdk_parts
     sampled = TraceFlags(TraceFlags.SAMPLED)
 
     def ctx(trace_id: str, span_id: str) -> Any:
