@@ -119,7 +119,8 @@ def turn_rate(data: str, turns: int, rounds: int) -> list[tuple[str, bytes]]:
         fold: list[float] = []
         export: list[float] = []
         stats: dict[str, int] = {}
-        for _ in range(rounds):
+        for i in range(rounds):
+            print(f"  round {i + 1}/{rounds}", file=sys.stderr, flush=True)
             none.append(_turns(h, sid, turns))
             addr = start_trace_export(h, "")
             fold.append(_turns(h, sid, turns))

@@ -22,7 +22,7 @@ import attrs
 from thespian.actors import ActorExitRequest, ActorTypeDispatcher
 
 from projections import SpanFolder, SpanRecord
-from spine import decode_event
+from spine import Kind, Phase, decode_event
 
 from .. import messages as m
 from ..host.replies import request_id
@@ -63,6 +63,20 @@ class ExportStarted:
 
 
 @attrs.frozen(kw_only=True)
+class StopExport:
+    """Leave the Runner's sinks and send what is queued; answered `ExportStopped` once the
+    Runner has removed the sink, so no batch is sent to an exporter that has exited."""
+
+    request_id: str
+
+
+@attrs.frozen(kw_only=True)
+class ExportStopped:
+    request_id: str
+    counters: dict[str, int]
+
+
+@attrs.frozen(kw_only=True)
 class GetExportStats:
     request_id: str
 
@@ -75,6 +89,9 @@ class ExportStats:
 
     request_id: str
     counters: dict[str, int]
+
+
+_FINAL = frozenset({Phase.CLOSED, Phase.FAILED})
 
 
 class _Pump:
@@ -169,6 +186,8 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
         self._sink_id = ""
         self._starter: Any = None
         self._runner: Any = None
+        self._stopper: tuple[Any, str] | None = None
+        self._remove_id = ""
 
     def receiveMsg_StartExport(self, msg: StartExport, sender: Any) -> None:
         # Answered inside: a raise would make Thespian deliver the message again.
@@ -215,11 +234,38 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
             self._folders[msg.session_id] = folder
         spans: list[SpanRecord] = []
         for _seq, _kind, payload in msg.records:
-            spans.extend(folder.feed(decode_event(payload)))
+            ev = decode_event(payload)
+            spans.extend(folder.feed(ev))
+            if ev.kind == Kind.LIFECYCLE and ev.phase in _FINAL:
+                # A closed session writes no more turns: forget its fold.
+                self._folders.pop(msg.session_id, None)
         with self._pump.lock:
             self._pump.counters["folded"] += len(msg.records)
         if spans:
             self._pump.offer(spans)
+
+    def receiveMsg_StopExport(self, msg: StopExport, sender: Any) -> None:
+        self._stopper = (sender, msg.request_id)
+        if self._runner is None or not self._sink_id:
+            self._stopped()
+            return
+        self._remove_id = request_id()
+        self.send(self._runner, m.RemoveSink(request_id=self._remove_id, sink_id=self._sink_id))
+
+    def receiveMsg_Done(self, msg: m.Done, sender: Any) -> None:
+        if msg.request_id == self._remove_id:
+            self._sink_id = ""
+            self._stopped()
+
+    def _stopped(self) -> None:
+        if self._pump is not None:
+            self._pump.stop(2.0)
+        counters = self._pump.stats() if self._pump is not None else {}
+        self._pump = None
+        if self._stopper is not None:
+            to, rid = self._stopper
+            self._stopper = None
+            self.send(to, ExportStopped(request_id=rid, counters=counters))
 
     def receiveMsg_GetExportStats(self, msg: GetExportStats, sender: Any) -> None:
         counters = self._pump.stats() if self._pump is not None else {}
@@ -273,5 +319,9 @@ def export_stats(host: Any, addr: Any) -> dict[str, int]:
     return dict(reply.counters) if isinstance(reply, ExportStats) else {}
 
 
-def stop_trace_export(host: Any, addr: Any) -> None:
+def stop_trace_export(host: Any, addr: Any) -> dict[str, int]:
+    """Stop the exporter: it leaves the Runner's sinks, sends what is queued (bounded),
+    and exits. Returns its last counters (empty if it did not answer in time)."""
+    reply = host._transport.ask(addr, StopExport(request_id=request_id()), host.timeout)
     host._asys.tell(addr, ActorExitRequest())
+    return dict(reply.counters) if isinstance(reply, ExportStopped) else {}
