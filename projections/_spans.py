@@ -281,7 +281,7 @@ class SpanFolder:
         handler = _HANDLERS.get(kind)
         return handler(self, ev) if handler is not None else []
 
-    # -- helpers --------------------------------------------------------------------------
+    # -- shared pieces ----------------------------------------------------------------------
 
     def _model(self) -> str:
         return model_value(self.metadata, MODEL_NAME)[1] or ""
