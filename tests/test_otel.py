@@ -289,3 +289,51 @@ def test_serve_exports_live_to_the_collector_what_trace_reads_from_the_log(
                 daemon.kill()
                 daemon.wait(10)
     assert daemon.returncode == 0
+
+
+def test_a_batch_the_sink_lost_is_read_back_from_the_spine(mp: Host, collector: Collector) -> None:
+    """Given only the last record of one turn and then of the next, the exporter primes its
+    fold from the spine (exporting nothing old) and reads the gap back: the second turn's
+    spans arrive whole, exactly as the offline fold gives them."""
+    from actors import messages as m
+    from spine import encode_event
+
+    sid = mp.create()
+    for text in (
+        '!tool calculator {"expression": "1+1"}',
+        '!tool calculator {"expression": "2+2"}',
+    ):
+        ack = mp.send(sid, text)
+        assert mp.wait_turn(sid, ack.seq).kind == Kind.TURN_COMPLETED
+    history = mp.history(sid)
+    ends = [e for e in history if e.kind == Kind.TURN_COMPLETED]
+    addr = start_trace_export(mp, collector.url, interval=0.05)
+    try:
+        for end in ends:
+            batch = m.SinkBatch(
+                session_id=sid, sink_id="lost", records=((end.seq, end.kind, encode_event(end)),)
+            )
+            mp._asys.tell(addr, batch)
+        offline = spans_from(history, sid)
+        first, second = offline[0].trace_id, offline[-1].trace_id
+        got = wait_for(
+            lambda: (
+                {s.trace_id.hex() for s in collector.proto_spans()} >= {first, second}
+                and collector.proto_spans()
+            ),
+            30,
+        )
+        # Nothing before the first record seen is exported: the first turn's tool span
+        # ended before it; its model calls and the turn itself end with it.
+        assert sorted(s.name for s in got if s.trace_id.hex() == first) == [
+            "chat",
+            "chat",
+            "invoke_agent",
+        ]
+        whole = sorted((s.span_id, s.name) for s in offline if s.trace_id == second)
+        assert sorted((s.span_id.hex(), s.name) for s in got if s.trace_id.hex() == second) == (
+            whole
+        )
+        assert "execute_tool calculator" in {name for _, name in whole}
+    finally:
+        stop_trace_export(mp, addr)

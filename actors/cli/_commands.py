@@ -203,7 +203,8 @@ def _start_otlp(args: argparse.Namespace, host: Any, out: Out) -> None:
         ) from None
     from ..otel import capture_content, start_trace_export
 
-    start_trace_export(host, args.otlp_endpoint, capture_content=capture_content())
+    spine = getattr(args, "spine", None) or ""
+    start_trace_export(host, args.otlp_endpoint, capture_content=capture_content(), spine=spine)
     out.line(f"vertebra otel: exporting spans to {args.otlp_endpoint}")
 
 

@@ -22,7 +22,7 @@ import attrs
 from thespian.actors import ActorExitRequest, ActorTypeDispatcher
 
 from projections import SpanFolder, SpanRecord
-from spine import Kind, Phase, decode_event
+from spine import Event, Kind, Phase, decode_event, open_log
 
 from .. import messages as m
 from ..host.replies import request_id
@@ -35,6 +35,8 @@ DEFAULT_MAX_QUEUE = 4096
 DEFAULT_BATCH = 512
 #: Seconds between two exports when fewer than a batch are waiting.
 DEFAULT_INTERVAL = 0.5
+#: Events read back to prime the fold of a session first seen mid-stream.
+PRIME_EVENTS = 2000
 #: Seconds an OTLP request may take before it counts as failed.
 DEFAULT_TIMEOUT = 5.0
 
@@ -50,6 +52,11 @@ class StartExport:
     #: baseline of the exporter's benchmark.
     endpoint: str
     capture_content: bool = False
+    #: Where the spine is (``spine_spec(data_dir, spine)``): a gap in what the sink
+    #: delivers is read back from it, so a batch the sink lost loses no span. Empty
+    #: ``data_dir``: no read-back.
+    data_dir: str = ""
+    spine: str = ""
     max_queue: int = DEFAULT_MAX_QUEUE
     batch: int = DEFAULT_BATCH
     interval: float = DEFAULT_INTERVAL
@@ -188,6 +195,8 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
         self._runner: Any = None
         self._stopper: tuple[Any, str] | None = None
         self._remove_id = ""
+        self._log: Any = None
+        self._last: dict[str, int] = {}
 
     def receiveMsg_StartExport(self, msg: StartExport, sender: Any) -> None:
         # Answered inside: a raise would make Thespian deliver the message again.
@@ -205,6 +214,13 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
                 ),
             )
             return
+        if msg.data_dir:
+            try:
+                from ..runner import spine_spec
+
+                self._log = open_log(spine_spec(msg.data_dir, msg.spine))
+            except Exception:
+                log.exception("the span exporter cannot read the spine; gaps stay gaps")
         self._cfg = msg
         self._starter = (sender, msg.request_id)
         self._runner = msg.runner
@@ -228,21 +244,61 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
     def _fold(self, msg: m.SinkBatch) -> None:
         if self._pump is None or self._cfg is None or not msg.records:
             return
-        folder = self._folders.get(msg.session_id)
-        if folder is None:
-            folder = SpanFolder(msg.session_id, capture_content=self._cfg.capture_content)
-            self._folders[msg.session_id] = folder
+        sid = msg.session_id
+        folder = self._folders.get(sid)
+        last = self._last.get(sid, 0)
         spans: list[SpanRecord] = []
-        for _seq, _kind, payload in msg.records:
+        if folder is None:
+            folder = SpanFolder(sid, capture_content=self._cfg.capture_content)
+            self._folders[sid] = folder
+            # Prime the fold with what came before (bounded), exporting nothing of it, so a
+            # turn already running when this session was first seen still gets its spans.
+            first = msg.records[0][0]
+            last = max(first - 1 - PRIME_EVENTS, 0)
+            for ev in self._read(sid, last, first - 1):
+                folder.feed(ev)
+            last = first - 1
+        n = 0
+        for seq, _kind, payload in msg.records:
+            if seq <= last:
+                continue  # delivered twice
+            if seq > last + 1:
+                # The sink lost a batch: read the gap back from the spine.
+                for ev in self._read(sid, last, seq - 1):
+                    spans.extend(folder.feed(ev))
+                    n += 1
             ev = decode_event(payload)
             spans.extend(folder.feed(ev))
+            n += 1
+            last = seq
             if ev.kind == Kind.LIFECYCLE and ev.phase in _FINAL:
                 # A closed session writes no more turns: forget its fold.
-                self._folders.pop(msg.session_id, None)
+                self._folders.pop(sid, None)
+                self._last.pop(sid, None)
+                last = -1
+                break
+        if last >= 0:
+            self._last[sid] = last
         with self._pump.lock:
-            self._pump.counters["folded"] += len(msg.records)
+            self._pump.counters["folded"] += n
         if spans:
             self._pump.offer(spans)
+
+    def _read(self, sid: str, after: int, upto: int) -> list[Event]:
+        """Events ``after`` < seq <= ``upto`` of ``sid`` from the spine (none without it)."""
+        if self._log is None or upto <= after:
+            return []
+        out: list[Event] = []
+        try:
+            while after < upto:
+                page = self._log.read(sid, after, min(upto - after, 1000))
+                if not page:
+                    break
+                out.extend(r.event() for r in page if r.seq <= upto)
+                after = page[-1].seq
+        except Exception:
+            log.exception("reading %s back from the spine failed", sid)
+        return out
 
     def receiveMsg_StopExport(self, msg: StopExport, sender: Any) -> None:
         self._stopper = (sender, msg.request_id)
@@ -262,6 +318,9 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
             self._pump.stop(2.0)
         counters = self._pump.stats() if self._pump is not None else {}
         self._pump = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
         if self._stopper is not None:
             to, rid = self._stopper
             self._stopper = None
@@ -284,13 +343,15 @@ def start_trace_export(
     endpoint: str,
     *,
     capture_content: bool = False,
+    spine: str = "",
     max_queue: int = DEFAULT_MAX_QUEUE,
     batch: int = DEFAULT_BATCH,
     interval: float = DEFAULT_INTERVAL,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> Any:
     """Start a `TraceExporter` beside ``host``'s Runner; returns its address (stop it with
-    `stop_trace_export`)."""
+    `stop_trace_export`). ``spine`` is the host's spine URL when it is not the data
+    directory's SQLite file."""
     from ..errors import ActorsError
 
     asys = host._asys
@@ -300,6 +361,8 @@ def start_trace_export(
         request_id=rid,
         runner=host._runner,
         endpoint=endpoint,
+        data_dir=host.data_dir,
+        spine=spine,
         capture_content=capture_content,
         max_queue=max_queue,
         batch=batch,
