@@ -139,6 +139,9 @@ def log_defs(data_dir: str | None = None, level: int = logging.WARNING) -> dict[
 
     ``logDefs=False`` crashes multiproc bases, so quiet logging is a real dict.
     """
+    from .logformat import json_logs, log_level
+
+    level = log_level(level)
     handlers: dict[str, Any] = {"null": {"class": "logging.NullHandler"}}
     root: dict[str, Any] = {"handlers": ["null"], "level": "CRITICAL"}
     if data_dir is not None:
@@ -149,13 +152,16 @@ def log_defs(data_dir: str | None = None, level: int = logging.WARNING) -> dict[
             "class": "logging.FileHandler",
             "filename": os.path.join(data_dir, "vertebra.log"),
             "level": level,
-            "formatter": "plain",
+            "formatter": "json" if json_logs() else "plain",
         }
         root = {"handlers": ["file"], "level": level}
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+        "formatters": {
+            "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+            "json": {"()": "actors.logformat.JsonFormatter"},
+        },
         "handlers": handlers,
         "root": root,
     }
@@ -186,9 +192,13 @@ def configure_actor_logging(data_dir: str) -> None:
         h.close()
     from spine import private_file
 
+    from .logformat import JsonFormatter, json_logs
+
     handler = logging.FileHandler(private_file(os.path.join(data_dir, "vertebra.log")))
     handler.setFormatter(
-        logging.Formatter(f"%(asctime)s %(levelname)s %(name)s[{os.getpid()}] %(message)s")
+        JsonFormatter()
+        if json_logs()
+        else logging.Formatter(f"%(asctime)s %(levelname)s %(name)s[{os.getpid()}] %(message)s")
     )
     lg.addHandler(handler)
     lg.setLevel(logging.INFO)

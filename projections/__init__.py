@@ -52,6 +52,7 @@ from ._metadata import (
     reduce_metadata,
     secret_problem,
 )
+from ._metrics import LATENCY_BUCKETS, TOKEN_TYPES, MetricsFolder
 from ._policy import Fail, FailurePolicy, RetryThenFail, Skip
 from ._reader import LogReader, SqliteLogReader
 from ._reducer import (
@@ -62,6 +63,19 @@ from ._reducer import (
     Progress,
     StatusReducer,
     StepResult,
+)
+from ._spans import (
+    SpanEvent,
+    SpanFolder,
+    SpanLink,
+    SpanRecord,
+    provider_usage,
+    span_id_for,
+    spans_from,
+    spans_of_tree,
+    spawn_links,
+    trace_id_for,
+    usage_attributes,
 )
 from ._status import (
     HANDLERS,
@@ -113,6 +127,7 @@ __all__ = [
     "DEFAULT_REBUILD_COMMIT",
     "EDITS",
     "HANDLERS",
+    "LATENCY_BUCKETS",
     "LEGACY_PREFIX",
     "MAX_ACTIONS",
     "MAX_EGRESS",
@@ -132,6 +147,7 @@ __all__ = [
     "REGENERATES",
     "STATUS_VERSION",
     "THINKING_LEVELS",
+    "TOKEN_TYPES",
     "ActionEntry",
     "ActionState",
     "CheckpointError",
@@ -148,6 +164,7 @@ __all__ = [
     "IndexReply",
     "InfoFolder",
     "LogReader",
+    "MetricsFolder",
     "ModelSettings",
     "Outcome",
     "PendingEntry",
@@ -171,6 +188,10 @@ __all__ = [
     "SessionsIndex",
     "SettingsError",
     "Skip",
+    "SpanEvent",
+    "SpanFolder",
+    "SpanLink",
+    "SpanRecord",
     "SqliteLogReader",
     "StartProjection",
     "StartedReply",
@@ -199,14 +220,21 @@ __all__ = [
     "parse_thinking",
     "parse_timeout",
     "project",
+    "provider_usage",
     "record_rank",
     "reduce",
     "reduce_index",
     "reduce_info",
     "reduce_metadata",
     "secret_problem",
+    "span_id_for",
+    "spans_from",
+    "spans_of_tree",
+    "spawn_links",
     "thread_from",
+    "trace_id_for",
     "turns",
+    "usage_attributes",
     "verification_passed",
 ]
 

@@ -176,6 +176,43 @@ def serve_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="resume the goal runs a previous daemon left in flight (reads every stream)",
     )
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="json: every line printed and logged is one JSON object (session, seq, kind)",
+    )
+    p.add_argument(
+        "--log-level",
+        default=None,
+        metavar="LEVEL",
+        help="level of DATA/vertebra.log, Thespian's records included (default WARNING)",
+    )
+    p.add_argument(
+        "--otlp-endpoint",
+        default=None,
+        metavar="URL",
+        help="export spans live over OTLP/HTTP (e.g. http://127.0.0.1:4318/v1/traces; "
+        "needs the otel extra)",
+    )
+
+
+def _start_otlp(args: argparse.Namespace, host: Any, out: Out) -> None:
+    """The live span exporter for ``serve --otlp-endpoint URL``; it ends with the system."""
+    if not getattr(args, "otlp_endpoint", None):
+        return
+    try:
+        import opentelemetry.exporter.otlp.proto.http  # noqa: F401
+    except ImportError as exc:
+        raise CliError(
+            f"--otlp-endpoint needs the otel extra (pip install 'vertebra[otel]'): {exc}",
+            EXIT_USAGE,
+        ) from None
+    from ..otel import capture_content, start_trace_export
+
+    spine = getattr(args, "spine", None) or ""
+    start_trace_export(host, args.otlp_endpoint, capture_content=capture_content(), spine=spine)
+    out.line(f"vertebra otel: exporting spans to {args.otlp_endpoint}")
 
 
 def _start_http(args: argparse.Namespace, host: Any, out: Out) -> Any:
@@ -212,6 +249,48 @@ def token(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+class JsonOut(Out):
+    """The daemon's output under ``--log-format json``: one JSON object per line."""
+
+    def line(self, text: str = "") -> None:
+        from ..logformat import json_record
+
+        print(json_record("INFO", "vertebra.daemon", text), file=self.stdout, flush=True)
+
+    def note(self, text: str) -> None:
+        from ..logformat import json_record
+
+        print(json_record("WARNING", "vertebra.daemon", text), file=self.stderr, flush=True)
+
+    def event(self, sid: str, ev: Any, text: str) -> None:
+        from ..logformat import json_record
+
+        line = json_record(
+            "INFO", "vertebra.events", text, session=sid, seq=ev.seq, kind=ev.kind, turn=ev.turn
+        )
+        print(line, file=self.stdout, flush=True)
+
+
+def _log_setup(args: argparse.Namespace, out: Out) -> Out:
+    """Select the log format and level for this process and the actor processes it starts
+    (they read the environment), before the actor system exists."""
+    import logging
+
+    from ..logformat import FORMAT_ENV, LEVEL_ENV
+
+    level = getattr(args, "log_level", None)
+    if level:
+        if not isinstance(logging.getLevelName(level.upper()), int):
+            raise CliError(
+                f"bad --log-level {level!r}: use DEBUG, INFO, WARNING or ERROR", EXIT_USAGE
+            )
+        os.environ[LEVEL_ENV] = level.upper()
+    if getattr(args, "log_format", "text") != "json":
+        return out
+    os.environ[FORMAT_ENV] = "json"
+    return JsonOut(Style(color=False), out.stdout, out.stderr)
+
+
 def serve(args: argparse.Namespace, out: Out) -> int:
     """Run the daemon until SIGINT, SIGTERM or `vertebra stop`, printing every event."""
     from spine import private_dir
@@ -230,6 +309,7 @@ def serve(args: argparse.Namespace, out: Out) -> int:
         signal.signal(sig, lambda *_: stop.set())
     from ..host import Host
 
+    out = _log_setup(args, out)
     spine = getattr(args, "spine", None) or None
     try:
         host = Host(args.data, admin_port=args.port, idle_timeout=args.idle_timeout, spine=spine)
@@ -241,6 +321,8 @@ def serve(args: argparse.Namespace, out: Out) -> int:
         raise CliError(f"the daemon could not start: {type(exc).__name__}: {first}") from None
     gateway = None
     try:
+        # Before the daemon file announces the daemon: no turn a client starts goes unseen.
+        _start_otlp(args, host, out)
         write_daemon(
             args.data,
             DaemonInfo(
@@ -255,7 +337,11 @@ def serve(args: argparse.Namespace, out: Out) -> int:
             style = out.style
 
             def show(sid: str, ev: Any, live: Any) -> None:
-                if ev is not None:
+                if ev is None:
+                    return
+                if isinstance(out, JsonOut):
+                    out.event(sid, ev, event_line(ev, style))
+                else:
                     out.line(event_line(ev, style, sid))
 
             host.add_sink(show)
@@ -775,6 +861,135 @@ def status(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+# -- traces ---------------------------------------------------------------------------------
+
+
+def trace_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument(
+        "--otlp-json", default=None, metavar="FILE", help="write the spans as OTLP/JSON (- stdout)"
+    )
+    p.add_argument(
+        "--otlp-endpoint",
+        default=None,
+        metavar="URL",
+        help="POST the spans as OTLP/JSON to a collector (e.g. http://127.0.0.1:4318/v1/traces)",
+    )
+    p.add_argument(
+        "--capture-content",
+        action="store_true",
+        help="include message text, tool arguments and results (also on when "
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)",
+    )
+    _add_json(p)
+
+
+def _trace_streams(log: Log, sid: str) -> dict[str, list[Any]]:
+    """The session's events and those of every descendant stored in the same spine."""
+    from projections import spawn_links
+    from spine import history as read_history
+    from spine import validate_session_id
+
+    streams: dict[str, list[Any]] = {}
+    todo = [sid]
+    while todo:
+        s = todo.pop(0)
+        if s in streams:
+            continue
+        try:
+            validate_session_id(s)
+        except ValueError:
+            continue
+        streams[s] = read_history(log, s)
+        todo.extend(spawn_links(streams[s], s))
+    return streams
+
+
+def _post_otlp(url: str, body: bytes, timeout: float = 10.0) -> None:
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(
+        url, data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            resp.read()
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise CliError(f"the collector at {url} refused the spans: {exc}") from None
+
+
+def trace(args: argparse.Namespace, out: Out) -> int:
+    """The session's spans, folded from its log (the same log always gives the same ids)."""
+    sid = _session_id(args.session)
+    from projections import spans_of_tree
+
+    from ..otel import capture_content, nanos, otlp_json
+
+    with _open_log(args) as log:
+        streams = _trace_streams(log, sid)
+    if not streams.get(sid):
+        raise _unknown(sid)
+    spans = spans_of_tree(streams, sid, capture_content=args.capture_content or capture_content())
+    body = json.dumps(otlp_json(spans), separators=(",", ":")).encode()
+    if args.otlp_json == "-":
+        out.line(body.decode())
+    elif args.otlp_json:
+        tmp = f"{args.otlp_json}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(body)
+        os.replace(tmp, args.otlp_json)
+    if args.otlp_endpoint:
+        _post_otlp(args.otlp_endpoint, body)
+    if args.otlp_json == "-":
+        return 0
+    traces = len({s.trace_id for s in spans})
+    if args.json:
+        out.line(json_line({"session": sid, "spans": len(spans), "traces": traces}))
+        return 0
+    names = {s.span_id: s for s in spans}
+    first = {t: i for i, t in reversed(list(enumerate(s.trace_id for s in spans)))}
+    for s in sorted(spans, key=lambda s: (first[s.trace_id], nanos(s.start))):
+        depth, p = 0, s.parent_span_id
+        while p in names:
+            depth, p = depth + 1, names[p].parent_span_id
+        ms = (s.end - s.start).total_seconds() * 1000 if s.start and s.end else 0.0
+        tokens = s.attribute("gen_ai.usage.input_tokens")
+        extra = f"  in={tokens} out={s.attribute('gen_ai.usage.output_tokens')}" if tokens else ""
+        status = "  ERROR " + s.status_message if s.status == "ERROR" else ""
+        out.line(f"{s.trace_id[:8]} {'  ' * depth}{s.name}  {ms:.1f} ms{extra}{status}")
+    out.note(f"{len(spans)} spans in {traces} traces")
+    return 0
+
+
+def stats_args(p: argparse.ArgumentParser) -> None:
+    _add_json(p)
+
+
+def stats(args: argparse.Namespace, out: Out) -> int:
+    """The log's figures (no daemon needed) plus, when a daemon runs, its Runner's counters
+    and the sessions by state, in the Prometheus text format (or JSON)."""
+    from ..otel import LogMetrics, metrics_figures, prometheus_text, session_states
+
+    with _open_log(args) as log:
+        folder = LogMetrics().update(log)
+    runner = states = None
+    try:
+        read_daemon(args.data)
+    except CliError:
+        out.note("no daemon runs: figures from the log only")
+    else:
+        with _attach(args) as host:
+            runner = host.stats()
+            states = session_states(host.sessions())
+    if args.json:
+        out.line(json_line(metrics_figures(folder, runner, states)))
+    else:
+        out.stdout.write(prometheus_text(folder, runner, states))
+        out.stdout.flush()
+    return 0
+
+
 # -- seals ----------------------------------------------------------------------------------
 
 
@@ -1075,6 +1290,23 @@ COMMANDS: tuple[Command, ...] = (
         ("vertebra status chat-1 --json",),
         status_args,
         status,
+    ),
+    Command(
+        "trace",
+        "write a session's turns, model and tool calls as OpenTelemetry spans (no daemon needed)",
+        (
+            "vertebra trace chat-1 --otlp-json chat-1.otlp.json",
+            "vertebra trace chat-1 --otlp-endpoint http://127.0.0.1:4318/v1/traces",
+        ),
+        trace_args,
+        trace,
+    ),
+    Command(
+        "stats",
+        "print turn, token, session and sink figures in the Prometheus text format",
+        ("vertebra stats", "vertebra stats --json"),
+        stats_args,
+        stats,
     ),
     Command(
         "seal",

@@ -34,6 +34,7 @@ from spine import InvalidArgumentError, Log, subscribe_all, validate_session_id
 
 from .. import errors as e
 from ..host import Host
+from ..otel._metrics import CONTENT_TYPE, LogMetrics, prometheus_text, session_states
 from . import _sse
 from ._hub import Hubs
 from ._tokens import Grant, TokenStore
@@ -92,6 +93,7 @@ class Gateway:
     feeds: list[_sse.Feed] = attrs.field(factory=list)
     lock: threading.Lock = attrs.field(factory=threading.Lock)
     stopping: bool = False
+    metrics: LogMetrics = attrs.field(factory=LogMetrics)
 
     @hubs.default
     def _hubs(self) -> Hubs:
@@ -514,6 +516,16 @@ async def all_events(gw: Gateway, request: Request) -> Response:
     gw.attach(feed)
     _sse.start_pump(sub, feed, "sse-all")
     return _sse_response(gw, _sse.global_stream(feed))
+
+
+@route("GET", "/metrics", "admin")
+async def metrics(gw: Gateway, request: Request) -> Response:
+    def collect() -> str:
+        folder = gw.metrics.update(gw.log)
+        states = session_states(gw.host.sessions())
+        return prometheus_text(folder, gw.host.stats(), states)
+
+    return Response(await call(collect), media_type=CONTENT_TYPE)
 
 
 # -- unauthenticated: the page and the API description ----------------------------------

@@ -1,0 +1,390 @@
+"""`TraceExporter`: the live exporter, an actor fed by the Runner's sink.
+
+It registers as a sink (`AddSink`), folds every stored event of every session through that
+session's `projections.SpanFolder`, and puts each finished span on a bounded queue; a thread
+of its own drains the queue in batches to the OTLP/HTTP endpoint. The actor acknowledges a
+batch as soon as it is folded and never waits for the network, so a slow or down collector
+costs sessions nothing: when the queue is full new spans are dropped and counted.
+
+Spans are folded from what the sink sees: a turn already running when the exporter starts
+exports the spans that finish after that point. `vertebra trace` re-exports any session
+exactly from its log.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from typing import Any
+
+import attrs
+from thespian.actors import ActorExitRequest, ActorTypeDispatcher
+
+from projections import SpanFolder, SpanRecord
+from spine import Event, Kind, Phase, decode_event, open_log
+
+from .. import messages as m
+from ..host.replies import request_id
+
+log = logging.getLogger("actors.otel")
+
+#: Spans held for export at most; past it new spans are dropped and counted.
+DEFAULT_MAX_QUEUE = 4096
+#: Spans per OTLP request at most.
+DEFAULT_BATCH = 512
+#: Seconds between two exports when fewer than a batch are waiting.
+DEFAULT_INTERVAL = 0.5
+#: Events read back to prime the fold of a session first seen mid-stream.
+PRIME_EVENTS = 2000
+#: Seconds an OTLP request may take before it counts as failed.
+DEFAULT_TIMEOUT = 5.0
+
+
+@attrs.frozen(kw_only=True)
+class StartExport:
+    """Start exporting: register with ``runner`` as a sink, send spans to ``endpoint`` (the
+    collector's OTLP/HTTP traces URL, e.g. ``http://127.0.0.1:4318/v1/traces``)."""
+
+    request_id: str
+    runner: Any
+    #: Empty: fold only, export nothing (spans are counted as queued and discarded), the
+    #: baseline of the exporter's benchmark.
+    endpoint: str
+    capture_content: bool = False
+    #: Where the spine is (``spine_spec(data_dir, spine)``): a gap in what the sink
+    #: delivers is read back from it, so a batch the sink lost loses no span. Empty
+    #: ``data_dir``: no read-back.
+    data_dir: str = ""
+    spine: str = ""
+    max_queue: int = DEFAULT_MAX_QUEUE
+    batch: int = DEFAULT_BATCH
+    interval: float = DEFAULT_INTERVAL
+    timeout: float = DEFAULT_TIMEOUT
+
+
+@attrs.frozen(kw_only=True)
+class ExportStarted:
+    request_id: str
+    sink_id: str
+
+
+@attrs.frozen(kw_only=True)
+class StopExport:
+    """Leave the Runner's sinks and send what is queued; answered `ExportStopped` once the
+    Runner has removed the sink, so no batch is sent to an exporter that has exited."""
+
+    request_id: str
+
+
+@attrs.frozen(kw_only=True)
+class ExportStopped:
+    request_id: str
+    counters: dict[str, int]
+
+
+@attrs.frozen(kw_only=True)
+class GetExportStats:
+    request_id: str
+
+
+@attrs.frozen(kw_only=True)
+class ExportStats:
+    """``folded`` events, spans ``queued``, ``exported``, ``dropped`` (queue full) and
+    ``failed`` (the collector refused or did not answer), ``requests`` sent, and the
+    queue's current ``depth``."""
+
+    request_id: str
+    counters: dict[str, int]
+
+
+_FINAL = frozenset({Phase.CLOSED, Phase.FAILED})
+
+
+class _Pump:
+    """The queue and the thread that empties it; the only part that touches the network."""
+
+    def __init__(self, cfg: StartExport) -> None:
+        self.cfg = cfg
+        self.exporter: Any = None
+        if cfg.endpoint:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            self.exporter = OTLPSpanExporter(endpoint=cfg.endpoint, timeout=cfg.timeout)
+        self.queue: collections.deque[SpanRecord] = collections.deque()
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self.counters = dict.fromkeys(
+            ("folded", "queued", "exported", "dropped", "failed", "requests"), 0
+        )
+        self.thread = threading.Thread(target=self._run, name="vertebra-otel", daemon=True)
+        if self.exporter is not None:
+            self.thread.start()
+
+    def offer(self, spans: list[SpanRecord]) -> None:
+        if self.exporter is None:
+            with self.lock:
+                self.counters["queued"] += len(spans)
+            return
+        with self.lock:
+            room = self.cfg.max_queue - len(self.queue)
+            take = spans[: max(room, 0)]
+            self.queue.extend(take)
+            self.counters["queued"] += len(take)
+            self.counters["dropped"] += len(spans) - len(take)
+            full = len(self.queue) >= self.cfg.batch
+        if full:
+            self.wake.set()
+
+    def stats(self) -> dict[str, int]:
+        with self.lock:
+            return {**self.counters, "depth": len(self.queue)}
+
+    def _take(self) -> list[SpanRecord]:
+        with self.lock:
+            n = min(len(self.queue), self.cfg.batch)
+            return [self.queue.popleft() for _ in range(n)]
+
+    def _run(self) -> None:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        from ._otlp import readable_spans
+
+        while True:
+            self.wake.wait(self.cfg.interval)
+            self.wake.clear()
+            while batch := self._take():
+                try:
+                    result = self.exporter.export(readable_spans(batch))
+                    ok = result == SpanExportResult.SUCCESS
+                except Exception:
+                    log.exception("span export failed")
+                    ok = False
+                with self.lock:
+                    self.counters["requests"] += 1
+                    self.counters["exported" if ok else "failed"] += len(batch)
+                if self.stopping.is_set():
+                    break
+            if self.stopping.is_set():
+                return
+
+    def stop(self, timeout: float) -> None:
+        # One last drain, bounded: a down collector must not hold the shutdown up.
+        if self.exporter is None:
+            return
+        self.stopping.set()
+        self.wake.set()
+        self.thread.join(timeout)
+        try:
+            self.exporter.shutdown()
+        except Exception:
+            log.exception("span exporter shutdown failed")
+
+
+class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
+    """Folds the Runner's live events into GenAI spans and exports them over OTLP/HTTP."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._cfg: StartExport | None = None
+        self._pump: _Pump | None = None
+        self._folders: dict[str, SpanFolder] = {}
+        self._sink_id = ""
+        self._starter: Any = None
+        self._runner: Any = None
+        self._stopper: tuple[Any, str] | None = None
+        self._remove_id = ""
+        self._log: Any = None
+        self._last: dict[str, int] = {}
+
+    def receiveMsg_StartExport(self, msg: StartExport, sender: Any) -> None:
+        # Answered inside: a raise would make Thespian deliver the message again.
+        if self._cfg is not None:
+            self.send(sender, ExportStarted(request_id=msg.request_id, sink_id=self._sink_id))
+            return
+        try:
+            self._pump = _Pump(msg)
+        except Exception as exc:
+            log.exception("cannot start the span exporter")
+            self.send(
+                sender,
+                m.RequestFailed(
+                    request_id=msg.request_id, error="InvalidRequest", message=str(exc)
+                ),
+            )
+            return
+        if msg.data_dir:
+            try:
+                from ..runner import spine_spec
+
+                self._log = open_log(spine_spec(msg.data_dir, msg.spine))
+            except Exception:
+                log.exception("the span exporter cannot read the spine; gaps stay gaps")
+        self._cfg = msg
+        self._starter = (sender, msg.request_id)
+        self._runner = msg.runner
+        self.send(msg.runner, m.AddSink(request_id=request_id(), max_pending=64))
+
+    def receiveMsg_SinkReply(self, msg: m.SinkReply, sender: Any) -> None:
+        self._sink_id = msg.sink_id
+        if self._starter is not None:
+            to, rid = self._starter
+            self._starter = None
+            self.send(to, ExportStarted(request_id=rid, sink_id=msg.sink_id))
+
+    def receiveMsg_SinkBatch(self, msg: m.SinkBatch, sender: Any) -> None:
+        try:
+            self._fold(msg)
+        except Exception:
+            log.exception("folding a sink batch into spans failed")
+        finally:
+            self.send(sender, m.SinkAck(sink_id=msg.sink_id))
+
+    def _fold(self, msg: m.SinkBatch) -> None:
+        if self._pump is None or self._cfg is None or not msg.records:
+            return
+        sid = msg.session_id
+        folder = self._folders.get(sid)
+        last = self._last.get(sid, 0)
+        spans: list[SpanRecord] = []
+        if folder is None:
+            folder = SpanFolder(sid, capture_content=self._cfg.capture_content)
+            self._folders[sid] = folder
+            # Prime the fold with what came before (bounded), exporting nothing of it, so a
+            # turn already running when this session was first seen still gets its spans.
+            first = msg.records[0][0]
+            last = max(first - 1 - PRIME_EVENTS, 0)
+            for ev in self._read(sid, last, first - 1):
+                folder.feed(ev)
+            last = first - 1
+        n = 0
+        for seq, _kind, payload in msg.records:
+            if seq <= last:
+                continue  # delivered twice
+            if seq > last + 1:
+                # The sink lost a batch: read the gap back from the spine.
+                for ev in self._read(sid, last, seq - 1):
+                    spans.extend(folder.feed(ev))
+                    n += 1
+            ev = decode_event(payload)
+            spans.extend(folder.feed(ev))
+            n += 1
+            last = seq
+            if ev.kind == Kind.LIFECYCLE and ev.phase in _FINAL:
+                # A closed session writes no more turns: forget its fold.
+                self._folders.pop(sid, None)
+                self._last.pop(sid, None)
+                last = -1
+                break
+        if last >= 0:
+            self._last[sid] = last
+        with self._pump.lock:
+            self._pump.counters["folded"] += n
+        if spans:
+            self._pump.offer(spans)
+
+    def _read(self, sid: str, after: int, upto: int) -> list[Event]:
+        """Events ``after`` < seq <= ``upto`` of ``sid`` from the spine (none without it)."""
+        if self._log is None or upto <= after:
+            return []
+        out: list[Event] = []
+        try:
+            while after < upto:
+                page = self._log.read(sid, after, min(upto - after, 1000))
+                if not page:
+                    break
+                out.extend(r.event() for r in page if r.seq <= upto)
+                after = page[-1].seq
+        except Exception:
+            log.exception("reading %s back from the spine failed", sid)
+        return out
+
+    def receiveMsg_StopExport(self, msg: StopExport, sender: Any) -> None:
+        self._stopper = (sender, msg.request_id)
+        if self._runner is None or not self._sink_id:
+            self._stopped()
+            return
+        self._remove_id = request_id()
+        self.send(self._runner, m.RemoveSink(request_id=self._remove_id, sink_id=self._sink_id))
+
+    def receiveMsg_Done(self, msg: m.Done, sender: Any) -> None:
+        if msg.request_id == self._remove_id:
+            self._sink_id = ""
+            self._stopped()
+
+    def _stopped(self) -> None:
+        if self._pump is not None:
+            self._pump.stop(2.0)
+        counters = self._pump.stats() if self._pump is not None else {}
+        self._pump = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self._stopper is not None:
+            to, rid = self._stopper
+            self._stopper = None
+            self.send(to, ExportStopped(request_id=rid, counters=counters))
+
+    def receiveMsg_GetExportStats(self, msg: GetExportStats, sender: Any) -> None:
+        counters = self._pump.stats() if self._pump is not None else {}
+        self.send(sender, ExportStats(request_id=msg.request_id, counters=counters))
+
+    def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
+        if self._runner is not None and self._sink_id:
+            self.send(self._runner, m.RemoveSink(request_id=request_id(), sink_id=self._sink_id))
+        if self._pump is not None:
+            self._pump.stop(2.0)
+            self._pump = None
+
+
+def start_trace_export(
+    host: Any,
+    endpoint: str,
+    *,
+    capture_content: bool = False,
+    spine: str = "",
+    max_queue: int = DEFAULT_MAX_QUEUE,
+    batch: int = DEFAULT_BATCH,
+    interval: float = DEFAULT_INTERVAL,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Any:
+    """Start a `TraceExporter` beside ``host``'s Runner; returns its address (stop it with
+    `stop_trace_export`). ``spine`` is the host's spine URL when it is not the data
+    directory's SQLite file."""
+    from ..errors import ActorsError
+
+    asys = host._asys
+    addr = asys.createActor(TraceExporter)
+    rid = request_id()
+    msg = StartExport(
+        request_id=rid,
+        runner=host._runner,
+        endpoint=endpoint,
+        data_dir=host.data_dir,
+        spine=spine,
+        capture_content=capture_content,
+        max_queue=max_queue,
+        batch=batch,
+        interval=interval,
+        timeout=timeout,
+    )
+    reply = host._transport.ask(addr, msg, host.timeout)
+    if not isinstance(reply, ExportStarted):
+        asys.tell(addr, ActorExitRequest())
+        raise ActorsError(f"the trace exporter did not start: {reply!r}")
+    return addr
+
+
+def export_stats(host: Any, addr: Any) -> dict[str, int]:
+    """The exporter's counters (`ExportStats`)."""
+    reply = host._transport.ask(addr, GetExportStats(request_id=request_id()), host.timeout)
+    return dict(reply.counters) if isinstance(reply, ExportStats) else {}
+
+
+def stop_trace_export(host: Any, addr: Any) -> dict[str, int]:
+    """Stop the exporter: it leaves the Runner's sinks, sends what is queued (bounded),
+    and exits. Returns its last counters (empty if it did not answer in time)."""
+    reply = host._transport.ask(addr, StopExport(request_id=request_id()), host.timeout)
+    host._asys.tell(addr, ActorExitRequest())
+    return dict(reply.counters) if isinstance(reply, ExportStopped) else {}
