@@ -73,7 +73,7 @@ def test_a_killed_session_comes_back_from_postgres_and_fences_its_old_lease(
     """SIGKILL a session mid-turn: the new incarnation rebuilds from the database, closes
     the open turn as a crash, answers the queued message, and holds a newer lease epoch."""
     sid = pg_host.create()
-    a = pg_host.send(sid, "!slow 0.05 one two three four five six seven eight nine ten")
+    a = pg_host.send(sid, "!slow 0.5 one two three four five six seven eight nine ten")
     with pg_host.subscribe(sid, a.seq, kinds=[Kind.TURN_STARTED]) as started:
         assert started.get(30) is not None
     with open_log(pg_url) as log:
@@ -130,7 +130,7 @@ def test_a_session_survives_the_death_of_the_daemon_it_ran_on(
             sid = a.create()
             acked = [a.send(sid, f"before {i}") for i in range(3)]
             a.wait_turn(sid, acked[-1].seq)
-            slow = a.send(sid, "!slow 0.05 one two three four five six seven eight nine ten")
+            slow = a.send(sid, "!slow 0.5 one two three four five six seven eight nine ten")
             with a.subscribe(sid, slow.seq, kinds=[Kind.TURN_STARTED]) as started:
                 assert started.get(30) is not None
             queued = a.send(sid, "queued before the death")
@@ -158,7 +158,7 @@ def test_a_session_survives_the_death_of_the_daemon_it_ran_on(
     assert [e.seq for e in evs] == list(range(1, len(evs) + 1))
     users = [e.text for e in evs if e.kind == Kind.USER_MESSAGE]
     sent = [f"before {i}" for i in range(3)]
-    sent += ["!slow 0.05 one two three four five six seven eight nine ten"]
+    sent += ["!slow 0.5 one two three four five six seven eight nine ten"]
     sent += ["queued before the death", "after the death"]
     assert users == sent
     assert queued.seq < ended.seq < after.seq
