@@ -450,50 +450,6 @@ class SinkAck:
     count: int = 1
 
 
-ALL_MESSAGES: tuple[type, ...] = (
-    RunnerConfig,
-    GetRunner,
-    RunnerAddress,
-    Ping,
-    Pong,
-    SessionPid,
-    SinkAck,
-    CreateSession,
-    GetSession,
-    RegisterSession,
-    CloseSession,
-    CloseAll,
-    ListSessions,
-    SendMessage,
-    Interrupt,
-    SetMetadata,
-    DecideAction,
-    SubmitGoal,
-    ResumeGoal,
-    SwitchSession,
-    Subscribe,
-    Unsubscribe,
-    AddSink,
-    RemoveSink,
-    GetRunnerStats,
-    ReviveSession,
-    SealSession,
-    VerifySession,
-    SealReply,
-    VerifyReply,
-    RequestFailed,
-    SessionInfo,
-    SessionReply,
-    SessionListReply,
-    Ack,
-    Done,
-    SubscribeReply,
-    SinkReply,
-    RunnerStats,
-    EventBatch,
-    SinkBatch,
-)
-
 #: The messages a host sends into the runtime: each is checked field by field where it
 #: arrives (`actors.validation`), since an unpickled message never ran its converters.
 REQUESTS: tuple[type, ...] = (
@@ -523,4 +479,24 @@ REQUESTS: tuple[type, ...] = (
     ReviveSession,
     SealSession,
     VerifySession,
+)
+
+#: Every public message: the requests, then what the runtime sends back or pushes.
+ALL_MESSAGES: tuple[type, ...] = (
+    *REQUESTS,
+    RunnerAddress,
+    Pong,
+    SealReply,
+    VerifyReply,
+    RequestFailed,
+    SessionInfo,
+    SessionReply,
+    SessionListReply,
+    Ack,
+    Done,
+    SubscribeReply,
+    SinkReply,
+    RunnerStats,
+    EventBatch,
+    SinkBatch,
 )
