@@ -629,7 +629,8 @@ class DurableLogContract(LogContract):
             for t in threads:
                 t.join(WAIT)
             reader.close()
-        assert not errors and not any(t.is_alive() for t in threads)
+        assert not errors, errors
+        assert not any(t.is_alive() for t in threads), "a writer did not finish"
         assert log.last_position() == total
         skipped = sorted(set(range(1, total + 1)) - set(seen))
         assert skipped == [], f"the reader skipped {len(skipped)} of {total} rows: {skipped[:10]}"

@@ -20,13 +20,14 @@ from datetime import timedelta
 from typing import Any
 
 import attrs
-from thespian.actors import ActorExitRequest, WakeupMessage
+from thespian.actors import ActorExitRequest, WakeupMessage, WatchMessage
 
 from spine import AppendResult, ConflictError, Event, Log, StorageError, open_log
 from spine.seal import KeyStore
 
 from .. import messages as m
 from ..agents import ModelFactory
+from ..mailslot import Mailslot, supports_watch
 from ..messages import Ping, Pong
 from ..shell import GuardedActor
 from ..system import configure_actor_logging
@@ -73,6 +74,22 @@ class SessionActor(GuardedActor):
         self._notify_scheduled = False
         #: Child creations asked of the Runner: request id -> (turn, tool use id, child).
         self._spawning: dict[str, tuple[int, str, str]] = {}
+        #: How the turn's threads reach this actor (None: they send to its address).
+        self._slot: Mailslot | None = None
+
+    def receiveMessage(self, msg: Any, sender: Any) -> Any:
+        super().receiveMessage(msg, sender)
+        # Asked again after every message: Thespian watches what the last handler returned.
+        slot = self._slot
+        return slot.watch if slot is not None and not self.exited else None
+
+    def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: Any) -> None:
+        if self._slot is None:
+            return
+        for handed in self._slot.take():
+            if self.exited:
+                return
+            super().receiveMessage(handed, self.myAddress)
 
     def _failure(self, request_id: str, error: str, message: str) -> m.RequestFailed:
         sid = self.cfg.session_id if self.cfg else ""
@@ -105,6 +122,8 @@ class SessionActor(GuardedActor):
         # is an orphan that a new Runner will replace, so it stops itself.
         self.ppid = os.getppid()
         self.wakeupAfter(timedelta(seconds=_ORPHAN_CHECK), "orphan-check")
+        if supports_watch(self):
+            self._slot = Mailslot()
         data_dir = os.path.dirname(cfg.db_path)
         configure_actor_logging(data_dir)
         # The session is its log's only user in this process: one connection, not two.
@@ -296,9 +315,12 @@ class SessionActor(GuardedActor):
         self.worker.start(agent, effect.input)
 
     def _send_to_self(self, msg: Any) -> None:
-        """The worker's only way back in; quiet once this incarnation has exited (the
-        actor system may be gone, and the turn's output then has nowhere to go)."""
+        """The worker's only way back in (from the turn's threads); quiet once this
+        incarnation has exited (the turn's output then has nowhere to go)."""
         if self.exited:
+            return
+        if self._slot is not None:
+            self._slot.put(msg)
             return
         try:
             self.send(self.myAddress, msg)
@@ -512,6 +534,8 @@ class SessionActor(GuardedActor):
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
         self._notify()
         self.exited = True
+        if self._slot is not None:
+            self._slot.close()
         if self.worker is not None:
             self.worker.cancel()
             self.worker = None
