@@ -57,7 +57,9 @@ def test_killing_the_daemon_takes_every_actor_process_along(own: Daemon) -> None
     own.proc.kill()
     own.wait_exited()
     wait_for(lambda: not processes_in_session(session), 15)
-    assert not lock_held(str(own.data))
+    # A process whose main thread has exited reads as a zombie while its other threads
+    # (a session's turn and provider threads) still hold its files, the lock among them.
+    wait_for(lambda: not lock_held(str(own.data)), 5)
     # The dead daemon's file stays; the helper waits for the new one to appear.
     (own.data / "daemon.json").unlink()
     own.start()

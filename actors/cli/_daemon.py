@@ -66,6 +66,8 @@ def alive(pid: int) -> bool:
 LOCK_FILE = "daemon.lock"
 #: How long a starting daemon waits for the processes of a dead one to let go of the lock.
 REAP_WAIT = 5.0
+#: Seconds a lock holder outside the recorded actor system gets to finish exiting.
+HOLDER_GRACE = 2.0
 
 
 def _lock_path(data: str) -> str:
@@ -125,6 +127,7 @@ def acquire_lock(data: str) -> int:
     """
     fd = os.open(_lock_path(data), os.O_RDWR | os.O_CREAT, 0o600)
     deadline = time.monotonic() + REAP_WAIT
+    grace = time.monotonic() + HOLDER_GRACE
     reaped = False
     while True:
         try:
@@ -141,6 +144,11 @@ def acquire_lock(data: str) -> int:
             session = int(raw.get("system_session", 0) or 0)
             holders = lock_holders(data)
             stale = [h for h in holders if session > 0 and _session_of(h) == session]
+            if not stale and holders and time.monotonic() < grace:
+                # Holders that are exiting (a process whose main thread is gone reads as a
+                # zombie while its other threads still hold its files) get a moment.
+                time.sleep(0.05)
+                continue
             if not stale:
                 os.close(fd)
                 raise CliError(
