@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 
 from .policy import BusyPolicy, RestartPolicy
+from .terse import terse_module
 
 
 def _frozen_map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -500,3 +501,6 @@ ALL_MESSAGES: tuple[type, ...] = (
     EventBatch,
     SinkBatch,
 )
+
+# Thespian formats every message it moves; keep that cheap (see `actors.terse`).
+terse_module(globals())

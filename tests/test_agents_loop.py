@@ -222,9 +222,8 @@ class Recorder:
             self.sent.append(msg)
 
     def run(self, agent: ModelAgent, text: str, history: tuple[Any, ...] = ()) -> Finished:
-        t = self.worker.start(agent, TurnInput(session_id="s", turn=1, text=text, history=history))
-        t.join(20)
-        assert not t.is_alive()
+        self.worker.start(agent, TurnInput(session_id="s", turn=1, text=text, history=history))
+        assert self.worker.done.wait(20)
         fin = self.sent[-1]
         assert isinstance(fin, Finished)
         return fin
@@ -376,7 +375,7 @@ def test_an_interrupt_cancels_a_request_the_server_never_answers(server: FakeMod
     """The worker's cancel ends a turn whose server is silent; the agent returns cancelled."""
     server.queue([("sse", [chunk(content="partial")]), ("stall",)])
     r = Recorder()
-    t = r.worker.start(_http_agent(server), TurnInput(session_id="s", turn=1, text="hi"))
+    r.worker.start(_http_agent(server), TurnInput(session_id="s", turn=1, text="hi"))
     deadline = threading.Event()
     for _ in range(400):
         if any(isinstance(p, Progress) and p.text for p in r.sent):
@@ -385,8 +384,7 @@ def test_an_interrupt_cancels_a_request_the_server_never_answers(server: FakeMod
     # The few words before the silence were handed over without waiting for more.
     assert "".join(p.text for p in r.sent if isinstance(p, Progress)) == "partial"
     r.worker.cancel()
-    t.join(5)
-    assert not t.is_alive()
+    assert r.worker.done.wait(5)
     assert r.sent[-1].stop_reason == "cancelled"
 
 

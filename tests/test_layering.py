@@ -15,8 +15,22 @@ FORBIDDEN = {
 }
 
 
+def _parse(path: pathlib.Path) -> ast.Module:
+    """``ast.parse``, retried: CPython 3.11's AST converter keeps its recursion depth per
+    interpreter, so a parse racing with one on another thread (3.11 formats tracebacks
+    with ``ast``; a thread left by an earlier test may log one) can fail spuriously with
+    "AST constructor recursion depth mismatch"."""
+    for attempt in range(5):
+        try:
+            return ast.parse(path.read_text(), filename=str(path))
+        except SystemError:
+            if attempt == 4:
+                raise
+    raise AssertionError("unreachable")
+
+
 def _imports(path: pathlib.Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = _parse(path)
     out: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -70,7 +84,7 @@ def _transitive(path: pathlib.Path, seen: set[pathlib.Path]) -> set[str]:
     if path in seen or not path.exists():
         return set()
     seen.add(path)
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = _parse(path)
     out: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

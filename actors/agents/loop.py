@@ -34,6 +34,7 @@ from .wire import (
     TextDelta,
     ToolCall,
     ToolCallDone,
+    ToolSpec,
     UsageSeen,
 )
 
@@ -105,6 +106,42 @@ class ModelAgent:
         except concurrent.futures.CancelledError:
             return "cancelled"
 
+    def _request(self, msgs: list[Message], specs: tuple[ToolSpec, ...]) -> ModelRequest:
+        spec = self.spec
+        return ModelRequest(
+            model=spec.model,
+            messages=tuple(msgs),
+            tools=specs,
+            system=spec.system,
+            temperature=spec.temperature,
+            max_output_tokens=spec.max_output_tokens,
+            thinking_level=spec.thinking_level,
+            include_usage=spec.include_usage,
+        )
+
+    def instant(self, turn: TurnInput, out: TurnOutput) -> str | None:
+        """Run the turn here and now if its answer needs no waiting, else None (having
+        touched nothing): a provider that says so (``instant``, the scripted one) whose
+        stream completes without suspending, with no tool call, on a turn whose model call
+        the session admitted up front. Such a turn costs no thread and no hand-back; what
+        it stores is what `turn` would store."""
+        if not getattr(self.provider, "instant", False) or turn.resume or not turn.model_call:
+            return None
+        req = self._request(list(conversation(turn.history, turn.text)), self.tools.specs())
+        events = _drain_now(self.provider.stream(req))
+        if events is None or any(isinstance(ev, ToolCallDone) for ev in events):
+            return None
+        stop = "end_turn"
+        for ev in events:
+            if isinstance(ev, TextDelta):
+                out.text(ev.text)
+            elif isinstance(ev, UsageSeen):
+                out.usage(ev.usage, (ev.raw,) if ev.raw else ())
+            elif isinstance(ev, Stopped):
+                stop = ev.reason
+        out.emit(_completed(turn.model_call, "model", "", ""))
+        return stop
+
     async def turn(self, turn: TurnInput, out: TurnOutput) -> str:
         spec = self.spec
         todo: tuple[ToolCall, ...] = ()
@@ -148,16 +185,7 @@ class ModelAgent:
                     verdict, call, fault = await self._govern(out, "model", "", "", Requirement())
                 if verdict != Verdict.ADMIT:
                     return fault or "rejected"
-                req = ModelRequest(
-                    model=spec.model,
-                    messages=tuple(msgs),
-                    tools=specs,
-                    system=spec.system,
-                    temperature=spec.temperature,
-                    max_output_tokens=spec.max_output_tokens,
-                    thinking_level=spec.thinking_level,
-                    include_usage=spec.include_usage,
-                )
+                req = self._request(msgs, specs)
                 text: list[str] = []
                 calls: list[ToolCall] = []
                 stop = "end_turn"
@@ -293,6 +321,25 @@ class ModelAgent:
         except Exception as exc:
             return f"{call.name} failed: {type(exc).__name__}: {exc}", True
         return str(result), False
+
+
+def _drain_now(stream: AsyncIterator[StreamEvent]) -> list[StreamEvent] | None:
+    """Every event of ``stream`` if it yields them all without suspending; None if it
+    would wait for anything (or fails): then it is closed and nothing was done."""
+    got: list[StreamEvent] = []
+    while True:
+        step = stream.__anext__()
+        try:
+            step.send(None)  # type: ignore[attr-defined]
+        except StopIteration as done:
+            got.append(done.value)
+            continue
+        except StopAsyncIteration:
+            return got
+        except Exception:
+            return None
+        step.close()  # type: ignore[attr-defined]
+        return None
 
 
 def _completed(call: int, action: str, tool_use_id: str, fault: str) -> Event:

@@ -50,6 +50,9 @@ def _arguments(raw: str) -> str:
 class ScriptedProvider:
     """A `Provider` whose answers are written in the user's message."""
 
+    #: An answer that needs no waiting may be taken without a thread (`ModelAgent.instant`).
+    instant = True
+
     def __init__(self, model: str = "scripted") -> None:
         self.model = model
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import attrs
 
+from ..terse import terse_module
+
 
 @attrs.frozen(kw_only=True)
 class UseProjection:
@@ -35,3 +37,7 @@ class PassivationDue:
 class ProjectionWakeDue:
     """Timer payload: wake the projection actor for appends that arrived since the last
     wake (wakes are throttled, see `WAKE_INTERVAL`)."""
+
+
+# Thespian formats every message it moves; keep that cheap (see `actors.terse`).
+terse_module(globals())

@@ -17,6 +17,7 @@ from ..agents.governance import Requirement
 from ..interceptors import Ingress, NoticeItem
 from ..policy import BusyPolicy
 from ..spec import AgentSpec, TurnInput
+from ..terse import terse_module
 from .state import SessionState
 
 #: Kind of the live item that carries streamed model text.
@@ -417,3 +418,7 @@ def session_info(stored: SessionState, restarts: int) -> m.SessionInfo:
         restarts=restarts,
         metadata=dict(stored.metadata),
     )
+
+
+# Thespian formats every message it moves; keep that cheap (see `actors.terse`).
+terse_module(globals())

@@ -9,6 +9,7 @@ import attrs
 
 from ..messages import _tuple
 from ..policy import BusyPolicy
+from ..terse import terse_module
 
 
 @attrs.frozen(kw_only=True)
@@ -88,3 +89,7 @@ class RecordPoison:
 
     key: str
     detail: str
+
+
+# Thespian formats every message it moves; keep that cheap (see `actors.terse`).
+terse_module(globals())

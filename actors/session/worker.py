@@ -9,6 +9,8 @@ stopped). Text is batched so that a turn costs a few messages, not one per token
 from __future__ import annotations
 
 import concurrent.futures
+import os
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -49,6 +51,49 @@ def mirror(ev: Event, child: str) -> Event:
 FIRST_WORDS_AFTER = 0.002
 
 
+class _TurnThreads:
+    """The process's turn threads, kept for the next turn: starting a thread costs the
+    session's thread a wait for the new one to run (a context switch on a busy machine),
+    per turn. A turn still running (one cut off, whose agent ignores the cancel) keeps its
+    thread; the next turn then gets another."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def run(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1
+        self._jobs.put(job)
+        if spawn:
+            threading.Thread(target=self._serve, name="vertebra-turn", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                job()
+            except BaseException:  # a job reports its own failure; the thread lives on
+                pass
+            with self._lock:
+                self._idle += 1
+
+
+_THREADS = _TurnThreads()
+
+
+def _forget_threads() -> None:
+    # A forked process has none of its parent's threads.
+    global _THREADS
+    _THREADS = _TurnThreads()
+
+
+os.register_at_fork(after_in_child=_forget_threads)
+
+
 class TurnWorker:
     """The `TurnOutput` an agent writes to, and the thread that runs it."""
 
@@ -65,6 +110,8 @@ class TurnWorker:
         self._spawns: dict[str, concurrent.futures.Future[tuple[str, str]]] = {}
         self.turn = turn
         self.cancelled = threading.Event()
+        #: Set once the turn's `Finished` has been handed back.
+        self.done = threading.Event()
         self._interval = interval
         self._buf: list[str] = []
         # The first words of a turn go out at once, unless the turn is younger than
@@ -72,6 +119,7 @@ class TurnWorker:
         # fewer); later words are batched per interval.
         self._started = time.monotonic()
         self._said = False
+        self._holding = False
         self._last = 0.0
         self._usage: Usage | None = None
         self._usage_sent: Usage | None = None
@@ -185,8 +233,24 @@ class TurnWorker:
         if self.cancelled.is_set():
             callback()
 
-    def start(self, agent: Agent, turn_input: TurnInput) -> threading.Thread:
+    def start(self, agent: Agent, turn_input: TurnInput) -> None:
+        """Run the turn: here and now if the agent can answer without waiting (its
+        ``instant``), else on a turn thread; either way its end arrives as `Finished`."""
         self.session_id = turn_input.session_id
+        instant = getattr(agent, "instant", None)
+        if instant is not None:
+            # Its words ride on the end, which follows at once: one hand-back per turn.
+            self._holding = True
+            try:
+                stop = instant(turn_input, self)
+            except Exception as exc:
+                self.finish("error", f"{type(exc).__name__}: {exc}")
+                return
+            finally:
+                self._holding = False
+            if stop is not None:
+                self.finish(stop, "")
+                return
 
         def work() -> None:
             try:
@@ -196,10 +260,7 @@ class TurnWorker:
             else:
                 self.finish(stop, "")
 
-        t = threading.Thread(target=work, name=f"turn-{turn_input.session_id}-{self.turn}")
-        t.daemon = True
-        t.start()
-        return t
+        _THREADS.run(work)
 
     def flush(self, events: tuple[Event, ...] = ()) -> None:
         """Hand buffered text (and ``events``, and usage that changed) to the session now."""
@@ -217,6 +278,8 @@ class TurnWorker:
 
     def text(self, delta: str) -> None:
         self._buf.append(delta)
+        if self._holding:
+            return
         now = time.monotonic()
         if self._said:
             if now - self._last >= self._interval:
@@ -263,3 +326,4 @@ class TurnWorker:
                 events=self._take_events(),
             )
         )
+        self.done.set()
