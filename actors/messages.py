@@ -250,13 +250,15 @@ class RequestFailed:
 
 @attrs.frozen(kw_only=True)
 class SessionInfo:
-    """Where a session stands. ``state`` is live, passivated, closed or failed."""
+    """Where a session stands. ``state`` is live, passivated, closed or failed; ``error``
+    says why a failed session failed (for a stream that does not decode, the seq)."""
 
     session_id: str
     state: str
     last_seq: int = 0
     restarts: int = 0
     metadata: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_map)
+    error: str = ""
 
 
 @attrs.frozen(kw_only=True)

@@ -497,6 +497,43 @@ def check(args: argparse.Namespace, out: Out) -> int:
     return 1 if bad else 0
 
 
+def recover_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("src", metavar="SRC", help="the damaged spine (a data directory or its file)")
+    p.add_argument("dst", metavar="DST", help="the new spine file to write (must not exist)")
+    _add_json(p)
+
+
+def recover(args: argparse.Namespace, out: Out) -> int:
+    """Copy every readable event of a damaged SQLite spine into a new one; exit 1 when
+    something could not be read (each such row is named)."""
+    from spine import InvalidArgumentError, StorageError, recover_sqlite
+
+    src = _spine_file(args.src) if os.path.isdir(args.src) else args.src
+    try:
+        report = recover_sqlite(src, args.dst)
+    except (InvalidArgumentError, StorageError, OSError) as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    if args.json:
+        lost = [{"session": x.stream, "seq": x.seq, "problem": x.problem} for x in report.lost]
+        out.line(
+            json_line(
+                {
+                    "copied": report.copied,
+                    "sessions": report.streams,
+                    "lost": lost,
+                    "unplaced": list(report.unplaced),
+                }
+            )
+        )
+    else:
+        out.line(f"copied {report.copied} events of {report.streams} sessions into {args.dst}")
+        for x in report.lost:
+            out.line(f"could not read {x.stream} seq {x.seq}: {x.problem}")
+        for u in report.unplaced:
+            out.line(f"could not read {u}")
+    return 0 if report.complete else EXIT_FAILED
+
+
 def revive_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", metavar="SESSION")
     p.add_argument("--reason", default="", help="why, recorded with the decision")
@@ -521,9 +558,12 @@ def sessions(args: argparse.Namespace, out: Out) -> int:
         infos = host.sessions()
     if args.json:
         for i in infos:
-            out.line(json_line({"session": i.session_id, "state": i.state, "seq": i.last_seq}))
+            d = {"session": i.session_id, "state": i.state, "seq": i.last_seq}
+            out.line(json_line({**d, "error": i.error} if i.error else d))
         return 0
-    rows = [(i.session_id, i.state, i.last_seq) for i in infos]
+    rows = [
+        (i.session_id, f"{i.state}: {i.error}" if i.error else i.state, i.last_seq) for i in infos
+    ]
     for line in table(("SESSION", "STATE", "SEQ"), rows, out.style):
         out.line(line)
     return 0
@@ -836,15 +876,16 @@ def status_args(p: argparse.ArgumentParser) -> None:
 
 def status(args: argparse.Namespace, out: Out) -> int:
     sid = _session_id(args.session)
-    from projections import project
-    from spine import history as read_history
+    from projections import project_stored
 
     with _open_log(args) as log:
-        evs = read_history(log, sid)
-    if not evs:
+        # Folded from the stored rows: a row that does not decode makes the session
+        # failed, naming its seq, instead of failing the command.
+        count = log.last_seq(sid)
+        p = project_stored(log, sid)
+    if not count:
         raise _unknown(sid)
-    p = project(evs)
-    fields: dict[str, Any] = {"session": sid, "events": len(evs)}
+    fields: dict[str, Any] = {"session": sid, "events": count}
     for k in ("objective", "result", "turns", "record", "terminal", "error"):
         if hasattr(p, k):
             fields[k] = getattr(p, k)
@@ -1238,6 +1279,13 @@ COMMANDS: tuple[Command, ...] = (
         ("vertebra check", "vertebra check --json"),
         check_args,
         check,
+    ),
+    Command(
+        "recover",
+        "copy every readable event of a damaged spine into a new one",
+        ("vertebra recover vertebra-data recovered.db",),
+        recover_args,
+        recover,
     ),
     Command(
         "revive",

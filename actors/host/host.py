@@ -32,7 +32,7 @@ from projections import (
     RebuildStartedReply,
     SessionsIndex,
     StatusReply,
-    project,
+    project_stored,
     secret_problem,
 )
 from spine import (
@@ -463,7 +463,7 @@ class Host:
                 and reply.info.last_seq == last
             ):
                 return reply.status
-        return project(self.history(session_id))
+        return project_stored(self._log, session_id)
 
     def index(self) -> SessionsIndex | None:
         """The sessions index (created, last seq, last activity, terminal state of every

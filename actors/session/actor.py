@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 from thespian.actors import ActorExitRequest, WakeupMessage, WatchMessage
 
-from spine import AppendResult, ConflictError, Event, Log, StorageError, open_log
+from spine import AppendResult, ConflictError, DecodeError, Event, Log, StorageError, open_log
 from spine.seal import KeyStore
 
 from .. import messages as m
@@ -35,7 +35,14 @@ from . import commands as c
 from . import effects
 from .decide import decide, ingress_seq
 from .outbox import NOTIFY_INTERVAL, Outbox
-from .protocol import RecordPoison, Routed, SessionConfig, SessionReady, SessionStopping
+from .protocol import (
+    RecordPoison,
+    Routed,
+    SessionConfig,
+    SessionReady,
+    SessionStopping,
+    SessionUnreadable,
+)
 from .snapshots import SNAPSHOT_EVERY, SnapshotStore
 from .state import SessionState, fold
 from .subscriptions import Subscriptions
@@ -107,6 +114,20 @@ class SessionActor(GuardedActor):
         self.cfg, self.runner = cfg, sender
         try:
             self._start(cfg, sender)
+        except DecodeError as exc:
+            # A stored row does not decode: no restart can load this stream, so the Runner
+            # marks the session failed at once, naming the row (its seals stay verifiable).
+            seq = exc.seq or 0
+            why = f"its stream does not decode at seq {seq}: {exc.problem}"
+            _log().error("session %s could not start: %s", cfg.session_id, why)
+            self.send(
+                sender,
+                SessionUnreadable(
+                    session_id=cfg.session_id, incarnation=cfg.incarnation, seq=seq, reason=why
+                ),
+            )
+            self.exited = True
+            self.send(self.myAddress, ActorExitRequest())
         except Exception:
             # The stream cannot be loaded or written (a damaged row, storage refusing):
             # exit as a crash, so the Runner restarts with backoff and, if it keeps

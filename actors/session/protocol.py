@@ -83,6 +83,17 @@ class SessionStopping:
 
 
 @attrs.frozen(kw_only=True)
+class SessionUnreadable:
+    """The incarnation could not load its stream because a stored row does not decode:
+    restarting cannot help, so the Runner marks the session failed, naming ``seq``."""
+
+    session_id: str
+    incarnation: int
+    seq: int
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
 class RecordPoison:
     """Sent by the Runner when an ingress poisoned the session: record it, keep serving."""
 

@@ -1,0 +1,121 @@
+"""Corruption is found and named: a stream that no longer decodes is still verified, its
+session fails naming the seq, and the daemon serves every other session."""
+
+from __future__ import annotations
+
+import pathlib
+import sqlite3
+
+import pytest
+
+from actors.errors import SessionFailed
+from actors.host import Host
+from spine import Kind
+
+
+def _break_row(db: pathlib.Path, stream: str, seq: int) -> None:
+    """Cut a stored payload short, as a torn write or a careless edit would: it no longer
+    parses, so the event cannot be decoded (the append-only trigger is dropped first)."""
+    c = sqlite3.connect(db, isolation_level=None)
+    try:
+        c.execute("DROP TRIGGER IF EXISTS events_append_only_update")
+        c.execute(
+            "UPDATE events SET payload = substr(payload, 1, 20) WHERE stream = ? AND seq = ?",
+            (stream, seq),
+        )
+    finally:
+        c.close()
+
+
+def test_a_stream_that_does_not_decode_fails_its_session_naming_the_seq_and_is_still_verified(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """One stored row of one sealed session is damaged while the daemon is down. After a
+    restart the other sessions serve; the damaged one is failed naming the seq (in
+    `sessions`, `status` and the refusal of a message), and `verify` still runs on it and
+    names the seq."""
+    h = Host(tmp_path, base="multiprocTCPBase", timeout=30)
+    try:
+        ids = [h.create(f"c-{i}") for i in range(3)]
+        for sid in ids:
+            ack = h.send(sid, "hello")
+            assert h.wait_turn(sid, ack.seq).kind == Kind.TURN_COMPLETED
+        assert h.seal("c-1").seq > 0
+    finally:
+        h.close()
+    _break_row(tmp_path / "spine.db", "c-1", 2)
+
+    h = Host(tmp_path, base="multiprocTCPBase", timeout=30)
+    try:
+        with pytest.raises(SessionFailed, match="does not decode at seq 2"):
+            h.send("c-1", "anyone?")
+        for sid in ("c-0", "c-2"):
+            ack = h.send(sid, "still here?")
+            assert h.wait_turn(sid, ack.seq).kind == Kind.TURN_COMPLETED
+        info = {i.session_id: i for i in h.sessions()}
+        assert info["c-1"].state == "failed" and "seq 2" in info["c-1"].error, info["c-1"]
+        assert info["c-0"].state == "live" and not info["c-0"].error
+        status = h.status("c-1")
+        assert status.terminal and "does not decode at seq 2" in status.error, status
+        report = h.verify("c-1")
+        assert not report.ok and "at seq 2" in report.summary, report
+        assert report.seq > 0  # the outcome is recorded in the stream
+        assert h.verify("c-0").ok is False  # never sealed: nothing verified, but it runs
+    finally:
+        h.close()
+
+
+def test_recover_copies_every_readable_event_and_names_each_row_it_could_not_read(
+    tmp_path: pathlib.Path,
+) -> None:
+    """`vertebra recover` on a spine with an undecodable row and a deleted row: the copy
+    keeps every stream and seq (a `record.lost` event where a row was lost), every other
+    row byte for byte (so an intact session's seal still verifies), and the command
+    names each lost row and exits 1."""
+    from cli_support import run
+
+    from spine import LOST_KIND, Event, SqliteLog
+    from spine.seal import KeyStore, seal_stream, verify_stream
+
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    db = data / "spine.db"
+    key = KeyStore(data / "keys").signing_key()
+    with SqliteLog(db) as log:
+        for sid in ("c-1", "c-2", "c-3"):
+            log.append(
+                sid,
+                [Event(kind=Kind.USER_MESSAGE, text=f"m{i}") for i in range(4)],
+                idempotency_key=f"k-{sid}",
+            )
+            seal_stream(log, sid, key)
+        before = {sid: log.read(sid, 0, None) for sid in ("c-1", "c-2", "c-3")}
+    _break_row(db, "c-1", 2)
+    c = sqlite3.connect(db, isolation_level=None)
+    try:
+        c.execute("DROP TRIGGER IF EXISTS events_append_only_delete")
+        c.execute("DELETE FROM events WHERE stream = 'c-2' AND seq = 3")
+    finally:
+        c.close()
+
+    out = run(data, "recover", str(data), str(tmp_path / "copy.db"))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "copied 13 events of 3 sessions" in out.stdout, out.stdout
+    assert "could not read c-1 seq 2" in out.stdout and "could not read c-2 seq 3" in out.stdout
+    with SqliteLog(tmp_path / "copy.db") as copy:
+        for sid in ("c-1", "c-2", "c-3"):
+            rows = copy.read(sid, 0, None)
+            assert [r.seq for r in rows] == list(range(1, 6)), sid
+            lost = {(sid, 2), ("c-2", 3)} if sid == "c-1" else {("c-2", 3)}
+            for r, old in zip(rows, before[sid], strict=True):
+                if (sid, r.seq) in lost:
+                    assert r.kind == LOST_KIND and "lost in recovery" in (r.event().error or "")
+                else:
+                    assert (r.kind, r.version, r.payload) == (old.kind, old.version, old.payload)
+        assert verify_stream(copy, "c-3", key, append=False).ok
+        problem = verify_stream(copy, "c-2", key, append=False).problem
+        assert problem is not None and problem.seq == 3
+        assert copy.find_key("c-3", "k-c-3") is not None  # redeliveries still recognised
+        copy.append("c-1", [Event(kind=Kind.USER_MESSAGE, text="after")])  # a working spine
+    again = run(data, "recover", str(data), str(tmp_path / "copy.db"))
+    assert again.returncode == 2 and "exists" in again.stderr, again.stderr
