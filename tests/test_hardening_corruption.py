@@ -119,3 +119,24 @@ def test_recover_copies_every_readable_event_and_names_each_row_it_could_not_rea
         copy.append("c-1", [Event(kind=Kind.USER_MESSAGE, text="after")])  # a working spine
     again = run(data, "recover", str(data), str(tmp_path / "copy.db"))
     assert again.returncode == 2 and "exists" in again.stderr, again.stderr
+
+
+def test_check_names_a_row_that_does_not_decode_even_in_a_session_never_sealed(
+    tmp_path: pathlib.Path,
+) -> None:
+    """`vertebra check`: a session without a seal is "unsealed", not tampered (exit 0);
+    once one of its rows no longer decodes it is UNREADABLE at that seq (exit 1)."""
+    from cli_support import run
+
+    from spine import Event, SqliteLog
+
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    with SqliteLog(data / "spine.db") as log:
+        log.append("plain", [Event(kind=Kind.USER_MESSAGE, text=f"m{i}") for i in range(3)])
+    out = run(data, "check")
+    assert out.returncode == 0 and "plain: 0 seal(s), unsealed" in out.stdout, out.stdout
+    _break_row(data / "spine.db", "plain", 2)
+    out = run(data, "check")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "plain: 0 seal(s), UNREADABLE at seq 2" in out.stdout, out.stdout

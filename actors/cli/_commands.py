@@ -474,7 +474,12 @@ def check(args: argparse.Namespace, out: Out) -> int:
         try:
             for info in log.streams():
                 report = verify_stream(log, info.stream, ring, append=False)
-                ok = report.ok
+                unreadable = _first_unreadable(log, info.stream)
+                # A session never sealed is not tampered: it has nothing to check yet.
+                ok = report.ok or (not report.checks and unreadable is None)
+                seq = report.problem.seq if report.problem else 0
+                if unreadable is not None and not seq:
+                    seq = unreadable[0]
                 bad = bad or not ok
                 results.append(
                     {
@@ -482,7 +487,8 @@ def check(args: argparse.Namespace, out: Out) -> int:
                         "seals": len(report.checks),
                         "ok": ok,
                         "summary": report.summary(),
-                        "seq": report.problem.seq if report.problem else 0,
+                        "seq": seq,
+                        "unreadable": None if unreadable is None else unreadable[1],
                     }
                 )
         finally:
@@ -492,9 +498,31 @@ def check(args: argparse.Namespace, out: Out) -> int:
     else:
         out.line("integrity: " + ("ok" if integrity == ["ok"] else "; ".join(integrity[:5])))
         for r in results:
-            state = "ok" if r["ok"] else f"TAMPERED at seq {r['seq']}: {r['summary']}"
+            if r["ok"]:
+                state = "ok" if r["seals"] else "unsealed"
+            elif r["seals"] and r["seq"]:
+                state = f"TAMPERED at seq {r['seq']}: {r['summary']}"
+            else:
+                state = f"UNREADABLE at seq {r['seq']}: {r['unreadable']}"
             out.line(f"{r['session']}: {r['seals']} seal(s), {state}")
+            if r["unreadable"] and r["seals"]:
+                out.line(f"{r['session']}: does not decode: {r['unreadable']}")
     return 1 if bad else 0
+
+
+def _first_unreadable(log: Any, stream: str) -> tuple[int, str] | None:
+    """The first stored row of ``stream`` that does not decode, with why (None: all do)."""
+    from spine import DecodeError
+
+    after = 0
+    while page := log.read(stream, after, 2000):
+        for r in page:
+            try:
+                r.event()
+            except DecodeError as exc:
+                return r.seq, str(exc)
+        after = page[-1].seq
+    return None
 
 
 def recover_args(p: argparse.ArgumentParser) -> None:
