@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from .policy import BusyPolicy, RestartPolicy
+from .policy import BusyPolicy, RestartPolicy, SealPolicy
 
 
 def _frozen_map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -362,6 +362,8 @@ class RunnerConfig:
     projections: bool = True
     # Where the spine lives (a `spine.LogSpec` URL); empty: spine.db in the data directory.
     spine: str = ""
+    # When sessions seal themselves (default: only when asked).
+    auto_seal: SealPolicy = attrs.field(factory=SealPolicy)
 
 
 @attrs.frozen(kw_only=True)

@@ -140,3 +140,62 @@ def test_check_names_a_row_that_does_not_decode_even_in_a_session_never_sealed(
     out = run(data, "check")
     assert out.returncode == 1, out.stdout + out.stderr
     assert "plain: 0 seal(s), UNREADABLE at seq 2" in out.stdout, out.stdout
+
+
+def test_sessions_seal_themselves_by_count_by_time_and_by_their_own_metadata(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """With an auto-seal policy a session seals once N events are unsealed, and the tail
+    within T seconds; a session's metadata overrides the policy; every seal verifies and
+    a seal event alone does not start another seal."""
+    from conftest import wait_for
+
+    from actors import SealPolicy
+    from spine.seal import KeyStore, verify_stream
+
+    h = Host(tmp_path, base="multiprocTCPBase", timeout=30, auto_seal=SealPolicy(every=8))
+    try:
+        h.create("by-count")
+        h.create("by-time", metadata={"vertebra.seal.interval": "0.2", "vertebra.seal.every": "0"})
+        h.create("never", metadata={"vertebra.seal.every": "0"})
+        for sid in ("by-count", "by-time", "never"):
+            for i in range(3):
+                ack = h.send(sid, f"m{i}")
+                h.wait_turn(sid, ack.seq)
+
+        def sealed(sid: str) -> list[int]:
+            return [e.seq for e in h.history(sid) if e.kind == Kind.RECORD_SEALED]
+
+        wait_for(lambda: sealed("by-count"), 30)
+        # The whole tail gets sealed: the newest event is a seal covering all before it.
+        wait_for(lambda: h.history("by-time")[-1].kind == Kind.RECORD_SEALED, 30)
+        tail = h.history("by-time")[-1]
+        assert tail.record["last"] == tail.seq - 1
+        assert sealed("never") == []
+        # Every seal covers a full count (its range reaches at least N events).
+        count_seals = [e for e in h.history("by-count") if e.kind == Kind.RECORD_SEALED]
+        assert count_seals[0].record["last"] >= 8
+        # The time policy sealed the tail, and does not keep sealing its own seal events.
+        n = len(h.history("by-time"))
+        with pytest.raises(AssertionError):
+            wait_for(lambda: len(h.history("by-time")) > n, 1.0)
+        ring = KeyStore(tmp_path / "keys").keyring()
+        for sid in ("by-count", "by-time"):
+            assert verify_stream(h._log, sid, ring, append=False).ok, sid
+    finally:
+        h.close()
+
+
+def test_the_daemon_seals_by_default_and_says_so_in_its_help() -> None:
+    """`vertebra serve` defaults to the daemon's auto-seal policy (on), and both options
+    are in its help."""
+    from actors.cli._commands import COMMANDS
+    from actors.cli._parser import build_parser
+    from actors.policy import DAEMON_SEAL_POLICY
+
+    args = build_parser(COMMANDS).parse_args(["serve"])
+    assert DAEMON_SEAL_POLICY.enabled
+    assert (args.seal_every, args.seal_interval) == (
+        DAEMON_SEAL_POLICY.every,
+        DAEMON_SEAL_POLICY.interval,
+    )

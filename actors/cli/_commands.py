@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 from .._version import __version__
+from ..policy import DAEMON_SEAL_POLICY
 from ._daemon import (
     EXIT_FAILED,
     EXIT_UNKNOWN_SESSION,
@@ -163,6 +164,22 @@ def serve_args(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="passivate a session idle for S seconds (default 300)",
     )
+    p.add_argument(
+        "--seal-every",
+        type=int,
+        default=DAEMON_SEAL_POLICY.every,
+        metavar="N",
+        help=f"sessions seal themselves every N events (default {DAEMON_SEAL_POLICY.every}; "
+        "0: not by count)",
+    )
+    p.add_argument(
+        "--seal-interval",
+        type=float,
+        default=DAEMON_SEAL_POLICY.interval,
+        metavar="S",
+        help="and within S seconds of the first unsealed event "
+        f"(default {DAEMON_SEAL_POLICY.interval:g}; 0: not by time)",
+    )
     p.add_argument("--quiet", action="store_true", help="do not print events")
     p.add_argument("--for-seconds", type=positive, default=None, help=argparse.SUPPRESS)
     p.add_argument(
@@ -295,6 +312,11 @@ def serve(args: argparse.Namespace, out: Out) -> int:
     """Run the daemon until SIGINT, SIGTERM or `vertebra stop`, printing every event."""
     from spine import private_dir
 
+    from ..policy import SealPolicy
+
+    if args.seal_every < 0 or not 0 <= args.seal_interval < float("inf"):
+        raise CliError("--seal-every and --seal-interval must be 0 or more", EXIT_USAGE)
+    seal_policy = SealPolicy(every=args.seal_every, interval=args.seal_interval)
     private_dir(args.data)
     # Held (by this process and, inherited, every actor process) until the last of them
     # exits: a second daemon on the directory is refused, a dead one's leftovers reaped.
@@ -312,7 +334,13 @@ def serve(args: argparse.Namespace, out: Out) -> int:
     out = _log_setup(args, out)
     spine = getattr(args, "spine", None) or None
     try:
-        host = Host(args.data, admin_port=args.port, idle_timeout=args.idle_timeout, spine=spine)
+        host = Host(
+            args.data,
+            admin_port=args.port,
+            idle_timeout=args.idle_timeout,
+            spine=spine,
+            auto_seal=seal_policy,
+        )
     except (CliError, KeyboardInterrupt):
         raise
     except Exception as exc:

@@ -375,6 +375,7 @@ class RunnerActor(GuardedActor):
             busy_policy=self.cfg.busy_policy,
             create=action.create,
             metadata=action.metadata,
+            auto_seal=self.cfg.auto_seal,
         )
         self.send(address, config)
 

@@ -33,6 +33,7 @@ from ..shell import GuardedActor
 from ..system import configure_actor_logging
 from . import commands as c
 from . import effects
+from .autoseal import AUTO_SEAL, AutoSealer
 from .decide import decide, ingress_seq
 from .outbox import NOTIFY_INTERVAL, Outbox
 from .protocol import (
@@ -83,6 +84,7 @@ class SessionActor(GuardedActor):
         self._spawning: dict[str, tuple[int, str, str]] = {}
         #: How the turn's threads reach this actor (None: they send to its address).
         self._slot: Mailslot | None = None
+        self.sealer: AutoSealer | None = None
 
     def receiveMessage(self, msg: Any, sender: Any) -> Any:
         super().receiveMessage(msg, sender)
@@ -157,6 +159,7 @@ class SessionActor(GuardedActor):
         self.snapshots = SnapshotStore(data_dir)
         self.subs = Subscriptions(sid, self.log, self.send)
         self.outbox = Outbox(sid, cfg.incarnation)
+        self.sealer = AutoSealer(cfg.auto_seal, sid, self.log, lambda: self._keys().signing_key())
         base = self.snapshots.load(sid)
         if base is None or base.last_seq > self.log.last_seq(sid):
             base = SessionState(session_id=sid)
@@ -250,6 +253,25 @@ class SessionActor(GuardedActor):
             self.snap_seq = st.last_seq
         self.subs.publish(res.records)
         self._tell_runner(records=[(r.seq, r.kind, r.payload) for r in res.records])
+        if self.sealer is not None:
+            delay = self.sealer.appended(events, res.first_seq, st.last_seq, st.metadata)
+            if delay is not None:
+                self.wakeupAfter(timedelta(seconds=delay), AUTO_SEAL)
+
+    def _auto_seal(self) -> None:
+        """A seal is due by the policy: seal what is new, as an asked-for seal would."""
+        s = self.state
+        if self.sealer is None or s is None or self.stopping_sent or s.stopping:
+            return
+        if s.stored.closed or s.stored.failed:
+            return
+        cmd = self.sealer.due(s.stored.last_seq)
+        if cmd is None:
+            return
+        try:
+            self._run(cmd, None)
+        except (ConflictError, StorageError):
+            pass  # this incarnation has asked to be stopped; the next one seals
 
     def _settle(self) -> None:
         """Start the next turn (or fail it at once) while one is due."""
@@ -534,6 +556,9 @@ class SessionActor(GuardedActor):
         self.send(sender, Pong(request_id=msg.request_id, pid=os.getpid()))
 
     def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: Any) -> None:
+        if msg.payload == AUTO_SEAL:
+            self._auto_seal()
+            return
         if msg.payload == "notify":
             self._notify_scheduled = False
             self._notify()

@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 
 from ..messages import _tuple
-from ..policy import BusyPolicy
+from ..policy import BusyPolicy, SealPolicy
 
 
 @attrs.frozen(kw_only=True)
@@ -28,6 +28,8 @@ class SessionConfig:
     reply_to: Any = None
     # The spine as a `spine.LogSpec` URL; empty: the SQLite file ``db_path``.
     spine: str = ""
+    # When the session seals itself (a session's metadata may override it).
+    auto_seal: SealPolicy = attrs.field(factory=SealPolicy)
 
 
 @attrs.frozen(kw_only=True)
