@@ -27,14 +27,28 @@ def _break_row(db: pathlib.Path, stream: str, seq: int) -> None:
         c.close()
 
 
+def _break_pg_row(url: str, stream: str, seq: int) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute("DROP TRIGGER IF EXISTS spine_events_append_only ON spine_events")
+        c.execute(
+            "UPDATE spine_events SET payload = substring(payload from 1 for 20) "
+            "WHERE stream = %s AND seq = %s",
+            (stream, seq),
+        )
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_a_stream_that_does_not_decode_fails_its_session_naming_the_seq_and_is_still_verified(
-    tmp_path: pathlib.Path, no_leftover_processes
+    tmp_path: pathlib.Path, no_leftover_processes, backend: str, request: pytest.FixtureRequest
 ) -> None:  # type: ignore[no-untyped-def]
     """One stored row of one sealed session is damaged while the daemon is down. After a
     restart the other sessions serve; the damaged one is failed naming the seq (in
     `sessions`, `status` and the refusal of a message), and `verify` still runs on it and
-    names the seq."""
-    h = Host(tmp_path, base="multiprocTCPBase", timeout=30)
+    names the seq. On the SQLite and the PostgreSQL spine."""
+    spine = request.getfixturevalue("pg_url") if backend == "postgres" else None
+    h = Host(tmp_path, base="multiprocTCPBase", timeout=30, spine=spine)
     try:
         ids = [h.create(f"c-{i}") for i in range(3)]
         for sid in ids:
@@ -43,9 +57,12 @@ def test_a_stream_that_does_not_decode_fails_its_session_naming_the_seq_and_is_s
         assert h.seal("c-1").seq > 0
     finally:
         h.close()
-    _break_row(tmp_path / "spine.db", "c-1", 2)
+    if spine is None:
+        _break_row(tmp_path / "spine.db", "c-1", 2)
+    else:
+        _break_pg_row(spine, "c-1", 2)
 
-    h = Host(tmp_path, base="multiprocTCPBase", timeout=30)
+    h = Host(tmp_path, base="multiprocTCPBase", timeout=30, spine=spine)
     try:
         with pytest.raises(SessionFailed, match="does not decode at seq 2"):
             h.send("c-1", "anyone?")
