@@ -91,6 +91,8 @@ class SealPolicy:
     def for_session(self, metadata: Mapping[str, str]) -> SealPolicy:
         """This policy with the session's own overrides (values that do not parse as a
         non-negative number are ignored)."""
+        if SEAL_EVERY_KEY not in metadata and SEAL_INTERVAL_KEY not in metadata:
+            return self
         every, interval = self.every, self.interval
         raw = metadata.get(SEAL_EVERY_KEY)
         if raw is not None and raw.strip().isdigit():

@@ -216,3 +216,39 @@ def test_the_daemon_seals_by_default_and_says_so_in_its_help() -> None:
         DAEMON_SEAL_POLICY.every,
         DAEMON_SEAL_POLICY.interval,
     )
+
+
+def test_a_running_interval_timer_does_not_hold_a_seal_by_count_back() -> None:
+    """The auto-sealer asks for its interval timer at the first unsealed event, and still
+    asks for a seal at once when the count is reached before the timer fires; after the
+    seal is stored, the seal event alone asks for nothing."""
+    from actors.policy import SealPolicy
+    from actors.session.autoseal import AUTO_SEAL, AUTO_SEAL_TIMER, AutoSealer
+    from spine import Event, MemoryLog
+    from spine.seal import SigningKey, seal_event
+
+    log = MemoryLog()
+    key = SigningKey.generate()
+    sealer = AutoSealer(SealPolicy(every=6, interval=60.0), "s", log, lambda: key)
+    evs = [Event(kind=Kind.USER_MESSAGE, text=f"m{i}") for i in range(3)]
+    res = log.append("s", evs)
+    assert sealer.appended(evs, res.first_seq, res.last_seq, {}) == (60.0, AUTO_SEAL_TIMER)
+    res = log.append("s", evs)
+    assert sealer.appended(evs, res.first_seq, res.last_seq, {}) == (0.0, AUTO_SEAL)
+    cmd = sealer.due(AUTO_SEAL, res.last_seq)
+    assert cmd is not None and cmd.seal is not None and (cmd.seal.first, cmd.seal.last) == (1, 6)
+    ev = seal_event(cmd.seal)
+    res = log.append("s", [ev])
+    assert sealer.appended([ev], res.first_seq, res.last_seq, {}) is None
+    assert sealer.due(AUTO_SEAL_TIMER, res.last_seq) is None  # the timer finds nothing new
+    # A session's metadata turns it off.
+    res = log.append("s", evs * 3)
+    assert (
+        sealer.appended(
+            evs * 3,
+            res.first_seq,
+            res.last_seq,
+            {"vertebra.seal.every": "0", "vertebra.seal.interval": "0"},
+        )
+        is None
+    )

@@ -33,7 +33,7 @@ from ..shell import GuardedActor
 from ..system import configure_actor_logging
 from . import commands as c
 from . import effects
-from .autoseal import AUTO_SEAL, AutoSealer
+from .autoseal import AUTO_SEAL, AUTO_SEAL_TIMER, AutoSealer
 from .decide import decide, ingress_seq
 from .outbox import NOTIFY_INTERVAL, Outbox
 from .protocol import (
@@ -254,18 +254,18 @@ class SessionActor(GuardedActor):
         self.subs.publish(res.records)
         self._tell_runner(records=[(r.seq, r.kind, r.payload) for r in res.records])
         if self.sealer is not None:
-            delay = self.sealer.appended(events, res.first_seq, st.last_seq, st.metadata)
-            if delay is not None:
-                self.wakeupAfter(timedelta(seconds=delay), AUTO_SEAL)
+            due = self.sealer.appended(events, res.first_seq, st.last_seq, st.metadata)
+            if due is not None:
+                self.wakeupAfter(timedelta(seconds=due[0]), due[1])
 
-    def _auto_seal(self) -> None:
+    def _auto_seal(self, payload: str) -> None:
         """A seal is due by the policy: seal what is new, as an asked-for seal would."""
         s = self.state
         if self.sealer is None or s is None or self.stopping_sent or s.stopping:
             return
         if s.stored.closed or s.stored.failed:
             return
-        cmd = self.sealer.due(s.stored.last_seq)
+        cmd = self.sealer.due(payload, s.stored.last_seq)
         if cmd is None:
             return
         try:
@@ -556,8 +556,8 @@ class SessionActor(GuardedActor):
         self.send(sender, Pong(request_id=msg.request_id, pid=os.getpid()))
 
     def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: Any) -> None:
-        if msg.payload == AUTO_SEAL:
-            self._auto_seal()
+        if msg.payload in (AUTO_SEAL, AUTO_SEAL_TIMER):
+            self._auto_seal(msg.payload)
             return
         if msg.payload == "notify":
             self._notify_scheduled = False

@@ -19,8 +19,9 @@ from spine.seal import NothingToSealError, SigningKey, prepare_seal, seals
 from ..policy import SealPolicy
 from . import commands as c
 
-#: The wakeup payload of a due seal.
+#: The wakeup payloads of a seal due by count (at once) and by time (the interval's timer).
 AUTO_SEAL = "auto-seal"
+AUTO_SEAL_TIMER = "auto-seal-timer"
 
 
 def _log() -> logging.Logger:
@@ -43,7 +44,10 @@ class AutoSealer:
         #: The last seq that needs no seal now (the newest seal event, or what it covers):
         #: a seal event alone is not worth another seal.
         self.mark = 0
-        self.scheduled = False
+        #: A seal by count is on its way / the interval's timer runs (one of each at most:
+        #: a running timer must not hold a count seal back).
+        self.now = False
+        self.timer = False
         self.broken = False
 
     def _load(self) -> None:
@@ -57,9 +61,9 @@ class AutoSealer:
 
     def appended(
         self, events: Sequence[Event], first_seq: int, last_seq: int, metadata: Mapping[str, str]
-    ) -> float | None:
-        """Note an append; the delay after which a seal is due (0: now), or None when no
-        new timer is needed."""
+    ) -> tuple[float, str] | None:
+        """Note an append; when a seal is due, as the delay and wakeup payload to schedule
+        (0 and `AUTO_SEAL`: at once), or None when nothing new is to be scheduled."""
         if self.broken:
             return None
         policy = self.policy.for_session(metadata)
@@ -82,19 +86,23 @@ class AutoSealer:
                     self.first = last + 1
                     self.mark = seq if seq == last + 1 else last
         pending = last_seq - self.mark
-        if pending <= 0 or self.scheduled:
+        if pending <= 0:
             return None
-        if policy.every and pending >= policy.every:
-            self.scheduled = True
-            return 0.0
-        if policy.interval:
-            self.scheduled = True
-            return policy.interval
+        if policy.every and pending >= policy.every and not self.now:
+            self.now = True
+            return 0.0, AUTO_SEAL
+        if policy.interval and not self.timer:
+            self.timer = True
+            return policy.interval, AUTO_SEAL_TIMER
         return None
 
-    def due(self, last_seq: int) -> c.Sealed | None:
-        """The seal to append now (None: nothing new, or it cannot be made)."""
-        self.scheduled = False
+    def due(self, payload: str, last_seq: int) -> c.Sealed | None:
+        """The seal to append now that the wakeup ``payload`` came (None: nothing new, or
+        it cannot be made)."""
+        if payload == AUTO_SEAL_TIMER:
+            self.timer = False
+        else:
+            self.now = False
         if self.broken or self.first is None or last_seq - self.mark <= 0:
             return None
         try:
