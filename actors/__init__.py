@@ -35,7 +35,7 @@ if TYPE_CHECKING:
         SessionView,
         SlashCommands,
     )
-    from .policy import BusyPolicy, RestartPolicy
+    from .policy import BusyPolicy, RestartPolicy, SealPolicy
 
 # Where each lazily imported name lives. The command line imports this package first, and
 # `vertebra --help` must not pay for the actor system, the agents and the spine's codecs
@@ -53,6 +53,7 @@ _LAZY = {
     "NoticeItem": ".interceptors",
     "RestartPolicy": ".policy",
     "ScriptedFactory": ".agents",
+    "SealPolicy": ".policy",
     "SessionView": ".interceptors",
     "SlashCommands": ".interceptors",
     "TurnInput": ".agents",
@@ -98,6 +99,7 @@ __all__ = [
     "RestartPolicy",
     "RunnerClosed",
     "ScriptedFactory",
+    "SealPolicy",
     "SessionAlreadyExists",
     "SessionClosed",
     "SessionFailed",

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from .policy import BusyPolicy, RestartPolicy
+from .policy import BusyPolicy, RestartPolicy, SealPolicy
 from .terse import terse_module
 
 
@@ -251,13 +251,15 @@ class RequestFailed:
 
 @attrs.frozen(kw_only=True)
 class SessionInfo:
-    """Where a session stands. ``state`` is live, passivated, closed or failed."""
+    """Where a session stands. ``state`` is live, passivated, closed or failed; ``error``
+    says why a failed session failed (for a stream that does not decode, the seq)."""
 
     session_id: str
     state: str
     last_seq: int = 0
     restarts: int = 0
     metadata: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_map)
+    error: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -361,6 +363,8 @@ class RunnerConfig:
     projections: bool = True
     # Where the spine lives (a `spine.LogSpec` URL); empty: spine.db in the data directory.
     spine: str = ""
+    # When sessions seal themselves (default: only when asked).
+    auto_seal: SealPolicy = attrs.field(factory=SealPolicy)
 
 
 @attrs.frozen(kw_only=True)

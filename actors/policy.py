@@ -4,6 +4,7 @@ restarts a session that died. Pure data, read by the deciders and the registry."
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 
 import attrs
 
@@ -61,3 +62,52 @@ class RestartPolicy:
     def delay(self, recent: int) -> float:
         """Seconds to wait before the restart that follows ``recent`` crashes."""
         return float(min(self.backoff_max, self.backoff_initial * 2 ** max(0, recent - 1)))
+
+
+#: Metadata keys that override the daemon's auto-seal policy for one session: seal once
+#: this many events are unsealed ("0": never by count), and within this many seconds of
+#: the first unsealed event ("0": never by time).
+SEAL_EVERY_KEY = "vertebra.seal.every"
+SEAL_INTERVAL_KEY = "vertebra.seal.interval"
+
+
+@attrs.frozen(kw_only=True)
+class SealPolicy:
+    """When a session seals its own stream without being asked.
+
+    A seal is due once ``every`` events are unsealed, or ``interval`` seconds after the
+    first event that no seal covers yet; 0 turns either trigger off. Tampering after the
+    newest seal cannot be detected (docs/seal.md), so this bounds that window. A
+    session's metadata (`SEAL_EVERY_KEY`, `SEAL_INTERVAL_KEY`) overrides either value.
+    """
+
+    every: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    interval: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.every or self.interval)
+
+    def for_session(self, metadata: Mapping[str, str]) -> SealPolicy:
+        """This policy with the session's own overrides (values that do not parse as a
+        non-negative number are ignored)."""
+        if SEAL_EVERY_KEY not in metadata and SEAL_INTERVAL_KEY not in metadata:
+            return self
+        every, interval = self.every, self.interval
+        raw = metadata.get(SEAL_EVERY_KEY)
+        if raw is not None and raw.strip().isdigit():
+            every = int(raw)
+        raw = metadata.get(SEAL_INTERVAL_KEY)
+        if raw is not None:
+            try:
+                value = float(raw)
+            except ValueError:
+                value = -1.0
+            if 0 <= value < float("inf"):
+                interval = value
+        return SealPolicy(every=every, interval=interval)
+
+
+#: The daemon's default (``vertebra serve``): seal every 1000 events, and within a minute
+#: of the first unsealed one. An embedding `Host` seals only when asked unless given one.
+DAEMON_SEAL_POLICY = SealPolicy(every=1000, interval=60.0)

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from spine import REVIVING_PHASES, Event, Kind, Phase, Usage
+from spine import REVIVING_PHASES, DecodeError, Event, Kind, Log, Phase, Usage
 
 from ._metadata import apply_properties
 
@@ -442,6 +442,28 @@ def reduce(p: Projection, ev: Event) -> Projection:
     """Fold one event into ``p``; an unknown kind returns ``p`` itself."""
     handler = _BY_KIND.get(ev.kind)
     return p if handler is None else handler(p, ev)
+
+
+def project_stored(log: Log, session: str) -> Projection:
+    """The status of ``session`` folded from ``log``. A stored row that does not decode
+    ends the fold there: the session is terminal and failed, its ``error`` naming the seq
+    (the rows before it are folded as usual)."""
+    events: list[Event] = []
+    after = 0
+    while True:
+        page = log.read(session, after, 1000)
+        if not page:
+            return project(events)
+        for r in page:
+            try:
+                events.append(r.event())
+            except DecodeError as exc:
+                p = project(events)
+                why = f"its stream does not decode at seq {r.seq}: {exc.problem}"
+                return attrs.evolve(
+                    p, terminal=True, error=why, outcome="failed", phase=str(Phase.FAILED)
+                )
+        after = page[-1].seq
 
 
 def project(events: Iterable[Event], start: Projection | None = None) -> Projection:

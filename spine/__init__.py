@@ -30,6 +30,7 @@ from ._lifecycle import REVIVING_PHASES, TERMINAL_PHASES, terminal_after
 from ._log import DEFAULT_PAGE, AppendResult, Log, Record, Row, StreamInfo, Wakeup
 from ._memory import MemoryLog
 from ._private import UnsafeDataDirError, private_dir, private_file, private_sqlite
+from ._recover import LOST_KIND, LostRow, RecoveryReport, recover_sqlite
 from ._spec import LogSpec, open_log
 from ._sqlite import SqliteLog
 from ._subscribe import (
@@ -45,6 +46,7 @@ __all__ = [
     "DEFAULT_PAGE",
     "DEFAULT_POLL_FLOOR",
     "EPHEMERAL_KINDS",
+    "LOST_KIND",
     "REVIVING_PHASES",
     "SCHEMA_VERSION",
     "TERMINAL_PHASES",
@@ -61,9 +63,11 @@ __all__ = [
     "Kind",
     "Log",
     "LogSpec",
+    "LostRow",
     "MemoryLog",
     "Phase",
     "Record",
+    "RecoveryReport",
     "Row",
     "Severity",
     "SpineError",
@@ -87,6 +91,7 @@ __all__ = [
     "private_dir",
     "private_file",
     "private_sqlite",
+    "recover_sqlite",
     "register_upcaster",
     "subscribe",
     "subscribe_all",

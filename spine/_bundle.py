@@ -40,6 +40,9 @@ class Bundle:
     seals: tuple[int, ...]
     keys: tuple[PublicKey, ...]
     lines: tuple[bytes, ...]
+    #: ``(seq, version)`` of every line stored under a schema version other than 1 (the
+    #: leaves cover it); the header's optional ``versions`` list, absent when empty.
+    versions: tuple[tuple[int, int], ...] = ()
 
     @property
     def last(self) -> int:
@@ -79,9 +82,11 @@ class Bundle:
             ):
                 # Another intact event here means lines moved (found by location instead).
                 kinds[i] = Kind.RECORD_SEALED
+        versions = dict(self.versions)
         return [
-            Record(self.stream, self.first + i, i + 1, kinds[i], line)
+            Record(self.stream, seq, i + 1, kinds[i], line, versions.get(seq, 1))
             for i, line in enumerate(self.lines)
+            for seq in (self.first + i,)
         ]
 
     def keyring(self) -> Keyring:
@@ -106,6 +111,7 @@ class Bundle:
             "last": self.last,
             "seals": list(self.seals),
             "keys": [{"keyId": k.key_id, "publicKey": k.hex()} for k in self.keys],
+            **({"versions": [list(v) for v in self.versions]} if self.versions else {}),
         }
 
     def to_bytes(self) -> bytes:
@@ -162,11 +168,24 @@ class Bundle:
                     f"(whose id is {key.key_id})"
                 )
             keys.append(key)
+        versions = h.get("versions", [])
+        if not isinstance(versions, list) or not all(
+            isinstance(v, list)
+            and len(v) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+            for v in versions
+        ):
+            raise BundleError("the bundle header's 'versions' must be a list of [seq, version]")
         lines = body.split(b"\n")
         if lines and lines[-1] == b"":
             lines.pop()
         return cls(
-            stream=stream, first=first, seals=tuple(seals), keys=tuple(keys), lines=tuple(lines)
+            stream=stream,
+            first=first,
+            seals=tuple(seals),
+            keys=tuple(keys),
+            lines=tuple(lines),
+            versions=tuple((v[0], v[1]) for v in versions),
         )
 
 
@@ -224,7 +243,8 @@ def build_bundle(log: Log, stream: str, keys: KeysLike) -> Bundle:
         if key is None:
             raise UnknownKeyError(kid)
         public.append(key)
-    lines = [r.payload for r in records if first <= r.seq <= last]
+    kept = [r for r in records if first <= r.seq <= last]
+    lines = [r.payload for r in kept]
     _check_lines(stream, first, lines)
     return Bundle(
         stream=stream,
@@ -232,6 +252,7 @@ def build_bundle(log: Log, stream: str, keys: KeysLike) -> Bundle:
         seals=tuple(s.seq for s in found),
         keys=tuple(public),
         lines=tuple(lines),
+        versions=tuple((r.seq, r.version) for r in kept if r.version != 1),
     )
 
 

@@ -9,11 +9,18 @@ list per level.
 from __future__ import annotations
 
 import hashlib
+import struct
 from collections.abc import Sequence
 
 HASH_SIZE = 32
 _LEAF = b"\x00"
 _NODE = b"\x01"
+#: Prefix of the leaf of a row stored under another schema version than 1 (see
+#: `row_leaf_hash`); distinct from the leaf and node prefixes, so no hash can pass for one.
+_VERSIONED_LEAF = b"\x02"
+#: The schema version every row so far was written with: its leaf is the plain RFC 6962
+#: leaf of the payload, so seals made before the version was covered still verify.
+_PLAIN_VERSION = 1
 _sha256 = hashlib.sha256
 
 
@@ -43,6 +50,34 @@ def leaf_hashes(payloads: Sequence[bytes]) -> list[bytes]:
         h.update(p)
         append(h.digest())
     return out
+
+
+def version_tag(version: object) -> bytes:
+    """What a row's stored ``version`` adds to its leaf: nothing for version 1, else a
+    fixed-width encoding (anything that is not an int, say a tampered text, gets its own)."""
+    if type(version) is int:
+        if version == _PLAIN_VERSION:
+            return b""
+        if -(2**63) <= version < 2**63:
+            return _VERSIONED_LEAF + struct.pack(">q", version)
+    return b"\x03" + repr(version).encode()
+
+
+def row_leaf_hash(payload: bytes, version: object = _PLAIN_VERSION) -> bytes:
+    """The leaf of a stored row: its payload and its schema version (the column readers
+    upcast by). Version 1: `leaf_hash` of the payload; any other: SHA-256(0x02 || i64
+    version || payload), so editing the column alone changes the leaf."""
+    tag = version_tag(version)
+    if not tag:
+        return leaf_hash(payload)
+    return _sha256(tag + payload).digest()
+
+
+def row_leaf_hashes(payloads: Sequence[bytes], versions: Sequence[object] | None) -> list[bytes]:
+    """Leaf hashes of rows (``versions`` None: every row at version 1)."""
+    if versions is None or all(type(v) is int and v == _PLAIN_VERSION for v in versions):
+        return leaf_hashes(payloads)
+    return [row_leaf_hash(p, v) for p, v in zip(payloads, versions, strict=True)]
 
 
 def _next_level(level: Sequence[bytes]) -> list[bytes]:

@@ -33,7 +33,7 @@ from ._event import Event, Kind
 from ._ids import validate_session_id
 from ._keys import Keyring, KeysLike
 from ._log import Log, Record
-from ._merkle import leaf_hash, leaf_hashes, merkle_root
+from ._merkle import merkle_root, row_leaf_hash, row_leaf_hashes
 from ._seal_errors import MalformedSealError
 from ._sealing import Seal, parse_seal_event
 
@@ -210,7 +210,7 @@ def _check_seal(
     # event, which in an intact log comes after it.
     j = _start(records, seal.first)
     observed = records[j : min(j + seal.count, max(js, j))]
-    got = leaf_hashes([r.payload for r in observed])
+    got = _leaves(observed)
 
     bad_seq: int | None = None
     if [r.seq for r in observed] != list(range(seal.first, seal.last + 1)):
@@ -257,14 +257,43 @@ def _check_seal(
     )
 
 
-def _column_problem(observed: Sequence[Record]) -> tuple[Record, str] | None:
-    """The first sealed row whose ``kind`` column disagrees with its sealed payload.
+def _leaves(records: Sequence[Record]) -> list[bytes]:
+    """The leaves of stored rows: payload and schema version (see `row_leaf_hash`)."""
+    return row_leaf_hashes([r.payload for r in records], [r.version for r in records])
 
-    Seals hash the payload bytes, but readers also use the row's ``kind`` column
-    (projections dispatch on it), so an edited column would change derived state under an
-    intact seal. Only the ``kind`` member of the payload is read, nothing is decoded into
-    an event, so a payload that does not decode is still checked.
+
+def _leaf(r: Record) -> bytes:
+    return row_leaf_hash(r.payload, r.version)
+
+
+def _column_problem(observed: Sequence[Record]) -> tuple[Record, str] | None:
+    """The first sealed row whose ``kind`` or ``position`` column disagrees with what was
+    sealed.
+
+    Seals hash the payload bytes and the schema version, but readers also use the row's
+    ``kind`` column (projections dispatch on it) and its global ``position`` (a
+    projection folds a stream in position order), so an edited column would change
+    derived state under an intact seal. The kind must equal the payload's own ``kind``
+    member; positions must rise with seqs. Only the ``kind`` member of the payload is
+    read, nothing is decoded into an event, so a payload that does not decode is still
+    checked. (``stream`` and ``seq`` are covered by contiguity and the leaves.)
     """
+    for k in range(1, len(observed)):
+        a, b = observed[k - 1], observed[k]
+        if a.position < b.position:
+            continue
+        # Name the row that is out of place: the one without which its neighbours are in
+        # order (the earlier one when either would do, as at the ends of the range).
+        pp = observed[k - 2] if k >= 2 else None
+        nx = observed[k + 1] if k + 1 < len(observed) else None
+        without_a = pp is None or pp.position < b.position
+        without_b = nx is None or a.position < nx.position
+        r = b if without_b and not without_a else a
+        return r, (
+            f"the position column of seq {r.seq} ({r.position}) puts it out of seq order "
+            f"(seq {a.seq} at {a.position}, seq {b.seq} at {b.position}): the order in "
+            "which the stream is read by position was changed"
+        )
     for r in observed:
         try:
             stored = orjson.loads(r.payload).get("kind")
@@ -307,7 +336,7 @@ def _locate(
 
     def later(i: int) -> list[bytes]:
         # Leaves of every stored record after position i of the range (failure path only).
-        return leaf_hashes([r.payload for r in records[j + i + 1 :]])
+        return _leaves(records[j + i + 1 :])
 
     n = min(len(got), len(expected))
     i = next((k for k in range(n) if got[k] != expected[k]), n)
@@ -330,7 +359,7 @@ def _locate(
     p = pos.get(got[i])
     if p is None:
         nxt = j + i + 1
-        if nxt < len(records) and leaf_hash(records[nxt].payload) == expected[i]:
+        if nxt < len(records) and _leaf(records[nxt]) == expected[i]:
             return finding(
                 FindingKind.INSERTED,
                 i,

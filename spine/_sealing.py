@@ -24,7 +24,14 @@ from ._event import Event, Kind
 from ._ids import validate_session_id
 from ._keys import Keyring, KeysLike, SigningKey
 from ._log import Log, Record
-from ._merkle import HASH_SIZE, audit_path, leaf_hash, leaf_hashes, merkle_root, root_from_path
+from ._merkle import (
+    HASH_SIZE,
+    audit_path,
+    merkle_root,
+    root_from_path,
+    row_leaf_hash,
+    row_leaf_hashes,
+)
 from ._seal_errors import InclusionError, MalformedSealError, NothingToSealError, SealError
 
 #: Version of the seal description and of its signed encoding.
@@ -279,9 +286,18 @@ def _is_time(t: str) -> bool:
 
 
 def compute_seal(
-    stream: str, first: int, payloads: Sequence[bytes], key: SigningKey, *, time: datetime
+    stream: str,
+    first: int,
+    payloads: Sequence[bytes],
+    key: SigningKey,
+    *,
+    time: datetime,
+    versions: Sequence[int] | None = None,
 ) -> Seal:
-    """Seal ``payloads`` as seqs ``first..first+len-1`` of ``stream`` (pure: reads no log)."""
+    """Seal ``payloads`` as seqs ``first..first+len-1`` of ``stream`` (pure: reads no log).
+
+    ``versions`` are the rows' stored schema versions (None: all 1); each leaf covers its
+    row's version too (see `row_leaf_hash`)."""
     validate_session_id(stream)
     if not isinstance(key, SigningKey):
         raise InvalidArgumentError(f"sealing needs a SigningKey, not {type(key).__name__}")
@@ -289,7 +305,7 @@ def compute_seal(
         raise InvalidArgumentError(f"first must be a seq of at least 1, got {first!r}")
     if not payloads:
         raise NothingToSealError(stream, first, first - 1)
-    leaves = leaf_hashes(payloads)
+    leaves = row_leaf_hashes(payloads, versions)
     root = merkle_root(leaves)
     t = format_time(time)
     count = len(leaves)
@@ -414,7 +430,14 @@ def prepare_seal(
             f"stream {stream!r} is not contiguous at seq {bad}; refusing to seal a damaged range"
         )
     when = datetime.now(UTC) if time is None else time
-    return compute_seal(stream, lo, [r.payload for r in records], key, time=when)
+    return compute_seal(
+        stream,
+        lo,
+        [r.payload for r in records],
+        key,
+        time=when,
+        versions=[r.version for r in records],
+    )
 
 
 def seal_event(seal: Seal) -> Event:
@@ -458,14 +481,18 @@ class InclusionProof:
     seq: int
     payload: bytes
     path: tuple[bytes, ...]
+    #: The row's stored schema version, which its leaf covers (written only when not 1).
+    version: int = 1
 
     @property
     def leaf_index(self) -> int:
         return self.seq - self.seal.first
 
     def to_json(self) -> bytes:
+        extra = {} if self.version == 1 else {"version": self.version}
         return orjson.dumps(
             {
+                **extra,
                 "proof": "vertebra-seal-inclusion",
                 "v": SEAL_VERSION,
                 "seal": self.seal.to_record(with_leaves=False),
@@ -503,11 +530,14 @@ class InclusionProof:
                     raise InclusionError("each path entry must be 64 lowercase hex digits")
                 path.append(h)
             payload = base64.b64decode(d["payload"], validate=True)
+            version = _int(d.get("version", 1))
+            if version is None:
+                raise InclusionError("the proof's 'version' must be an integer")
         except (KeyError, TypeError, binascii.Error) as exc:
             raise InclusionError(f"the proof is incomplete or malformed ({exc})") from None
         except MalformedSealError as exc:
             raise InclusionError(f"the proof's seal is malformed: {exc.problem}") from None
-        return cls(seal=seal, seq=seq, payload=payload, path=tuple(path))
+        return cls(seal=seal, seq=seq, payload=payload, path=tuple(path), version=version)
 
 
 def prove(log: Log, stream: str, seq: int, *, seal: Seal | None = None) -> InclusionProof:
@@ -532,14 +562,18 @@ def prove(log: Log, stream: str, seq: int, *, seal: Seal | None = None) -> Inclu
     recs = log.read(stream, seq - 1, 1)
     if not recs or recs[0].seq != seq:
         raise InclusionError(f"stream {stream!r} has no event at seq {seq}")
-    payload = recs[0].payload
-    if leaf_hash(payload) != seal.leaf(seq):
+    payload, version = recs[0].payload, recs[0].version
+    if row_leaf_hash(payload, version) != seal.leaf(seq):
         raise InclusionError(
             f"the event at seq {seq} differs from the sealed event (modified since sealing)"
         )
     path = audit_path(seal.leaf_list(), seq - seal.first)
     return InclusionProof(
-        seal=attrs.evolve(seal, leaves=b""), seq=seq, payload=payload, path=tuple(path)
+        seal=attrs.evolve(seal, leaves=b""),
+        seq=seq,
+        payload=payload,
+        path=tuple(path),
+        version=version,
     )
 
 
@@ -558,6 +592,7 @@ def verify_inclusion(proof: InclusionProof, keys: KeysLike) -> None:
         d = None
     if not isinstance(d, dict) or d.get("seq") != proof.seq:
         raise InclusionError(f"the proven payload is not the event at seq {proof.seq}")
-    root = root_from_path(leaf_hash(proof.payload), proof.leaf_index, seal.count, proof.path)
+    leaf = row_leaf_hash(proof.payload, proof.version)
+    root = root_from_path(leaf, proof.leaf_index, seal.count, proof.path)
     if root != seal.root:
         raise InclusionError(f"the audit path of seq {proof.seq} does not lead to the signed root")

@@ -29,7 +29,7 @@ from ._bundle import (
     verify_bundle,
 )
 from ._keys import Keyring, KeysLike, KeyStore, PublicKey, SigningKey, key_id_of
-from ._merkle import audit_path, leaf_hash, merkle_root, node_hash, root_from_path
+from ._merkle import audit_path, leaf_hash, merkle_root, node_hash, root_from_path, row_leaf_hash
 from ._seal_errors import (
     BundleError,
     InclusionError,
@@ -101,6 +101,7 @@ __all__ = [
     "prove",
     "read_bundle",
     "root_from_path",
+    "row_leaf_hash",
     "seal_event",
     "seal_stream",
     "seals",

@@ -670,6 +670,41 @@ class DurableLogContract(LogContract):
         log.append("s", [ev("next")])
         assert [r.position for r in snapshot(log)] == [1, 2]
 
+    # -- sealed rows: every column a reader relies on is covered --------------------------
+
+    def tamper(self, log: Log, stream: str, seq: int, column: str, value: object) -> None:
+        """Set ``column`` of the stored row ``stream``/``seq`` to ``value`` behind the
+        log's back (its append-only guard lifted), as someone with the file would."""
+        pytest.skip("this backend's test gives no way to edit a stored row")
+
+    @pytest.mark.parametrize("column", ["payload", "kind", "version", "position", "seq", "stream"])
+    def test_editing_any_column_of_a_sealed_row_is_found_and_its_seq_named(
+        self, log: Log, column: str
+    ) -> None:
+        """Each stored column of a sealed row (payload untouched for the others) edited in
+        turn: verification fails and names that row's seq, without decoding anything."""
+        from .seal import SigningKey, seal_stream, verify_stream
+
+        key = SigningKey.generate()
+        log.append("other", [ev("elsewhere")])
+        log.append("s", [ev(f"m{i}", kind=Kind.USER_MESSAGE) for i in range(1, 6)])
+        log.append("other", [ev("later")])
+        seal_stream(log, "s", key)
+        assert verify_stream(log, "s", key, append=False).ok
+        row = log.read("s", 2, 1)[0]
+        value: object = {
+            "payload": row.payload.replace(b"m3", b"mX"),
+            "kind": str(Kind.TURN_COMPLETED),
+            "version": 2,
+            "position": log.last_position() + 100,
+            "seq": 99,
+            "stream": "moved",
+        }[column]
+        self.tamper(log, "s", 3, column, value)
+        report = verify_stream(log, "s", key, append=False)
+        assert not report.ok, column
+        assert report.problem is not None and report.problem.seq == 3, (column, report.summary())
+
 
 class LeaseContract:
     """Fencing for a backend whose writers take leases on streams (`take_lease`)."""

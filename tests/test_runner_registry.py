@@ -441,3 +441,35 @@ def test_a_request_bounced_by_a_stopping_incarnation_is_served_once() -> None:
     out += _ready(r, r.entries[SID].incarnation)
     forwarded = [a for a in out if isinstance(a, Forward)]
     assert [f.routed.message.key for f in forwarded] == ["k1"]
+
+
+def test_a_stream_that_does_not_decode_fails_the_session_at_once_naming_the_seq() -> None:
+    """SessionUnreadable: no restart (it cannot help), the failure is recorded with its
+    reason, what waited is refused naming the seq, and a verification is still served
+    from the stored rows (VerifyStored), also once its exit was first taken for a crash."""
+    from actors.runner.actions import VerifyStored
+    from actors.session.protocol import SessionUnreadable
+
+    r = _registry()
+    r.load(SID, 5)
+    verify = m.VerifySession(request_id="v1", session_id=SID)
+    assert r.route(SID, _send(), CALLER, 0.0) == [
+        Spawn(session_id=SID, incarnation=1, create=False, metadata={})
+    ]
+    r.route(SID, verify, CALLER, 0.0)
+    r.bind(SID, 1, "addr-1")
+    # Its exit arrives first: taken for a crash, a restart is scheduled...
+    assert any(isinstance(x, Schedule) for x in r.child_exited("addr-1", 0.0))
+    why = "its stream does not decode at seq 3: not JSON"
+    out = r.unreadable(SessionUnreadable(session_id=SID, incarnation=1, seq=3, reason=why))
+    assert RecordFailure(session_id=SID, reason=why) in out
+    assert _errors(out) == ["SessionFailed"]
+    assert "seq 3" in next(x.message for x in out if isinstance(x, Fail))
+    assert VerifyStored(session_id=SID, request_id="v1", reply_to=CALLER) in out
+    # ...which then finds the session failed and starts nothing.
+    assert r.restart_due(RestartDue(session_id=SID, incarnation=1)) == []
+    info = r.entries[SID].info()
+    assert info.state == "failed" and info.error == why
+    assert r.route(SID, verify, CALLER, 1.0) == [
+        VerifyStored(session_id=SID, request_id="v1", reply_to=CALLER)
+    ]

@@ -500,3 +500,30 @@ def test_an_edited_kind_column_of_a_sealed_row_is_named_by_seq(
         assert report.problem is not None
         assert (report.problem.kind, report.problem.seq) == (FindingKind.MODIFIED, 4)
         assert "kind column" in report.problem.detail
+
+
+def test_a_row_of_another_schema_version_is_sealed_with_its_version_and_proven_offline(
+    key: SigningKey, tmp_path: pathlib.Path
+) -> None:
+    """A row stored under schema version 2 seals with its version in the leaf: the stream,
+    its bundle and its inclusion proof verify, and the same bytes read as version 1 do not."""
+    db = tmp_path / "spine.db"
+    with SqliteLog(db) as log:
+        _fill(log, 3)
+    _tamper(db, ("UPDATE events SET version = 2 WHERE stream = ? AND seq = 2", (S,)))
+    with SqliteLog(db) as log:
+        seal = seal_stream(log, S, key, time=T)
+        assert verify_stream(log, S, key, append=False).ok
+        proof = prove(log, S, 2)
+        assert proof.version == 2
+        verify_inclusion(InclusionProof.from_json(proof.to_json()), key)
+        with pytest.raises(InclusionError):
+            verify_inclusion(attrs.evolve(proof, version=1), key)
+        export_bundle(log, S, tmp_path / "b.bundle", key)
+    assert read_bundle(tmp_path / "b.bundle").versions == ((2, 2),)
+    assert verify_bundle(tmp_path / "b.bundle", key).ok
+    assert seal.leaf(2) != leaf_hash(b"")  # the index holds the versioned leaf
+    _tamper(db, ("UPDATE events SET version = 1 WHERE stream = ? AND seq = 2", (S,)))
+    with SqliteLog(db) as log:
+        report = verify_stream(log, S, key, append=False)
+    assert report.problem is not None and report.problem.seq == 2, report.summary()

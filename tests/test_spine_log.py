@@ -20,7 +20,24 @@ class TestMemoryLog(LogContract):
         return MemoryLog()
 
 
-class TestSqliteLog(DurableLogContract):
+def tamper_sqlite(path: str, stream: str, seq: int, column: str, value: object) -> None:
+    """Edit one stored row of a SQLite spine with its append-only trigger dropped."""
+    raw = sqlite3.connect(path, isolation_level=None)
+    try:
+        raw.execute("DROP TRIGGER IF EXISTS events_append_only_update")
+        raw.execute(
+            f"UPDATE events SET {column} = ? WHERE stream = ? AND seq = ?", (value, stream, seq)
+        )
+    finally:
+        raw.close()
+
+
+class SqliteTamper:
+    def tamper(self, log: Log, stream: str, seq: int, column: str, value: object) -> None:
+        tamper_sqlite(str(log.path), stream, seq, column, value)  # type: ignore[attr-defined]
+
+
+class TestSqliteLog(SqliteTamper, DurableLogContract):
     """SqliteLog keeps the contract in a real file, across threads and processes."""
 
     def new_log(self, tmp_path: pathlib.Path) -> Log:
@@ -106,7 +123,7 @@ class TestSqliteLog(DurableLogContract):
         assert snapshot(log)[0].stream == "s"
 
 
-class TestSqliteLogOneConnection(DurableLogContract):
+class TestSqliteLogOneConnection(SqliteTamper, DurableLogContract):
     """With reads on the writer's connection (a session's setting) the contract holds."""
 
     def new_log(self, tmp_path: pathlib.Path) -> Log:
@@ -119,7 +136,7 @@ class TestSqliteLogOneConnection(DurableLogContract):
         return functools.partial(SqliteLog, str(tmp_path / "spine.db"), single_connection=True)
 
 
-class TestSqliteLogOpenedBySpec(DurableLogContract):
+class TestSqliteLogOpenedBySpec(SqliteTamper, DurableLogContract):
     """A log opened from a `LogSpec` URL is the same SQLite log."""
 
     def new_log(self, tmp_path: pathlib.Path) -> Log:
@@ -149,6 +166,16 @@ class TestPostgresLog(DurableLogContract, LeaseContract):
 
     def opener(self, tmp_path: pathlib.Path) -> Callable[[], Log]:
         return functools.partial(open_log, self.url)
+
+    def tamper(self, log: Log, stream: str, seq: int, column: str, value: object) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as c:
+            c.execute("DROP TRIGGER IF EXISTS spine_events_append_only ON spine_events")
+            c.execute(
+                f"UPDATE spine_events SET {column} = %s WHERE stream = %s AND seq = %s",
+                (value, stream, seq),
+            )
 
 
 def test_a_postgres_log_recovers_after_the_server_ends_its_connections(pg_url: str) -> None:

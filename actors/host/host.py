@@ -32,7 +32,7 @@ from projections import (
     RebuildStartedReply,
     SessionsIndex,
     StatusReply,
-    project,
+    project_stored,
     secret_problem,
 )
 from spine import (
@@ -51,7 +51,7 @@ from .. import messages as m
 from ..errors import ActorsError, HostTimeout, InvalidRequest
 from ..interceptors import SlashCommands
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
-from ..policy import BusyPolicy, RestartPolicy
+from ..policy import BusyPolicy, RestartPolicy, SealPolicy
 from ..runner import spine_spec
 from ..session.goals import budget_problem
 from ..system import free_port, loopback_only, orphan_guard
@@ -99,7 +99,9 @@ class Host:
     tools). With ``attach=True`` and the ``admin_port`` of a running daemon, the Host joins
     that daemon's system instead of starting one, and leaves it running on `close`.
     ``spine`` is where the log lives (a URL such as ``postgresql://...``); by default the
-    SQLite file ``spine.db`` in the data directory.
+    SQLite file ``spine.db`` in the data directory. ``auto_seal`` makes sessions seal
+    themselves (`SealPolicy`; the daemon's default is `DAEMON_SEAL_POLICY`); by default
+    an embedding Host seals only when asked.
     """
 
     def __init__(
@@ -118,6 +120,7 @@ class Host:
         timeout: float = 15.0,
         projections: bool = True,
         spine: str | None = None,
+        auto_seal: SealPolicy | None = None,
     ) -> None:
         if base not in BASES:
             raise InvalidRequest(f"base must be one of {BASES}, got {base!r}")
@@ -132,6 +135,7 @@ class Host:
             restart=RestartPolicy(max_restarts=max_restarts, window=restart_window),
             projections=projections,
             spine=spine or "",
+            auto_seal=auto_seal or SealPolicy(),
         )
         self.data_dir = cfg.data_dir
         private_dir(self.data_dir)
@@ -463,7 +467,7 @@ class Host:
                 and reply.info.last_seq == last
             ):
                 return reply.status
-        return project(self.history(session_id))
+        return project_stored(self._log, session_id)
 
     def index(self) -> SessionsIndex | None:
         """The sessions index (created, last seq, last activity, terminal state of every

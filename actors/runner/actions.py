@@ -81,6 +81,16 @@ class RecordFailure:
 
 
 @attrs.frozen(kw_only=True)
+class VerifyStored:
+    """Verify a failed session's seals from its stored rows (no process loads it) and
+    record the outcome as ``record.verified``; the Runner is the stream's writer then."""
+
+    session_id: str
+    request_id: str
+    reply_to: Any
+
+
+@attrs.frozen(kw_only=True)
 class RecordPoison:
     """Tell the live incarnation that ingress ``key`` was poison, so it records that."""
 
@@ -125,4 +135,5 @@ Action = (
     | CloseStored
     | WakeProjection
     | Deliver
+    | VerifyStored
 )

@@ -16,6 +16,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+import orjson
 from thespian.actors import ActorExitRequest, ChildActorExited, PoisonMessage, WakeupMessage
 
 from projections import Wake
@@ -30,6 +31,7 @@ from spine import (
     open_log,
     private_dir,
 )
+from spine.seal import KeyStore, verify_stream
 
 from .. import messages as m
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
@@ -267,6 +269,10 @@ class RunnerActor(GuardedActor):
         if self.registry is not None:
             self._do(self.registry.stopping(msg))
 
+    def receiveMsg_SessionUnreadable(self, msg: sp.SessionUnreadable, sender: Any) -> None:
+        if self.registry is not None:
+            self._do(self.registry.unreadable(msg))
+
     def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
         if not self.exiting and self.registry is not None:
             self._do(self.registry.child_exited(msg.childAddress, time.monotonic()))
@@ -350,6 +356,8 @@ class RunnerActor(GuardedActor):
                     self._record_failure(action)
                 case a.CloseStored(session_id=sid):
                     self._do(self._close_stored(sid))
+                case a.VerifyStored():
+                    self._verify_stored(action)
                 case _:
                     _log().error("runner cannot carry out %r", action)
 
@@ -367,6 +375,7 @@ class RunnerActor(GuardedActor):
             busy_policy=self.cfg.busy_policy,
             create=action.create,
             metadata=action.metadata,
+            auto_seal=self.cfg.auto_seal,
         )
         self.send(address, config)
 
@@ -384,12 +393,49 @@ class RunnerActor(GuardedActor):
                 state = fold(SessionState(session_id=sid), self.spine.read_events(sid, 0))
                 events, last = [*recovery_events(state, "failed"), ev], state.last_seq
             except SpineError:
-                events, last = [ev], self.spine.last_seq(sid)
+                # The stream does not decode: no fold, just the failure (once).
+                last = self.spine.last_seq(sid)
+                tail = self.spine.read(sid, last - 1, 1) if last else []
+                if tail and tail[0].kind == Kind.LIFECYCLE and _says_failed(tail[0].payload):
+                    return
+                events = [ev]
             res = self.spine.append(sid, events, expected_seq=last)
         except SpineError as exc:
             _log().error("could not record failure of %s: %s", sid, exc)
             return
         self._published(sid, res.records)
+
+    def _verify_stored(self, action: a.VerifyStored) -> None:
+        """Verify a failed session from its stored rows, without decoding them, and record
+        the outcome: no process loads its stream, so the Runner is the writer."""
+        assert self.cfg is not None
+        sid = action.session_id
+        if self.spine is None:
+            return
+        try:
+            ring = KeyStore(os.path.join(self.cfg.data_dir, "keys")).keyring()
+            report = verify_stream(self.spine, sid, ring)
+        except SpineError as exc:
+            self.send(
+                action.reply_to,
+                m.RequestFailed(
+                    request_id=action.request_id,
+                    error="ActorsError",
+                    message=f"could not verify {sid}: {exc}",
+                    session_id=sid,
+                ),
+            )
+            return
+        if report.verified_seq:
+            self._published(sid, self.spine.read(sid, report.verified_seq - 1, 1))
+        reply = m.VerifyReply(
+            request_id=action.request_id,
+            session_id=sid,
+            ok=report.ok,
+            summary=report.summary(),
+            seq=report.verified_seq,
+        )
+        self.send(action.reply_to, reply)
 
     def _close_stored(self, sid: str) -> list[a.Action]:
         """Close a stream that has no process: close an open turn, append ``closed``.
@@ -420,6 +466,15 @@ class RunnerActor(GuardedActor):
         """Records the Runner appended itself reach sinks and the projection like any."""
         rows = tuple((r.seq, r.kind, r.payload) for r in records)
         self._do([a.WakeProjection(), a.Deliver(session_id=sid, records=rows)])
+
+
+def _says_failed(payload: bytes) -> bool:
+    """Whether a stored lifecycle row records a failure (read without decoding the event)."""
+    try:
+        d = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(d, dict) and d.get("phase") == Phase.FAILED
 
 
 def _failed(action: a.Fail) -> m.RequestFailed:

@@ -11,7 +11,7 @@ import attrs
 
 from .. import messages as m
 from ..session.protocol import Routed
-from .actions import Action, Fail, Forward, Reply, Spawn
+from .actions import Action, Fail, Forward, Reply, Spawn, VerifyStored
 
 #: Ingress that carries an idempotency key: tracked until committed, redelivered after a crash.
 INGRESS = (
@@ -96,6 +96,8 @@ class Entry:
     create: CreateRequest | None = None
     #: Poison keys the next live incarnation must record: (key, detail).
     poisoned: list[tuple[str, str]] = attrs.field(factory=list)
+    #: Why the session failed, when this Runner saw it fail.
+    error: str = ""
 
     def info(self) -> m.SessionInfo:
         return m.SessionInfo(
@@ -104,6 +106,7 @@ class Entry:
             last_seq=self.last_seq,
             restarts=self.total_restarts,
             metadata=self.metadata,
+            error=self.error if self.state == EntryState.FAILED else "",
         )
 
     def spawn(self) -> Spawn:
@@ -142,8 +145,13 @@ class Entry:
             return Reply(to=to, message=m.SessionReply(request_id=msg.request_id, info=self.info()))
         if isinstance(msg, m.CloseSession) and self.state == EntryState.CLOSED:
             return Reply(to=to, message=m.Done(request_id=msg.request_id))
+        if isinstance(msg, m.VerifySession) and self.state == EntryState.FAILED:
+            # Verification reads stored rows only: a failed session is verified all the same.
+            return VerifyStored(session_id=self.session_id, request_id=msg.request_id, reply_to=to)
         error = "SessionClosed" if self.state == EntryState.CLOSED else "SessionFailed"
         text = f"session {self.session_id} is {self.state.value}"
+        if self.state == EntryState.FAILED and self.error:
+            text += f": {self.error}"
         return fail(to, msg.request_id, error, text, self.session_id)
 
     def drain(self) -> list[Action]:

@@ -25,7 +25,13 @@ from spine import SpineError, validate_session_id
 
 from .. import messages as m
 from ..policy import RestartPolicy
-from ..session.protocol import Appended, Routed, SessionReady, SessionStopping
+from ..session.protocol import (
+    Appended,
+    Routed,
+    SessionReady,
+    SessionStopping,
+    SessionUnreadable,
+)
 from . import supervision as sv
 from .actions import (
     Action,
@@ -344,7 +350,29 @@ class Registry:
         payload = RestartDue(session_id=e.session_id, incarnation=e.incarnation)
         return [*out, Schedule(delay=verdict.delay, payload=payload)]
 
+    def unreadable(self, msg: SessionUnreadable) -> list[Action]:
+        """An incarnation found a stored row that does not decode: no restart can help.
+
+        Accepted whatever the entry's state (its exit may have been taken for a crash
+        first; the restart that scheduled then finds the entry failed and does nothing).
+        """
+        e = self.entries.get(msg.session_id)
+        if e is None or e.incarnation != msg.incarnation or e.state == EntryState.FAILED:
+            return []
+        c, e.create = e.create, None
+        out: list[Action] = []
+        if c is not None:
+            text = f"session {e.session_id} already exists and {msg.reason}"
+            out.append(fail(c.reply_to, c.request_id, "SessionAlreadyExists", text, e.session_id))
+        if e.address is not None:
+            e.stop_reason = "failed"
+        # What was in flight never reached a loaded session: it is answered, not redelivered.
+        e.pending[:0] = e.in_flight.values()
+        e.in_flight.clear()
+        return out + self._mark_failed(e, msg.reason)
+
     def _mark_failed(self, e: Entry, reason: str) -> list[Action]:
+        e.error = reason
         e.state = EntryState.FAILED
         self.counters["failed"] += 1
         return [RecordFailure(session_id=e.session_id, reason=reason), *e.drain()]

@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 from thespian.actors import ActorExitRequest, WakeupMessage, WatchMessage
 
-from spine import AppendResult, ConflictError, Event, Log, StorageError, open_log
+from spine import AppendResult, ConflictError, DecodeError, Event, Log, StorageError, open_log
 from spine.seal import KeyStore
 
 from .. import messages as m
@@ -33,9 +33,17 @@ from ..shell import GuardedActor
 from ..system import configure_actor_logging
 from . import commands as c
 from . import effects
+from .autoseal import AUTO_SEAL, AUTO_SEAL_TIMER, AutoSealer
 from .decide import decide, ingress_seq
 from .outbox import NOTIFY_INTERVAL, Outbox
-from .protocol import RecordPoison, Routed, SessionConfig, SessionReady, SessionStopping
+from .protocol import (
+    RecordPoison,
+    Routed,
+    SessionConfig,
+    SessionReady,
+    SessionStopping,
+    SessionUnreadable,
+)
 from .snapshots import SNAPSHOT_EVERY, SnapshotStore
 from .state import SessionState, fold
 from .subscriptions import Subscriptions
@@ -76,6 +84,7 @@ class SessionActor(GuardedActor):
         self._spawning: dict[str, tuple[int, str, str]] = {}
         #: How the turn's threads reach this actor (None: they send to its address).
         self._slot: Mailslot | None = None
+        self.sealer: AutoSealer | None = None
 
     def receiveMessage(self, msg: Any, sender: Any) -> Any:
         super().receiveMessage(msg, sender)
@@ -107,6 +116,20 @@ class SessionActor(GuardedActor):
         self.cfg, self.runner = cfg, sender
         try:
             self._start(cfg, sender)
+        except DecodeError as exc:
+            # A stored row does not decode: no restart can load this stream, so the Runner
+            # marks the session failed at once, naming the row (its seals stay verifiable).
+            seq = exc.seq or 0
+            why = f"its stream does not decode at seq {seq}: {exc.problem}"
+            _log().error("session %s could not start: %s", cfg.session_id, why)
+            self.send(
+                sender,
+                SessionUnreadable(
+                    session_id=cfg.session_id, incarnation=cfg.incarnation, seq=seq, reason=why
+                ),
+            )
+            self.exited = True
+            self.send(self.myAddress, ActorExitRequest())
         except Exception:
             # The stream cannot be loaded or written (a damaged row, storage refusing):
             # exit as a crash, so the Runner restarts with backoff and, if it keeps
@@ -136,6 +159,7 @@ class SessionActor(GuardedActor):
         self.snapshots = SnapshotStore(data_dir)
         self.subs = Subscriptions(sid, self.log, self.send)
         self.outbox = Outbox(sid, cfg.incarnation)
+        self.sealer = AutoSealer(cfg.auto_seal, sid, self.log, lambda: self._keys().signing_key())
         base = self.snapshots.load(sid)
         if base is None or base.last_seq > self.log.last_seq(sid):
             base = SessionState(session_id=sid)
@@ -229,6 +253,25 @@ class SessionActor(GuardedActor):
             self.snap_seq = st.last_seq
         self.subs.publish(res.records)
         self._tell_runner(records=[(r.seq, r.kind, r.payload) for r in res.records])
+        if self.sealer is not None:
+            due = self.sealer.appended(events, res.first_seq, st.last_seq, st.metadata)
+            if due is not None:
+                self.wakeupAfter(timedelta(seconds=due[0]), due[1])
+
+    def _auto_seal(self, payload: str) -> None:
+        """A seal is due by the policy: seal what is new, as an asked-for seal would."""
+        s = self.state
+        if self.sealer is None or s is None or self.stopping_sent or s.stopping:
+            return
+        if s.stored.closed or s.stored.failed:
+            return
+        cmd = self.sealer.due(payload, s.stored.last_seq)
+        if cmd is None:
+            return
+        try:
+            self._run(cmd, None)
+        except (ConflictError, StorageError):
+            pass  # this incarnation has asked to be stopped; the next one seals
 
     def _settle(self) -> None:
         """Start the next turn (or fail it at once) while one is due."""
@@ -515,6 +558,9 @@ class SessionActor(GuardedActor):
         self.send(sender, Pong(request_id=msg.request_id, pid=os.getpid()))
 
     def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: Any) -> None:
+        if msg.payload in (AUTO_SEAL, AUTO_SEAL_TIMER):
+            self._auto_seal(msg.payload)
+            return
         if msg.payload == "notify":
             self._notify_scheduled = False
             self._notify()

@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 
 from ..messages import _tuple
-from ..policy import BusyPolicy
+from ..policy import BusyPolicy, SealPolicy
 from ..terse import terse_module
 
 
@@ -29,6 +29,8 @@ class SessionConfig:
     reply_to: Any = None
     # The spine as a `spine.LogSpec` URL; empty: the SQLite file ``db_path``.
     spine: str = ""
+    # When the session seals itself (a session's metadata may override it).
+    auto_seal: SealPolicy = attrs.field(factory=SealPolicy)
 
 
 @attrs.frozen(kw_only=True)
@@ -80,6 +82,17 @@ class SessionStopping:
 
     session_id: str
     incarnation: int
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class SessionUnreadable:
+    """The incarnation could not load its stream because a stored row does not decode:
+    restarting cannot help, so the Runner marks the session failed, naming ``seq``."""
+
+    session_id: str
+    incarnation: int
+    seq: int
     reason: str
 
 
