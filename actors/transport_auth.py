@@ -61,7 +61,9 @@ LOGGER = "vertebra.transport"
 
 #: The secret's file in the data directory.
 SECRET_FILE = "actor.key"
-#: Seconds a frame's timestamp may be away from this host's clock.
+#: Seconds a frame's timestamp may be away from this host's clock. Thespian resends an
+#: undelivered frame unchanged for up to five minutes (its transmit period), so a shorter
+#: window would turn a slow legitimate delivery into a refusal.
 WINDOW = 300.0
 
 _MAGIC = b"VTA1"
@@ -188,16 +190,14 @@ def _frame(kid: bytes | None, body: bytes) -> bytes:
     if kid is None or _disabled:
         return body
     head = _MAGIC + kid + _TIME.pack(time.time_ns())
-    mac = hmac.new(_keys[kid], head, hashlib.sha256)
-    mac.update(body)
-    return head + mac.digest() + body
+    # The one-shot digest runs in C: several times faster than an hmac object.
+    return head + hmac.digest(_keys[kid], head + body, "sha256") + body
 
 
 def _control(word: str) -> bytes:
     body = word.encode("ascii")
     macs = b"".join(
-        kid + hmac.new(secret, _CTL + body, hashlib.sha256).digest()
-        for kid, secret in _keys.items()
+        kid + hmac.digest(secret, _CTL + body, "sha256") for kid, secret in _keys.items()
     )
     return _CTL + bytes([len(_keys)]) + macs + body
 
@@ -239,14 +239,14 @@ def _open(data: bytes) -> Any:
         secret = _keys.get(bytes(view[4 : 4 + _KID]))
         if secret is None:
             return _refuse("unknown key")
-        mac = hmac.new(secret, view[:_HEAD], hashlib.sha256)
-        mac.update(view[_HEAD + _MAC :])
-        if not hmac.compare_digest(mac.digest(), view[_HEAD : _HEAD + _MAC]):
+        body = data[_HEAD + _MAC :]
+        mac = hmac.digest(secret, data[:_HEAD] + body, "sha256")
+        if not hmac.compare_digest(mac, data[_HEAD : _HEAD + _MAC]):
             return _refuse("bad MAC")
         sent = _TIME.unpack_from(data, 4 + _KID)[0]
         if abs(time.time_ns() - sent) > WINDOW * 1e9:
             return _refuse("outside the time window")
-        return pickle.loads(view[_HEAD + _MAC :])
+        return pickle.loads(body)
     if data[:4] == _CTL and len(data) > 5:
         n = data[4]
         body = bytes(view[5 + n * (_KID + _MAC) :])
@@ -257,7 +257,7 @@ def _open(data: bytes) -> Any:
                 secret = _keys.get(bytes(view[at : at + _KID]))
                 if secret is None:
                     continue
-                want = hmac.new(secret, _CTL + body, hashlib.sha256).digest()
+                want = hmac.digest(secret, _CTL + body, "sha256")
                 if hmac.compare_digest(want, view[at + _KID : at + _KID + _MAC]):
                     return word
         return _refuse("bad control frame")
