@@ -109,7 +109,7 @@ def load_secret(data_dir: str | os.PathLike[str]) -> bytes:
     """
     path = os.path.join(os.fspath(data_dir), SECRET_FILE)
     if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.tmp"
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.write(fd, os.urandom(32).hex().encode() + b"\n")

@@ -661,7 +661,7 @@ def main() -> None:
         frame_cost()
         auth_cost(
             sessions=10 if q else 50,
-            rounds=1 if q else 3,
+            rounds=1 if q else 5,
             seconds=1.0 if q else 4.0,
             acks=50 if q else 300,
         )

@@ -3,6 +3,7 @@ nothing, and every client reaches exactly the daemon of its data directory."""
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import pathlib
@@ -187,7 +188,9 @@ def test_frames_are_refused_unless_their_mac_key_and_time_check_out() -> None:
     before = ta.rejected()
     flipped = bytearray(good)
     flipped[-3] ^= 1
-    other = ta._frame(ta.key_id(os.urandom(32)), body)
+    stranger = os.urandom(32)
+    head = b"VTA1" + ta.key_id(stranger) + struct.pack(">Q", time.time_ns())
+    other = head + hmac.digest(stranger, head + body, "sha256") + body
     stale = bytearray(good)
     stale[12:20] = struct.pack(">Q", time.time_ns() - int((ta.WINDOW + 5) * 1e9))
     for bad in (bytes(flipped), other, bytes(stale), body, good[:30], b"VTC1\x00ACK"):
