@@ -20,6 +20,7 @@ from .errors import (
     SessionClosed,
     SessionFailed,
     SessionNotFound,
+    WrongDaemon,
 )
 
 if TYPE_CHECKING:
@@ -108,5 +109,6 @@ __all__ = [
     "SlashCommands",
     "TurnInput",
     "TurnOutput",
+    "WrongDaemon",
     "messages",
 ]

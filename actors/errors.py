@@ -11,6 +11,10 @@ class ActorsError(Exception):
         self.session_id = session_id
 
 
+class WrongDaemon(ActorsError):
+    """The actor system reached is not the daemon of the Host's data directory."""
+
+
 class SessionAlreadyExists(ActorsError):
     """``create`` named a session that exists; the existing one is untouched."""
 

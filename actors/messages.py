@@ -383,6 +383,9 @@ class RunnerAddress:
     address: Any
     generation: int
     projection: Any = None
+    #: `actors.system.data_identity` of the data directory this runtime serves: an
+    #: attaching Host checks it reached the daemon of its own directory.
+    data_id: str = ""
 
 
 @attrs.frozen(kw_only=True)

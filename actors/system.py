@@ -173,6 +173,16 @@ def log_defs(data_dir: str | None = None, level: int = logging.WARNING) -> dict[
     }
 
 
+def data_identity(data_dir: str) -> str:
+    """What names a data directory on this machine, however it is spelled (device and
+    inode): an attaching client compares its own with the one its daemon reports."""
+    try:
+        st = os.stat(data_dir)
+    except OSError:
+        return ""
+    return f"{st.st_dev}:{st.st_ino}"
+
+
 def free_port() -> int:
     """A TCP port on loopback that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -18,7 +18,10 @@ which has vertebra's hops and none of its work:
   the data directory's spine before the session first loads it; the echo baseline is a
   runner that recreates its dead child and redelivers the message in flight;
 - memory of one live session process (RSS and PSS from ``/proc/PID/smaps_rollup``) with
-  200 live sessions, against 200 echo session processes.
+  200 live sessions, against 200 echo session processes;
+- the authenticated actor frame's cost: turns/s and ack p50/p99 of vertebra as shipped
+  against the same code on Thespian's plain pickles, alternating fresh processes
+  (``--only-auth`` runs just this).
 
 Run ``python bench/actors.py`` (``--quick`` for a smoke run). Data lives in a temporary
 directory that is removed at the end; every actor system is shut down, and the run checks
@@ -29,11 +32,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import pathlib
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -382,6 +387,149 @@ def throughput(root: str, sessions: int, rounds: int, seconds: float) -> None:
     print(f"  ratio     {rate / b_rate:5.2f}x  target >= 200 turns/s: {verdict}")
 
 
+# -- the authenticated frame's cost ----------------------------------------------------
+
+
+def auth_probe(root: str, sessions: int, seconds: float, acks: int) -> dict[str, float]:
+    """One measurement in this process: ack latencies, then turns/s over ``sessions``."""
+    lat: list[float] = []
+    with host(os.path.join(root, "auth")) as h:
+        sids = [h.create() for _ in range(sessions)]
+        for i in range(acks // 5):  # warm the connections up
+            h.send(sids[0], f"warm {i}")
+        for i in range(acks):
+            t0 = time.perf_counter()
+            h.send(sids[0], f"ack {i}")
+            lat.append(time.perf_counter() - t0)
+        subs: dict[int, Any] = {}
+
+        def setup(i: int) -> None:
+            if i not in subs:
+                subs[i] = h.subscribe(sids[i], h.history(sids[i])[-1].seq, kinds=TURN_END)
+
+        def turn(i: int) -> None:
+            a = h.send(sids[i], "hello")
+            while True:
+                ev = subs[i].get(WAIT)
+                assert ev is not None
+                if ev.seq > a.seq:
+                    return
+
+        try:
+            rate = _drive(sessions, seconds, turn, setup)
+        finally:
+            for sub in subs.values():
+                sub.close()
+    return {"rate": rate, "p50": pct(lat, 0.5), "p99": pct(lat, 0.99)}
+
+
+def auth_cost(sessions: int, rounds: int, seconds: float, acks: int) -> None:
+    """The authenticated frame against Thespian's plain pickles, in alternating rounds.
+
+    Each measurement runs in a fresh process of its own: the frame is installed into
+    Thespian for a whole process tree, and the plain one exists only for this baseline.
+    """
+    figures: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    for _ in range(rounds):
+        for auth in (False, True):
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "--probe",
+                    "on" if auth else "off",
+                    "--probe-args",
+                    f"{sessions},{seconds},{acks}",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=True,
+            )
+            figures[auth].append(json.loads(out.stdout.strip().splitlines()[-1]))
+
+    def med(auth: bool, key: str) -> float:
+        return statistics.median(f[key] for f in figures[auth])
+
+    rate, plain = med(True, "rate"), med(False, "rate")
+    verdict = "met" if rate >= 0.9 * plain else "MISSED"
+    print(f"authenticated frame vs plain pickles, {sessions} sessions ({rounds} rounds each)")
+    rounds_on = ", ".join(f"{f['rate']:.0f}" for f in figures[True])
+    rounds_off = ", ".join(f"{f['rate']:.0f}" for f in figures[False])
+    print(f"  authenticated  {rate:7.0f} turns/s  (rounds {rounds_on})")
+    print(f"  plain          {plain:7.0f} turns/s  (rounds {rounds_off})")
+    print(f"  ratio          {rate / plain:5.2f}x  target >= 0.9x: {verdict}")
+    for key in ("p50", "p99"):
+        a, b = med(True, key), med(False, key)
+        print(f"  ack {key}  authenticated {ms(a)}  plain {ms(b)}  ratio {a / b:5.2f}x")
+
+
+def frame_cost(n: int = 20000) -> None:
+    """CPU cost of one frame, both ends: pickle alone against the authenticated frame
+    (best of seven alternating runs of ``n``, in thread CPU time, so that the figure
+    hardly depends on the machine's load)."""
+    import pickle
+
+    from actors import messages as m
+    from actors import transport_auth as ta
+
+    kid = ta.use_secret(os.urandom(32))
+    msg = (
+        "sender",
+        m.SendMessage(request_id=str(uuid.uuid4()), session_id="s1", text="hi" * 40, key="k1"),
+    )
+
+    def plain() -> None:
+        pickle.loads(pickle.dumps(msg))
+
+    def framed() -> None:
+        ta._open(ta._frame(kid, pickle.dumps(msg)))
+
+    def once(fn: Callable[[], None]) -> float:
+        # This thread's CPU time: what the other processes on the machine do drops out.
+        t0 = time.thread_time()
+        for _ in range(n):
+            fn()
+        return (time.thread_time() - t0) / n
+
+    runs: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(7):
+        runs[True].append(once(framed))
+        runs[False].append(once(plain))
+    a, b = min(runs[True]), min(runs[False])
+    size = len(pickle.dumps(msg))
+    print(f"one frame sent and received ({size} B message), CPU")
+    print(
+        f"  authenticated {a * 1e6:6.1f} us  plain pickle {b * 1e6:6.1f} us  "
+        f"added {(a - b) * 1e6:5.1f} us per frame"
+    )
+
+
+def probe_main(mode: str, spec: str) -> None:
+    """``--probe on|off``: one `auth_probe` in this process, its figures as JSON."""
+    from actors import transport_auth
+
+    if mode == "off":
+        transport_auth._disable_for_measurement()
+    loopback_only()
+    sessions, seconds, acks = spec.split(",")
+    root = tempfile.mkdtemp(prefix="vertebra-bench-")
+    try:
+        got = auth_probe(root, int(sessions), float(seconds), int(acks))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        deadline = time.monotonic() + 30
+        while system_processes() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    left = system_processes()
+    for pid in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    if left:
+        sys.exit(f"processes left behind: {left}")
+    print(json.dumps(got))
+
+
 # -- recovery --------------------------------------------------------------------------
 
 
@@ -495,17 +643,34 @@ def memory(root: str, sessions: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a fast smoke run")
+    ap.add_argument("--only-auth", action="store_true", help="only the authenticated frame's cost")
+    ap.add_argument("--probe", choices=("on", "off"), help=argparse.SUPPRESS)
+    ap.add_argument("--probe-args", default="10,1,50", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.probe:
+        probe_main(args.probe, args.probe_args)
+        return
     q = args.quick
     loopback_only()
     print(f"multiprocTCPBase, loopback, {os.cpu_count()} CPUs, instant scripted agent")
     started = time.perf_counter()
     root = tempfile.mkdtemp(prefix="vertebra-bench-")
     try:
-        latency(root, rounds=2 if q else 5, per_round=20 if q else 60)
-        throughput(root, sessions=10 if q else 50, rounds=1 if q else 3, seconds=1.0 if q else 4.0)
-        recovery(root, kills=2 if q else 10)
-        memory(root, sessions=20 if q else 200)
+        if not args.only_auth:
+            latency(root, rounds=2 if q else 5, per_round=20 if q else 60)
+            throughput(
+                root, sessions=10 if q else 50, rounds=1 if q else 3, seconds=1.0 if q else 4.0
+            )
+        frame_cost()
+        auth_cost(
+            sessions=10 if q else 50,
+            rounds=1 if q else 5,
+            seconds=1.0 if q else 4.0,
+            acks=50 if q else 300,
+        )
+        if not args.only_auth:
+            recovery(root, kills=2 if q else 10)
+            memory(root, sessions=20 if q else 200)
     finally:
         shutil.rmtree(root, ignore_errors=True)
         # Shutting 200 session processes down takes Thespian a while after shutdown() returns.

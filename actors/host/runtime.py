@@ -17,9 +17,10 @@ import time
 from typing import Any
 
 from .. import messages as m
-from ..errors import ActorsError, HostTimeout, InvalidRequest
+from ..errors import ActorsError, HostTimeout, InvalidRequest, WrongDaemon
 from ..messages import GetRunner, Ping, Pong, RunnerAddress, RunnerConfig, SessionPid
 from ..runner.guardian import Guardian
+from ..system import data_identity
 from ..validation import field_problem
 from .replies import raise_failed, request_id
 from .transport import Transport
@@ -84,6 +85,14 @@ class Runtime:
         reply = self._transport.ask(self.guardian, cfg, self._timeout, request_id="config")
         if not isinstance(reply, RunnerAddress):
             raise HostTimeout(f"the runtime did not start within {self._timeout}s")
+        mine = data_identity(cfg.data_dir)
+        if reply.data_id and mine and reply.data_id != mine:
+            # Reached (and authenticated with) a daemon that serves another directory:
+            # a copied secret, or a port that now belongs to another daemon.
+            raise WrongDaemon(
+                f"the actor system on this admin port serves another data directory, "
+                f"not {cfg.data_dir!r}"
+            )
         self._learn(reply)
 
     def guardian_pid(self) -> int:

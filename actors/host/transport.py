@@ -27,6 +27,7 @@ from thespian.actors import ActorSystem
 
 from .. import messages as m
 from ..system import log_defs, processes_in_session
+from ..transport_auth import keyed, load_secret
 from .replies import ReplyMatcher, request_id
 
 log = logging.getLogger("vertebra.host")
@@ -151,12 +152,15 @@ class MultiprocTransport:
     """Multiproc bases: a private endpoint per thread, and a pump endpoint for sinks."""
 
     def __init__(self, data_dir: str, on_batch: OnBatch, admin_port: int, attach: bool) -> None:
-        self.system = ActorSystem(
-            "multiprocTCPBase",
-            {"Admin Port": admin_port},
-            logDefs=log_defs(data_dir),
-            transientUnique=not attach,
-        )
+        # Never the class-wide system Thespian caches: a second Host of this process, on
+        # another port, would reach the first one's system (and data directory).
+        with keyed(load_secret(data_dir), data_dir):
+            self.system = ActorSystem(
+                "multiprocTCPBase",
+                {"Admin Port": admin_port},
+                logDefs=log_defs(data_dir),
+                transientUnique=True,
+            )
         self._attach = attach
         self._on_batch = on_batch
         self._local = threading.local()
@@ -263,6 +267,12 @@ class MultiprocTransport:
         self.stop()
         if not self._attach:
             self.system.shutdown()
+            return
+        # Attached: the daemon runs on; only this process's endpoint (a listener) goes.
+        base = getattr(self.system, "_systemBase", None)
+        with contextlib.suppress(Exception):
+            if base is not None:
+                base.transport.close()
 
 
 def deliver_and_ack(

@@ -14,7 +14,7 @@ from projections import ProjectionActor, StartProjection
 from .. import messages as m
 from ..messages import GetRunner, Ping, Pong, RunnerAddress, RunnerConfig
 from ..shell import GuardedActor
-from ..system import configure_actor_logging
+from ..system import configure_actor_logging, data_identity
 from . import checkpoint_location, spine_spec
 from .actor import RunnerActor
 from .protocol import UseProjection
@@ -95,6 +95,7 @@ class Guardian(GuardedActor):
                     address=self.runner,
                     generation=self.generation,
                     projection=self.projection,
+                    data_id=data_identity(self.cfg.data_dir) if self.cfg is not None else "",
                 ),
             )
 
