@@ -337,3 +337,44 @@ def test_a_batch_the_sink_lost_is_read_back_from_the_spine(mp: Host, collector: 
         assert "execute_tool calculator" in {name for _, name in whole}
     finally:
         stop_trace_export(mp, addr)
+
+
+def test_the_live_exporter_registers_again_with_a_runner_restarted_after_a_kill(
+    mp: Host, collector: Collector
+) -> None:
+    """SIGKILL of the Runner: the guardian starts another, the exporter notices and registers
+    its sink with it, and the spans of a turn after the restart reach the collector whole."""
+    import os
+    import signal
+
+    addr = start_trace_export(mp, collector.url, interval=0.05)
+    try:
+        sid = mp.create()
+        ack = mp.send(sid, '!tool calculator {"expression": "1+1"}')
+        assert mp.wait_turn(sid, ack.seq).kind == Kind.TURN_COMPLETED
+        before = spans_from(mp.history(sid), sid)
+        wait_for(lambda: len(collector.proto_spans()) >= len(before), 30)
+        runner = mp.runner_pid()
+        os.kill(runner, signal.SIGKILL)
+        wait_for(lambda: mp.runner_pid() != runner, 20)
+        wait_for(lambda: export_stats(mp, addr)["reregistered"] >= 1, 20)
+        ack = mp.send(sid, '!tool calculator {"expression": "2+2"}', key="after-kill")
+        assert mp.wait_turn(sid, ack.seq).kind == Kind.TURN_COMPLETED
+        offline = spans_from(mp.history(sid), sid)
+        after = offline[-1].trace_id
+        assert after not in {s.trace_id for s in before}
+        whole = sorted((s.span_id, s.name) for s in offline if s.trace_id == after)
+        assert "execute_tool calculator" in {name for _, name in whole}
+
+        def arrived() -> list[tuple[str, str]] | None:
+            got = sorted(
+                (s.span_id.hex(), s.name)
+                for s in collector.proto_spans()
+                if s.trace_id.hex() == after
+            )
+            return got if got == whole else None
+
+        assert wait_for(arrived, 30) == whole
+        assert export_stats(mp, addr)["dropped"] == 0
+    finally:
+        stop_trace_export(mp, addr)

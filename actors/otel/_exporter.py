@@ -16,10 +16,12 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
+from datetime import timedelta
 from typing import Any
 
 import attrs
-from thespian.actors import ActorExitRequest, ActorTypeDispatcher
+from thespian.actors import ActorExitRequest, ActorTypeDispatcher, WakeupMessage
 
 from projections import SpanFolder, SpanRecord
 from spine import Event, Kind, Phase, decode_event, open_log
@@ -39,6 +41,9 @@ DEFAULT_INTERVAL = 0.5
 PRIME_EVENTS = 2000
 #: Seconds an OTLP request may take before it counts as failed.
 DEFAULT_TIMEOUT = 5.0
+#: Seconds without a batch after which the exporter asks the guardian whether its Runner
+#: is still the Runner (the Host's sink pump does the same).
+SINK_CHECK = 0.5
 
 
 @attrs.frozen(kw_only=True)
@@ -48,6 +53,9 @@ class StartExport:
 
     request_id: str
     runner: Any
+    #: Who replaces a dead Runner: asked after a quiet spell where the Runner is now, so
+    #: the sink is registered again with a new one (None: never asked).
+    guardian: Any = None
     #: Empty: fold only, export nothing (spans are counted as queued and discarded), the
     #: baseline of the exporter's benchmark.
     endpoint: str
@@ -91,8 +99,8 @@ class GetExportStats:
 @attrs.frozen(kw_only=True)
 class ExportStats:
     """``folded`` events, spans ``queued``, ``exported``, ``dropped`` (queue full) and
-    ``failed`` (the collector refused or did not answer), ``requests`` sent, and the
-    queue's current ``depth``."""
+    ``failed`` (the collector refused or did not answer), ``requests`` sent, the queue's
+    current ``depth``, and how often the sink was ``reregistered`` with a new Runner."""
 
     request_id: str
     counters: dict[str, int]
@@ -197,6 +205,11 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
         self._remove_id = ""
         self._log: Any = None
         self._last: dict[str, int] = {}
+        self._guardian: Any = None
+        self._batch_at = 0.0
+        self._asking = ""
+        #: Sinks registered again with a replacement Runner.
+        self._reregistered = 0
 
     def receiveMsg_StartExport(self, msg: StartExport, sender: Any) -> None:
         # Answered inside: a raise would make Thespian deliver the message again.
@@ -224,9 +237,15 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
         self._cfg = msg
         self._starter = (sender, msg.request_id)
         self._runner = msg.runner
+        self._guardian = msg.guardian
         self.send(msg.runner, m.AddSink(request_id=request_id(), max_pending=64))
+        if self._guardian is not None:
+            self._batch_at = time.monotonic()
+            self.wakeupAfter(timedelta(seconds=SINK_CHECK), "sink-check")
 
     def receiveMsg_SinkReply(self, msg: m.SinkReply, sender: Any) -> None:
+        if sender != self._runner:
+            return  # from a Runner replaced before it answered
         self._sink_id = msg.sink_id
         if self._starter is not None:
             to, rid = self._starter
@@ -234,12 +253,39 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
             self.send(to, ExportStarted(request_id=rid, sink_id=msg.sink_id))
 
     def receiveMsg_SinkBatch(self, msg: m.SinkBatch, sender: Any) -> None:
+        self._batch_at = time.monotonic()
         try:
             self._fold(msg)
         except Exception:
             log.exception("folding a sink batch into spans failed")
         finally:
             self.send(sender, m.SinkAck(sink_id=msg.sink_id))
+
+    def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: Any) -> None:
+        # Quiet for a while: is the Runner this sink is registered with still the Runner?
+        # The guardian starts a new one after a crash, and a new Runner knows no sinks.
+        if msg.payload != "sink-check" or self._pump is None or self._guardian is None:
+            return
+        if time.monotonic() - self._batch_at >= SINK_CHECK and not self._asking:
+            self._asking = request_id()
+            self.send(self._guardian, m.GetRunner(request_id=self._asking))
+        self.wakeupAfter(timedelta(seconds=SINK_CHECK), "sink-check")
+
+    def receiveMsg_RunnerAddress(self, msg: m.RunnerAddress, sender: Any) -> None:
+        if msg.request_id != self._asking:
+            return
+        self._asking = ""
+        self._batch_at = time.monotonic()
+        if self._pump is None or msg.address is None or msg.address == self._runner:
+            return
+        log.info("span exporter: registering its sink again with a new Runner")
+        self._runner = msg.address
+        self._reregistered += 1
+        self.send(self._runner, m.AddSink(request_id=request_id(), max_pending=64))
+
+    def receiveMsg_RequestFailed(self, msg: m.RequestFailed, sender: Any) -> None:
+        if msg.request_id == self._asking:
+            self._asking = ""
 
     def _fold(self, msg: m.SinkBatch) -> None:
         if self._pump is None or self._cfg is None or not msg.records:
@@ -328,6 +374,7 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
 
     def receiveMsg_GetExportStats(self, msg: GetExportStats, sender: Any) -> None:
         counters = self._pump.stats() if self._pump is not None else {}
+        counters["reregistered"] = self._reregistered
         self.send(sender, ExportStats(request_id=msg.request_id, counters=counters))
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
@@ -360,6 +407,7 @@ def start_trace_export(
     msg = StartExport(
         request_id=rid,
         runner=host._runner,
+        guardian=host._runtime.guardian if not host._simple else None,
         endpoint=endpoint,
         data_dir=host.data_dir,
         spine=spine,
