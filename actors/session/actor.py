@@ -197,6 +197,7 @@ class SessionActor(GuardedActor):
     def _append(self, events: tuple[Event, ...], key: str | None) -> AppendResult:
         assert self.log is not None and self.state is not None and self.cfg is not None
         st = self.state.stored
+        started = time.perf_counter()
         try:
             res = self.log.append(
                 st.session_id, events, expected_seq=st.last_seq, idempotency_key=key
@@ -211,6 +212,8 @@ class SessionActor(GuardedActor):
             _log().exception("session %s: append failed, stopping", st.session_id)
             self._stop_self("storage error")
             raise
+        if self.outbox is not None:
+            self.outbox.appends.observe(time.perf_counter() - started)
         if not res.duplicate:
             self._absorb(res, events)
         return res
@@ -366,7 +369,7 @@ class SessionActor(GuardedActor):
         if self.outbox.live:
             # The pace of live text is what batching protects; other news does not count.
             self._notified_at = time.monotonic()
-        self.send(self.runner, self.outbox.take(busy))
+        self.send(self.runner, self.outbox.take(busy, len(self.state.stored.pending)))
 
     def _stop_self(self, reason: str) -> None:
         if self.cfg is None or self.state is None:
