@@ -187,14 +187,35 @@ def test_serve_with_json_logs_prints_one_object_per_line(
     tmp_path: pathlib.Path, no_leftover_processes
 ) -> None:  # type: ignore[no-untyped-def]
     """`serve --log-format json` prints every line as a JSON object, events with their
-    session, seq and kind; the data directory's log, Thespian's records included, is JSON
-    at the configured level."""
+    session, seq and kind; in the data directory's log, JSON at the configured level, every
+    record a session process wrote names its session, incarnation and seq (a second
+    incarnation after a SIGKILL too), Thespian's own records are there, and `vertebra
+    stats` against the daemon shows the append latency and queue depths."""
+    import os
     import signal
     import subprocess
 
     from cli_support import CLI, env
 
     data = tmp_path / "data"
+    log_file = data / "vertebra.log"
+
+    def logged() -> list[dict[str, object]]:
+        return (
+            [json.loads(x) for x in log_file.read_text().splitlines()] if log_file.exists() else []
+        )
+
+    def serving(incarnation: int) -> dict[str, object] | None:
+        want = f"incarnation {incarnation} serving"
+        return next(
+            (
+                x
+                for x in logged()
+                if x["logger"] == "vertebra.session" and want in str(x["message"])
+            ),
+            None,
+        )
+
     daemon = subprocess.Popen(
         [*CLI, "--data", str(data), "serve", "--log-format", "json", "--log-level", "info"],
         stdout=subprocess.PIPE,
@@ -209,6 +230,23 @@ def test_serve_with_json_logs_prints_one_object_per_line(
         no_leftover_processes.append(info["system_session"])
         out = run(data, "send", "chat-1", "hello logs", "--create")
         assert out.returncode == 0, out.stderr
+        first = wait_for(lambda: serving(1), 20)
+        os.kill(int(first["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+        out = run(data, "send", "chat-1", '!tool calculator {"expression": "1+1"}')
+        assert out.returncode == 0, out.stderr
+        second = wait_for(lambda: serving(2), 20)
+        stats = run(data, "stats")
+        assert stats.returncode == 0, stats.stderr
+        fams = parsed(stats.stdout)
+        assert _histogram(fams, "vertebra_spine_append_duration_seconds")[-1] >= 4
+        assert {lab["queue"] for _, lab, _ in fams["vertebra_ingress_depth:gauge"]} == {
+            "pending",
+            "in_flight",
+            "queued",
+        }
+        assert "vertebra_sink_queue_depth:gauge" in fams
+        figures = json.loads(run(data, "stats", "--json").stdout)
+        assert figures["spine_append"]["count"] >= 4 and figures["runner"]["restarts"] == 1
     finally:
         daemon.send_signal(signal.SIGTERM)
         try:
@@ -226,11 +264,55 @@ def test_serve_with_json_logs_prints_one_object_per_line(
     assert seqs and seqs == sorted(set(seqs))
     assert {x["session"] for x in events} == {"chat-1"}
     assert all(isinstance(x["kind"], str) and x["kind"] for x in events)
-    logged = [json.loads(x) for x in (data / "vertebra.log").read_text().splitlines()]
-    assert logged and all({"time", "level", "logger", "message"} <= set(x) for x in logged)
-    assert any(x["level"] == "INFO" for x in logged)
+    rows = logged()
+    assert rows and all({"time", "level", "logger", "pid", "message"} <= set(x) for x in rows)
+    assert all(x["level"] != "DEBUG" for x in rows)
+    # Thespian's own log, routed into ours at the configured level.
+    assert any(x["logger"] == "thespian" and x["level"] == "INFO" for x in rows)
+    for incarnation, start in ((1, first), (2, second)):
+        own = [x for x in rows if x["pid"] == start["pid"]]
+        assert own and all(
+            x["session"] == "chat-1"
+            and x["incarnation"] == incarnation
+            and isinstance(x["seq"], int)
+            for x in own
+        ), own
+    assert second["seq"] >= 3
+    # The second incarnation stopped when the daemon did, after its own appends.
+    later = [x for x in rows if x["pid"] == second["pid"] and "kind" in x]
+    assert all(isinstance(x["kind"], str) for x in later)
     bad = run(data, "serve", "--log-level", "chatty")
     assert bad.returncode == 2 and "--log-level" in bad.stderr
+
+
+def test_thespians_own_log_reaches_ours_only_at_the_configured_level(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thespian's internal log calls land in the data directory's log as logger
+    ``thespian`` when at or above the configured level, with the process's context."""
+    import logging
+
+    from thespian.system.utilis import thesplog
+
+    from actors.logformat import FORMAT_ENV, LEVEL_ENV, set_context
+    from actors.system import route_thespian_log
+
+    monkeypatch.setenv(FORMAT_ENV, "json")
+    monkeypatch.setenv(LEVEL_ENV, "WARNING")
+    route_thespian_log(str(tmp_path))
+    set_context(session="ctx-1", incarnation=3)
+    try:
+        thesplog("quiet %s", "detail", level=logging.INFO)
+        thesplog("loud %s", "detail", level=logging.WARNING)
+    finally:
+        from actors import logformat
+
+        logformat._context.clear()
+    rows = [json.loads(x) for x in (tmp_path / "vertebra.log").read_text().splitlines()]
+    assert [(x["logger"], x["level"], x["message"]) for x in rows] == [
+        ("thespian", "WARNING", "loud detail")
+    ]
+    assert (rows[0]["session"], rows[0]["incarnation"]) == ("ctx-1", 3)
 
 
 def test_the_append_histogram_gathers_in_one_process_and_merges_in_another() -> None:

@@ -33,6 +33,7 @@ from spine import (
 
 from .. import messages as m
 from ..histogram import Histogram
+from ..logformat import child_context
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
 from ..session import protocol as sp
 from ..session.actor import SessionActor
@@ -370,6 +371,13 @@ class RunnerActor(GuardedActor):
 
     def _spawn(self, action: a.Spawn) -> None:
         assert self.cfg is not None and self.registry is not None
+        # The new process's records name its session from Thespian's first one on.
+        entry = self.registry.entries.get(action.session_id)
+        child_context(
+            session=action.session_id,
+            incarnation=action.incarnation,
+            seq=entry.last_seq if entry is not None else 0,
+        )
         address = self.createActor(SessionActor)
         self.registry.bind(action.session_id, action.incarnation, address)
         config = sp.SessionConfig(
