@@ -23,11 +23,12 @@ from typing import Any
 import attrs
 from thespian.actors import ActorExitRequest, ActorTypeDispatcher, WakeupMessage
 
-from projections import SpanFolder, SpanRecord
+from projections import SpanFolder, SpanRecord, spawn_links
 from spine import Event, Kind, Phase, decode_event, open_log
 
 from .. import messages as m
 from ..host.replies import request_id
+from ..session.state import GOAL_PARENT
 
 log = logging.getLogger("actors.otel")
 
@@ -69,6 +70,9 @@ class StartExport:
     batch: int = DEFAULT_BATCH
     interval: float = DEFAULT_INTERVAL
     timeout: float = DEFAULT_TIMEOUT
+    #: ``json`` (OTLP/JSON, the default: about a quarter of the CPU per span) or
+    #: ``protobuf`` (the SDK's OTLP exporter).
+    encoding: str = "json"
 
 
 @attrs.frozen(kw_only=True)
@@ -109,16 +113,71 @@ class ExportStats:
 _FINAL = frozenset({Phase.CLOSED, Phase.FAILED})
 
 
+ENCODINGS = ("json", "protobuf")
+
+
+class _JsonExporter:
+    """POSTs OTLP/JSON (``application/json``, one of OTLP/HTTP's two encodings).
+
+    Measured against the SDK's protobuf path it costs about a quarter of the CPU per span
+    (the SDK builds a ReadableSpan, then a protobuf object per attribute); that CPU is
+    taken from the sessions on a small machine (docs/performance.md)."""
+
+    def __init__(self, endpoint: str, timeout: float) -> None:
+        self.endpoint = endpoint
+        self.timeout = timeout
+
+    def export(self, batch: list[SpanRecord]) -> bool:
+        import urllib.request
+
+        import orjson
+
+        from ._otlp import otlp_json
+
+        req = urllib.request.Request(
+            self.endpoint,
+            data=orjson.dumps(otlp_json(batch)),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            resp.read()
+            return 200 <= int(resp.status) < 300
+
+    def shutdown(self) -> None:
+        pass
+
+
+class _SdkExporter:
+    """The SDK's OTLP/HTTP exporter (protobuf)."""
+
+    def __init__(self, endpoint: str, timeout: float) -> None:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        self.sdk = OTLPSpanExporter(endpoint=endpoint, timeout=timeout)
+
+    def export(self, batch: list[SpanRecord]) -> bool:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        from ._otlp import readable_spans
+
+        return bool(self.sdk.export(readable_spans(batch)) == SpanExportResult.SUCCESS)
+
+    def shutdown(self) -> None:
+        self.sdk.shutdown()  # type: ignore[no-untyped-call]
+
+
 class _Pump:
     """The queue and the thread that empties it; the only part that touches the network."""
 
     def __init__(self, cfg: StartExport) -> None:
         self.cfg = cfg
         self.exporter: Any = None
+        if cfg.encoding not in ENCODINGS:
+            raise ValueError(f"unknown OTLP encoding {cfg.encoding!r}: use json or protobuf")
         if cfg.endpoint:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            self.exporter = OTLPSpanExporter(endpoint=cfg.endpoint, timeout=cfg.timeout)
+            kind = _JsonExporter if cfg.encoding == "json" else _SdkExporter
+            self.exporter = kind(cfg.endpoint, cfg.timeout)
         self.queue: collections.deque[SpanRecord] = collections.deque()
         self.lock = threading.Lock()
         self.wake = threading.Event()
@@ -155,17 +214,12 @@ class _Pump:
             return [self.queue.popleft() for _ in range(n)]
 
     def _run(self) -> None:
-        from opentelemetry.sdk.trace.export import SpanExportResult
-
-        from ._otlp import readable_spans
-
         while True:
             self.wake.wait(self.cfg.interval)
             self.wake.clear()
             while batch := self._take():
                 try:
-                    result = self.exporter.export(readable_spans(batch))
-                    ok = result == SpanExportResult.SUCCESS
+                    ok = self.exporter.export(batch)
                 except Exception:
                     log.exception("span export failed")
                     ok = False
@@ -302,7 +356,7 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
             first = msg.records[0][0]
             last = max(first - 1 - PRIME_EVENTS, 0)
             for ev in self._read(sid, last, first - 1):
-                folder.feed(ev)
+                self._feed(sid, folder, ev)
             last = first - 1
         n = 0
         for seq, _kind, payload in msg.records:
@@ -311,10 +365,10 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
             if seq > last + 1:
                 # The sink lost a batch: read the gap back from the spine.
                 for ev in self._read(sid, last, seq - 1):
-                    spans.extend(folder.feed(ev))
+                    spans.extend(self._feed(sid, folder, ev))
                     n += 1
             ev = decode_event(payload)
-            spans.extend(folder.feed(ev))
+            spans.extend(self._feed(sid, folder, ev))
             n += 1
             last = seq
             if ev.kind == Kind.LIFECYCLE and ev.phase in _FINAL:
@@ -329,6 +383,31 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
             self._pump.counters["folded"] += n
         if spans:
             self._pump.offer(spans)
+
+    def _feed(self, sid: str, folder: SpanFolder, ev: Event) -> list[SpanRecord]:
+        if ev.kind == Kind.TURN_STARTED and folder.parent is None:
+            folder.parent = self._spawn_of(sid, folder)
+        return folder.feed(ev)
+
+    def _spawn_of(self, sid: str, folder: SpanFolder) -> tuple[str, str] | None:
+        """The spawn span of a child session's parent, which each of its turns links to,
+        as `vertebra trace` links them: from the parent's fold while the spawn is open,
+        else from the parent's stream (its ``child.spawned`` is stored before the child
+        exists)."""
+        parent = folder.metadata.get(GOAL_PARENT, "")
+        if not parent:
+            return None
+        found = self._folders.get(parent)
+        if found is not None and (span := found.spawn_span(sid)) is not None:
+            return span
+        if self._log is None:
+            return None
+        try:
+            upto = self._log.last_seq(parent)
+        except Exception:
+            log.exception("reading %s back from the spine failed", parent)
+            return None
+        return spawn_links(self._read(parent, 0, upto), parent).get(sid)
 
     def _read(self, sid: str, after: int, upto: int) -> list[Event]:
         """Events ``after`` < seq <= ``upto`` of ``sid`` from the spine (none without it)."""
@@ -395,10 +474,11 @@ def start_trace_export(
     batch: int = DEFAULT_BATCH,
     interval: float = DEFAULT_INTERVAL,
     timeout: float = DEFAULT_TIMEOUT,
+    encoding: str = "json",
 ) -> Any:
     """Start a `TraceExporter` beside ``host``'s Runner; returns its address (stop it with
     `stop_trace_export`). ``spine`` is the host's spine URL when it is not the data
-    directory's SQLite file."""
+    directory's SQLite file; ``encoding`` is ``json`` (OTLP/JSON) or ``protobuf``."""
     from ..errors import ActorsError
 
     asys = host._asys
@@ -416,6 +496,7 @@ def start_trace_export(
         batch=batch,
         interval=interval,
         timeout=timeout,
+        encoding=encoding,
     )
     reply = host._transport.ask(addr, msg, host.timeout)
     if not isinstance(reply, ExportStarted):
