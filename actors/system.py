@@ -135,7 +135,7 @@ def orphan_guard() -> None:
 
 
 _thespian_file = ""
-_thespian_handler: tuple[int, logging.Handler] | None = None
+_thespian_handler: tuple[int, str, logging.Handler] | None = None
 _thespian_lock = threading.Lock()
 _thespian_busy = threading.local()
 _thespian_routed = False
@@ -157,16 +157,20 @@ def _thespian_record(level: int, msg: Any, args: tuple[Any, ...]) -> None:
     _thespian_busy.on = True
     try:
         with _thespian_lock:
-            if _thespian_handler is None or _thespian_handler[0] != os.getpid():
-                # After a fork the parent's handler (and its lock) is not this process's.
+            current = (os.getpid(), _thespian_file)
+            if _thespian_handler is None or _thespian_handler[:2] != current:
+                # After a fork the parent's handler (and its lock) is not this process's;
+                # a process that routed to another directory since writes there now.
+                if _thespian_handler is not None and _thespian_handler[0] == os.getpid():
+                    _thespian_handler[2].close()
                 handler: logging.Handler = logging.FileHandler(_thespian_file)
                 handler.setFormatter(
                     JsonFormatter()
                     if json_logs()
                     else logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
                 )
-                _thespian_handler = (os.getpid(), handler)
-            handler = _thespian_handler[1]
+                _thespian_handler = (*current, handler)
+            handler = _thespian_handler[2]
         make = logging.getLogRecordFactory()
         handler.handle(make("thespian", level, "", 0, str(msg), args or None, None))
     except Exception:
