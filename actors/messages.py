@@ -338,8 +338,19 @@ class VerifyReply:
 
 @attrs.frozen(kw_only=True)
 class RunnerStats:
+    """The Runner's counters, and its gauges: ``queues`` maps each session with ingress
+    waiting to ``(pending, in_flight, queued)`` (see ``Registry.queues``), ``sinks`` each
+    actor sink to its unacknowledged batches; ``append_counts`` (one per bound in
+    ``append_bounds``, then +Inf; not cumulative) and ``append_seconds`` are the spine
+    append latencies of every session process and the Runner since this Runner started."""
+
     request_id: str
     counters: Mapping[str, int] = attrs.field(converter=_frozen_map)
+    queues: Mapping[str, tuple[int, int, int]] = attrs.field(factory=dict, converter=_frozen_map)
+    sinks: Mapping[str, int] = attrs.field(factory=dict, converter=_frozen_map)
+    append_bounds: tuple[float, ...] = attrs.field(factory=tuple, converter=_tuple)
+    append_counts: tuple[int, ...] = attrs.field(factory=tuple, converter=_tuple)
+    append_seconds: float = 0.0
 
 
 # -- the runtime itself: guardian, Runner and liveness ---------------------------------

@@ -140,10 +140,81 @@ def orphan_guard() -> None:
     _guarded = True
 
 
+_thespian_file = ""
+_thespian_handler: tuple[int, str, logging.Handler] | None = None
+_thespian_lock = threading.Lock()
+_thespian_busy = threading.local()
+_thespian_routed = False
+
+
+def _thespian_record(level: int, msg: Any, args: tuple[Any, ...]) -> None:
+    """Write one of Thespian's internal log lines (``thesplog``) to the data directory's
+    log as a record of logger ``thespian``, if at or above the configured level.
+
+    Written by a handler of this process's own, never through `logging`'s tree: in an
+    actor process that tree forwards over Thespian's transport, which logs through
+    ``thesplog`` itself (Thespian warns of the storm that makes).
+    """
+    global _thespian_handler
+    from .logformat import JsonFormatter, json_logs, log_level
+
+    if not _thespian_file or level < log_level() or getattr(_thespian_busy, "on", False):
+        return
+    _thespian_busy.on = True
+    try:
+        with _thespian_lock:
+            current = (os.getpid(), _thespian_file)
+            if _thespian_handler is None or _thespian_handler[:2] != current:
+                # After a fork the parent's handler (and its lock) is not this process's;
+                # a process that routed to another directory since writes there now.
+                if _thespian_handler is not None and _thespian_handler[0] == os.getpid():
+                    _thespian_handler[2].close()
+                handler: logging.Handler = logging.FileHandler(_thespian_file)
+                handler.setFormatter(
+                    JsonFormatter()
+                    if json_logs()
+                    else logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
+                )
+                _thespian_handler = (*current, handler)
+            handler = _thespian_handler[2]
+        make = logging.getLogRecordFactory()
+        handler.handle(make("thespian", level, "", 0, str(msg), args or None, None))
+    except Exception:
+        pass  # Thespian's own log must never break Thespian
+    finally:
+        _thespian_busy.on = False
+
+
+def _thesplog(msg: Any, *args: Any, **kw: Any) -> None:
+    # Runs with the globals of Thespian's utilis module (its code replaces thesplog's).
+    import actors.system
+
+    actors.system._thespian_record(kw.get("level", logging.INFO), msg, args)
+
+
+def route_thespian_log(data_dir: str) -> None:
+    """Send Thespian's internal log (``thesplog``, otherwise a file of its own in the
+    temporary directory, or nothing) to ``vertebra.log`` in ``data_dir`` at the configured
+    level, in the configured format, from this process and every process it forks.
+
+    Some twenty Thespian modules bind ``thesplog`` by name at import, so the function's
+    code is replaced rather than the module attribute: every binding then runs ours.
+    """
+    global _thespian_file, _thespian_routed
+    _thespian_file = os.path.join(data_dir, "vertebra.log")
+    if _thespian_routed:
+        return
+    from thespian.system import utilis
+
+    utilis.thesplog.__code__ = _thesplog.__code__
+    _thespian_routed = True
+
+
 def log_defs(data_dir: str | None = None, level: int = logging.WARNING) -> dict[str, Any]:
     """A logging dict for Thespian: warnings to a file in the data directory, or nowhere.
 
-    ``logDefs=False`` crashes multiproc bases, so quiet logging is a real dict.
+    ``logDefs=False`` crashes multiproc bases, so quiet logging is a real dict. With a data
+    directory, Thespian's internal log goes to the same file (`route_thespian_log`).
     """
     from .logformat import json_logs, log_level
 
@@ -154,6 +225,7 @@ def log_defs(data_dir: str | None = None, level: int = logging.WARNING) -> dict[
         from spine import private_file
 
         private_file(os.path.join(data_dir, "vertebra.log"))
+        route_thespian_log(data_dir)
         handlers["file"] = {
             "class": "logging.FileHandler",
             "filename": os.path.join(data_dir, "vertebra.log"),
@@ -208,7 +280,7 @@ def configure_actor_logging(data_dir: str) -> None:
         h.close()
     from spine import private_file
 
-    from .logformat import JsonFormatter, json_logs
+    from .logformat import JsonFormatter, json_logs, log_level
 
     handler = logging.FileHandler(private_file(os.path.join(data_dir, "vertebra.log")))
     handler.setFormatter(
@@ -217,8 +289,9 @@ def configure_actor_logging(data_dir: str) -> None:
         else logging.Formatter(f"%(asctime)s %(levelname)s %(name)s[{os.getpid()}] %(message)s")
     )
     lg.addHandler(handler)
-    lg.setLevel(logging.INFO)
+    lg.setLevel(log_level())
     lg.propagate = False
+    route_thespian_log(data_dir)
     _configured = (os.getpid(), data_dir)
 
 

@@ -275,6 +275,11 @@ class SpanFolder:
 
     def feed(self, ev: Event) -> list[SpanRecord]:
         kind = ev.kind
+        if ev.goal and ev.goal != self.session_id:
+            # A child's events mirrored onto this stream (attributed by goal) are its own
+            # trace's, folded from its stream; here they would end this session's turn early
+            # (the child's turn.completed) and count its model calls twice.
+            return []
         if kind == Kind.PROPERTIES:
             self.metadata = reduce_metadata(self.metadata, ev)
             return []

@@ -62,16 +62,20 @@ class Collector:
         )
         self.thread.start()
 
-    def proto_spans(self) -> list[Any]:
-        """Every span received in protobuf requests."""
+    def proto_spans(self, encoding: str = "") -> list[Any]:
+        """Every span received, as protobuf objects whichever of OTLP/HTTP's encodings it
+        came in (only ``json`` or ``protobuf`` requests when ``encoding`` says so)."""
         with self.lock:
             bodies = list(self.bodies)
         out = []
         for ctype, body in bodies:
-            if ctype != "application/x-protobuf":
+            if ctype == "application/x-protobuf" and encoding in ("", "protobuf"):
+                req = ExportTraceServiceRequest()
+                req.ParseFromString(body)
+            elif ctype == "application/json" and encoding in ("", "json"):
+                req = _from_otlp_json(json.loads(body))
+            else:
                 continue
-            req = ExportTraceServiceRequest()
-            req.ParseFromString(body)
             for rs in req.resource_spans:
                 for ss in rs.scope_spans:
                     out.extend(ss.spans)
@@ -81,6 +85,27 @@ class Collector:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(5)
+
+
+def _from_otlp_json(doc: dict[str, Any]) -> Any:
+    """An OTLP/JSON request as the protobuf message: OTLP/JSON writes ids as hex where
+    protobuf's JSON mapping expects base64."""
+    import base64
+
+    from google.protobuf.json_format import ParseDict
+
+    def b64(hex_id: str) -> str:
+        return base64.b64encode(bytes.fromhex(hex_id)).decode()
+
+    for rs in doc.get("resourceSpans", []):
+        for ss in rs.get("scopeSpans", []):
+            for span in ss.get("spans", []):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if span.get(key):
+                        span[key] = b64(span[key])
+                for link in span.get("links", []):
+                    link["traceId"], link["spanId"] = b64(link["traceId"]), b64(link["spanId"])
+    return ParseDict(doc, ExportTraceServiceRequest())
 
 
 @pytest.fixture
@@ -191,7 +216,7 @@ def test_the_live_exporter_sends_the_same_spans_as_the_offline_fold(
 ) -> None:
     """Turns with a tool call and a refusal, exported live over OTLP/HTTP (protobuf), arrive
     as exactly the spans a fold of the stored log gives, token counts matching the status."""
-    addr = start_trace_export(mp, collector.url, interval=0.05)
+    addr = start_trace_export(mp, collector.url, interval=0.05, encoding="protobuf")
     try:
         sid = mp.create(metadata={"governance.capabilities": "net,clock"})
         for text in ('!tool calculator {"expression": "2+2"}', '!tool shell {"log": "x"}', "hi"):
@@ -200,7 +225,11 @@ def test_the_live_exporter_sends_the_same_spans_as_the_offline_fold(
         history = mp.history(sid)
         expected = spans_from(history, sid)
         got = wait_for(
-            lambda: len(collector.proto_spans()) >= len(expected) and collector.proto_spans(), 30
+            lambda: (
+                len(collector.proto_spans("protobuf")) >= len(expected)
+                and collector.proto_spans("protobuf")
+            ),
+            30,
         )
         assert sorted((s.trace_id.hex(), s.span_id.hex(), s.name) for s in got) == sorted(
             (s.trace_id, s.span_id, s.name) for s in expected
@@ -335,5 +364,170 @@ def test_a_batch_the_sink_lost_is_read_back_from_the_spine(mp: Host, collector: 
             whole
         )
         assert "execute_tool calculator" in {name for _, name in whole}
+    finally:
+        stop_trace_export(mp, addr)
+
+
+def test_the_live_exporter_registers_again_with_a_runner_restarted_after_a_kill(
+    mp: Host, collector: Collector
+) -> None:
+    """SIGKILL of the Runner: the guardian starts another, the exporter notices and registers
+    its sink with it, and the spans of a turn after the restart reach the collector whole."""
+    import os
+    import signal
+
+    addr = start_trace_export(mp, collector.url, interval=0.05)
+    try:
+        sid = mp.create()
+        ack = mp.send(sid, '!tool calculator {"expression": "1+1"}')
+        assert mp.wait_turn(sid, ack.seq).kind == Kind.TURN_COMPLETED
+        before = spans_from(mp.history(sid), sid)
+        wait_for(lambda: len(collector.proto_spans()) >= len(before), 30)
+        runner = mp.runner_pid()
+        os.kill(runner, signal.SIGKILL)
+        wait_for(lambda: mp.runner_pid() != runner, 20)
+        wait_for(lambda: export_stats(mp, addr)["reregistered"] >= 1, 20)
+        ack = mp.send(sid, '!tool calculator {"expression": "2+2"}', key="after-kill")
+        assert mp.wait_turn(sid, ack.seq).kind == Kind.TURN_COMPLETED
+        offline = spans_from(mp.history(sid), sid)
+        after = offline[-1].trace_id
+        assert after not in {s.trace_id for s in before}
+        whole = sorted((s.span_id, s.name) for s in offline if s.trace_id == after)
+        assert "execute_tool calculator" in {name for _, name in whole}
+
+        def arrived() -> list[tuple[str, str]] | None:
+            got = sorted(
+                (s.span_id.hex(), s.name)
+                for s in collector.proto_spans()
+                if s.trace_id.hex() == after
+            )
+            return got if got == whole else None
+
+        assert wait_for(arrived, 30) == whole
+        assert export_stats(mp, addr)["dropped"] == 0
+    finally:
+        stop_trace_export(mp, addr)
+
+
+def _tree(spans: list[dict[str, Any]]) -> list[tuple[str, str, str, str, tuple[str, ...]]]:
+    """Spans as (trace, span, name, parent span, linked spans), sorted: the shape to compare
+    between the file, the collector and the fold."""
+    return sorted((s["trace"], s["span"], s["name"], s["parent"], tuple(s["links"])) for s in spans)
+
+
+def test_a_run_with_tools_and_a_child_exports_the_same_span_tree_to_a_file_and_a_collector(
+    mp: Host, collector: Collector, tmp_path: pathlib.Path
+) -> None:
+    """The issue's acceptance run: a tool-calling turn, then a goal that spawns a child
+    which calls a tool, on real processes. Exported live to the collector stand-in and by
+    `vertebra trace --otlp-json FILE`, both hold exactly the fold's span tree: one trace
+    per turn under its invoke_agent, chat and tool spans beneath it, the spawn span under
+    the parent's turn, the child's turns in traces of their own linked to it; the turns'
+    tokens add up to each session's status."""
+    addr = start_trace_export(mp, collector.url, interval=0.05)
+    try:
+        sid = mp.create()
+        ack = mp.send(sid, '!tool calculator {"expression": "2+2"}')
+        assert mp.wait_turn(sid, ack.seq).kind == Kind.TURN_COMPLETED
+        objective = '!tool calculator {"expression": "6*7"}'
+        mp.submit(sid, "!tool spawn " + json.dumps({"objective": objective}))
+        assert mp.wait(sid, timeout=60) == "spawn returned calculator returned 42"
+        history = mp.history(sid)
+        (child,) = [e.child for e in history if e.kind == Kind.CHILD_SPAWNED]
+        streams = {sid: history, child: mp.history(child)}
+        expected = spans_of_tree(streams, sid)
+        want = _tree(
+            [
+                {
+                    "trace": s.trace_id,
+                    "span": s.span_id,
+                    "name": s.name,
+                    "parent": s.parent_span_id,
+                    "links": [lk.span_id for lk in s.links],
+                }
+                for s in expected
+            ]
+        )
+
+        def live() -> list[Any] | None:
+            got = collector.proto_spans()
+            return got if len(got) >= len(expected) else None
+
+        got = wait_for(live, 30)
+        assert (
+            _tree(
+                [
+                    {
+                        "trace": s.trace_id.hex(),
+                        "span": s.span_id.hex(),
+                        "name": s.name,
+                        "parent": s.parent_span_id.hex(),
+                        "links": [lk.span_id.hex() for lk in s.links],
+                    }
+                    for s in got
+                ]
+            )
+            == want
+        )
+        out = tmp_path / "trace.json"
+        r = run(mp.data_dir, "trace", sid, "--otlp-json", str(out))
+        assert r.returncode == 0, r.stderr
+        filed = json.loads(out.read_text())["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        assert (
+            _tree(
+                [
+                    {
+                        "trace": s["traceId"],
+                        "span": s["spanId"],
+                        "name": s["name"],
+                        "parent": s.get("parentSpanId", ""),
+                        "links": [lk["spanId"] for lk in s.get("links", [])],
+                    }
+                    for s in filed
+                ]
+            )
+            == want
+        )
+
+        # The tree: every span hangs under its trace's one invoke_agent root.
+        by_span = {s.span_id: s for s in expected}
+        roots = {s.trace_id: s for s in expected if s.name == "invoke_agent"}
+        assert len(roots) == len({s.trace_id for s in expected})
+        for s in expected:
+            if s.name != "invoke_agent":
+                assert by_span[s.parent_span_id].trace_id == s.trace_id
+                assert s.parent_span_id == roots[s.trace_id].span_id, s.name
+        names = sorted(s.name for s in expected)
+        assert names.count("execute_tool calculator") == 2
+        assert "execute_tool spawn" in names and names.count("chat") >= 4
+        (spawn,) = [s for s in expected if s.name == f"invoke_agent {child}"]
+        child_roots = [s for s in roots.values() if s.attribute("gen_ai.conversation.id") == child]
+        assert child_roots and all(
+            [lk.span_id for lk in s.links] == [spawn.span_id] for s in child_roots
+        )
+        # Token figures: each session's status counts its own turns and its children's (the
+        # parent's rolls the child's up): the invoke_agent spans of those add up to it.
+        for session, members in ((sid, {sid, child}), (child, {child})):
+            turns = [s for s in roots.values() if s.attribute("gen_ai.conversation.id") in members]
+            status = mp.status(session)  # exact: folded up to the stream's last seq
+            for attr, total in (
+                ("gen_ai.usage.input_tokens", status.usage.input_tokens),
+                ("gen_ai.usage.output_tokens", status.usage.output_tokens),
+            ):
+                assert sum(s.attribute(attr) for s in turns) == total, (session, attr)
+            assert total > 0
+        # What the collector got carries the same figures as the file.
+        live_tokens = sorted(
+            _attrs(s)["gen_ai.usage.output_tokens"] for s in got if s.name == "invoke_agent"
+        )
+        file_tokens = sorted(
+            int(a["value"]["intValue"])
+            for s in filed
+            if s["name"] == "invoke_agent"
+            for a in s["attributes"]
+            if a["key"] == "gen_ai.usage.output_tokens"
+        )
+        assert live_tokens == file_tokens
+        assert export_stats(mp, addr)["dropped"] == 0
     finally:
         stop_trace_export(mp, addr)

@@ -127,7 +127,7 @@ def parent_events() -> list[Event]:
                 },
             ),  # 29
             (Kind.TURN_STARTED, {"turn": 4}),  # 30
-            (Kind.CHILD_SPAWNED, {"turn": 4, "child": CHILD, "goal": "g1", "text": "sub"}),  # 31
+            (Kind.CHILD_SPAWNED, {"turn": 4, "child": CHILD, "goal": PARENT, "text": "sub"}),  # 31
             (Kind.CHILD_COMPLETED, {"turn": 4, "child": CHILD, "result": "sub done"}),  # 32
             (Kind.TURN_COMPLETED, {"turn": 4, "stop_reason": "end_turn"}),  # 33
         ]
@@ -334,3 +334,37 @@ def test_a_running_turn_yields_no_span_until_it_ends() -> None:
     events = parent_events()[:15]
     spans = spans_from(events, PARENT)
     assert [s.name for s in spans] == ["execute_tool deploy"]
+
+
+def test_a_childs_events_mirrored_onto_its_parent_are_left_to_the_childs_own_trace() -> None:
+    """When a child folds back, its model calls and turn end are copied onto the parent's
+    stream attributed to it by ``goal``: the parent's spans are the same as without them
+    (its turn does not end at the child's turn end, no chat is counted twice)."""
+    import attrs
+
+    events = parent_events()
+    completed = next(i for i, e in enumerate(events) if e.kind == Kind.CHILD_COMPLETED)
+    mirrored = [
+        attrs.evolve(e, goal=CHILD)
+        for e in child_events()
+        if e.kind in (Kind.ACTION_ADMITTED, Kind.TURN_COMPLETED)
+    ]
+    with_mirror = [*events[:completed], *mirrored, *events[completed:]]
+    renumbered = [
+        attrs.evolve(e, seq=i, time=T0 + timedelta(milliseconds=10 * i))
+        for i, e in enumerate(with_mirror, start=1)
+    ]
+
+    def shape(spans: list[SpanRecord]) -> list[tuple[str, str, Any, Any]]:
+        names = {s.span_id: s.name for s in spans}
+        return [
+            (
+                s.name,
+                names.get(s.parent_span_id, ""),
+                s.attribute("gen_ai.usage.output_tokens"),
+                s.status,
+            )
+            for s in spans
+        ]
+
+    assert shape(spans_from(renumbered, PARENT)) == shape(spans_from(events, PARENT))

@@ -1074,19 +1074,20 @@ def stats(args: argparse.Namespace, out: Out) -> int:
 
     with _open_log(args) as log:
         folder = LogMetrics().update(log)
-    runner = states = None
+    runner = states = runtime = None
     try:
         read_daemon(args.data)
     except CliError:
         out.note("no daemon runs: figures from the log only")
     else:
         with _attach(args) as host:
-            runner = host.stats()
+            runtime = host.runner_stats()
+            runner = dict(runtime.counters)
             states = session_states(host.sessions())
     if args.json:
-        out.line(json_line(metrics_figures(folder, runner, states)))
+        out.line(json_line(metrics_figures(folder, runner, states, runtime)))
     else:
-        out.stdout.write(prometheus_text(folder, runner, states))
+        out.stdout.write(prometheus_text(folder, runner, states, runtime=runtime))
         out.stdout.flush()
     return 0
 

@@ -523,7 +523,8 @@ async def metrics(gw: Gateway, request: Request) -> Response:
     def collect() -> str:
         folder = gw.metrics.update(gw.log)
         states = session_states(gw.host.sessions())
-        return prometheus_text(folder, gw.host.stats(), states)
+        runtime = gw.host.runner_stats()
+        return prometheus_text(folder, dict(runtime.counters), states, runtime=runtime)
 
     return Response(await call(collect), media_type=CONTENT_TYPE)
 

@@ -408,9 +408,15 @@ class Host:
 
     def stats(self) -> dict[str, int]:
         """The Runner's counters, plus ``host_sink_failures`` (this Host's raising sinks)."""
-        counters = dict(self._request(m.GetRunnerStats(request_id=request_id())).counters)
-        counters["host_sink_failures"] = self._sinks.failures
-        return counters
+        return dict(self.runner_stats().counters)
+
+    def runner_stats(self) -> m.RunnerStats:
+        """The Runner's counters (``host_sink_failures`` added) and gauges: ingress queued
+        per session, each sink's unacknowledged batches, the spine append latency."""
+        reply = self._request(m.GetRunnerStats(request_id=request_id()))
+        assert isinstance(reply, m.RunnerStats)
+        counters = {**reply.counters, "host_sink_failures": self._sinks.failures}
+        return attrs.evolve(reply, counters=counters)
 
     def session_pid(self, session_id: str) -> int:
         """The OS process id of a live session (bringing it back if passivated)."""

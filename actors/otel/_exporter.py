@@ -16,16 +16,19 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
+from datetime import timedelta
 from typing import Any
 
 import attrs
-from thespian.actors import ActorExitRequest, ActorTypeDispatcher
+from thespian.actors import ActorExitRequest, ActorTypeDispatcher, WakeupMessage
 
-from projections import SpanFolder, SpanRecord
+from projections import SpanFolder, SpanRecord, spawn_links
 from spine import Event, Kind, Phase, decode_event, open_log
 
 from .. import messages as m
 from ..host.replies import request_id
+from ..session.state import GOAL_PARENT
 
 log = logging.getLogger("actors.otel")
 
@@ -39,6 +42,9 @@ DEFAULT_INTERVAL = 0.5
 PRIME_EVENTS = 2000
 #: Seconds an OTLP request may take before it counts as failed.
 DEFAULT_TIMEOUT = 5.0
+#: Seconds without a batch after which the exporter asks the guardian whether its Runner
+#: is still the Runner (the Host's sink pump does the same).
+SINK_CHECK = 0.5
 
 
 @attrs.frozen(kw_only=True)
@@ -48,6 +54,9 @@ class StartExport:
 
     request_id: str
     runner: Any
+    #: Who replaces a dead Runner: asked after a quiet spell where the Runner is now, so
+    #: the sink is registered again with a new one (None: never asked).
+    guardian: Any = None
     #: Empty: fold only, export nothing (spans are counted as queued and discarded), the
     #: baseline of the exporter's benchmark.
     endpoint: str
@@ -61,6 +70,9 @@ class StartExport:
     batch: int = DEFAULT_BATCH
     interval: float = DEFAULT_INTERVAL
     timeout: float = DEFAULT_TIMEOUT
+    #: ``json`` (OTLP/JSON, the default: about a quarter of the CPU per span) or
+    #: ``protobuf`` (the SDK's OTLP exporter).
+    encoding: str = "json"
 
 
 @attrs.frozen(kw_only=True)
@@ -91,8 +103,8 @@ class GetExportStats:
 @attrs.frozen(kw_only=True)
 class ExportStats:
     """``folded`` events, spans ``queued``, ``exported``, ``dropped`` (queue full) and
-    ``failed`` (the collector refused or did not answer), ``requests`` sent, and the
-    queue's current ``depth``."""
+    ``failed`` (the collector refused or did not answer), ``requests`` sent, the queue's
+    current ``depth``, and how often the sink was ``reregistered`` with a new Runner."""
 
     request_id: str
     counters: dict[str, int]
@@ -101,16 +113,71 @@ class ExportStats:
 _FINAL = frozenset({Phase.CLOSED, Phase.FAILED})
 
 
+ENCODINGS = ("json", "protobuf")
+
+
+class _JsonExporter:
+    """POSTs OTLP/JSON (``application/json``, one of OTLP/HTTP's two encodings).
+
+    Measured against the SDK's protobuf path it costs about a quarter of the CPU per span
+    (the SDK builds a ReadableSpan, then a protobuf object per attribute); that CPU is
+    taken from the sessions on a small machine (docs/performance.md)."""
+
+    def __init__(self, endpoint: str, timeout: float) -> None:
+        self.endpoint = endpoint
+        self.timeout = timeout
+
+    def export(self, batch: list[SpanRecord]) -> bool:
+        import urllib.request
+
+        import orjson
+
+        from ._otlp import otlp_json
+
+        req = urllib.request.Request(
+            self.endpoint,
+            data=orjson.dumps(otlp_json(batch)),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            resp.read()
+            return 200 <= int(resp.status) < 300
+
+    def shutdown(self) -> None:
+        pass
+
+
+class _SdkExporter:
+    """The SDK's OTLP/HTTP exporter (protobuf)."""
+
+    def __init__(self, endpoint: str, timeout: float) -> None:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        self.sdk = OTLPSpanExporter(endpoint=endpoint, timeout=timeout)
+
+    def export(self, batch: list[SpanRecord]) -> bool:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        from ._otlp import readable_spans
+
+        return bool(self.sdk.export(readable_spans(batch)) == SpanExportResult.SUCCESS)
+
+    def shutdown(self) -> None:
+        self.sdk.shutdown()  # type: ignore[no-untyped-call]
+
+
 class _Pump:
     """The queue and the thread that empties it; the only part that touches the network."""
 
     def __init__(self, cfg: StartExport) -> None:
         self.cfg = cfg
         self.exporter: Any = None
+        if cfg.encoding not in ENCODINGS:
+            raise ValueError(f"unknown OTLP encoding {cfg.encoding!r}: use json or protobuf")
         if cfg.endpoint:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            self.exporter = OTLPSpanExporter(endpoint=cfg.endpoint, timeout=cfg.timeout)
+            kind = _JsonExporter if cfg.encoding == "json" else _SdkExporter
+            self.exporter = kind(cfg.endpoint, cfg.timeout)
         self.queue: collections.deque[SpanRecord] = collections.deque()
         self.lock = threading.Lock()
         self.wake = threading.Event()
@@ -147,17 +214,12 @@ class _Pump:
             return [self.queue.popleft() for _ in range(n)]
 
     def _run(self) -> None:
-        from opentelemetry.sdk.trace.export import SpanExportResult
-
-        from ._otlp import readable_spans
-
         while True:
             self.wake.wait(self.cfg.interval)
             self.wake.clear()
             while batch := self._take():
                 try:
-                    result = self.exporter.export(readable_spans(batch))
-                    ok = result == SpanExportResult.SUCCESS
+                    ok = self.exporter.export(batch)
                 except Exception:
                     log.exception("span export failed")
                     ok = False
@@ -197,6 +259,11 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
         self._remove_id = ""
         self._log: Any = None
         self._last: dict[str, int] = {}
+        self._guardian: Any = None
+        self._batch_at = 0.0
+        self._asking = ""
+        #: Sinks registered again with a replacement Runner.
+        self._reregistered = 0
 
     def receiveMsg_StartExport(self, msg: StartExport, sender: Any) -> None:
         # Answered inside: a raise would make Thespian deliver the message again.
@@ -224,9 +291,15 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
         self._cfg = msg
         self._starter = (sender, msg.request_id)
         self._runner = msg.runner
+        self._guardian = msg.guardian
         self.send(msg.runner, m.AddSink(request_id=request_id(), max_pending=64))
+        if self._guardian is not None:
+            self._batch_at = time.monotonic()
+            self.wakeupAfter(timedelta(seconds=SINK_CHECK), "sink-check")
 
     def receiveMsg_SinkReply(self, msg: m.SinkReply, sender: Any) -> None:
+        if sender != self._runner:
+            return  # from a Runner replaced before it answered
         self._sink_id = msg.sink_id
         if self._starter is not None:
             to, rid = self._starter
@@ -234,12 +307,39 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
             self.send(to, ExportStarted(request_id=rid, sink_id=msg.sink_id))
 
     def receiveMsg_SinkBatch(self, msg: m.SinkBatch, sender: Any) -> None:
+        self._batch_at = time.monotonic()
         try:
             self._fold(msg)
         except Exception:
             log.exception("folding a sink batch into spans failed")
         finally:
             self.send(sender, m.SinkAck(sink_id=msg.sink_id))
+
+    def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: Any) -> None:
+        # Quiet for a while: is the Runner this sink is registered with still the Runner?
+        # The guardian starts a new one after a crash, and a new Runner knows no sinks.
+        if msg.payload != "sink-check" or self._pump is None or self._guardian is None:
+            return
+        if time.monotonic() - self._batch_at >= SINK_CHECK and not self._asking:
+            self._asking = request_id()
+            self.send(self._guardian, m.GetRunner(request_id=self._asking))
+        self.wakeupAfter(timedelta(seconds=SINK_CHECK), "sink-check")
+
+    def receiveMsg_RunnerAddress(self, msg: m.RunnerAddress, sender: Any) -> None:
+        if msg.request_id != self._asking:
+            return
+        self._asking = ""
+        self._batch_at = time.monotonic()
+        if self._pump is None or msg.address is None or msg.address == self._runner:
+            return
+        log.info("span exporter: registering its sink again with a new Runner")
+        self._runner = msg.address
+        self._reregistered += 1
+        self.send(self._runner, m.AddSink(request_id=request_id(), max_pending=64))
+
+    def receiveMsg_RequestFailed(self, msg: m.RequestFailed, sender: Any) -> None:
+        if msg.request_id == self._asking:
+            self._asking = ""
 
     def _fold(self, msg: m.SinkBatch) -> None:
         if self._pump is None or self._cfg is None or not msg.records:
@@ -256,7 +356,7 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
             first = msg.records[0][0]
             last = max(first - 1 - PRIME_EVENTS, 0)
             for ev in self._read(sid, last, first - 1):
-                folder.feed(ev)
+                self._feed(sid, folder, ev)
             last = first - 1
         n = 0
         for seq, _kind, payload in msg.records:
@@ -265,10 +365,10 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
             if seq > last + 1:
                 # The sink lost a batch: read the gap back from the spine.
                 for ev in self._read(sid, last, seq - 1):
-                    spans.extend(folder.feed(ev))
+                    spans.extend(self._feed(sid, folder, ev))
                     n += 1
             ev = decode_event(payload)
-            spans.extend(folder.feed(ev))
+            spans.extend(self._feed(sid, folder, ev))
             n += 1
             last = seq
             if ev.kind == Kind.LIFECYCLE and ev.phase in _FINAL:
@@ -283,6 +383,31 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
             self._pump.counters["folded"] += n
         if spans:
             self._pump.offer(spans)
+
+    def _feed(self, sid: str, folder: SpanFolder, ev: Event) -> list[SpanRecord]:
+        if ev.kind == Kind.TURN_STARTED and folder.parent is None:
+            folder.parent = self._spawn_of(sid, folder)
+        return folder.feed(ev)
+
+    def _spawn_of(self, sid: str, folder: SpanFolder) -> tuple[str, str] | None:
+        """The spawn span of a child session's parent, which each of its turns links to,
+        as `vertebra trace` links them: from the parent's fold while the spawn is open,
+        else from the parent's stream (its ``child.spawned`` is stored before the child
+        exists)."""
+        parent = folder.metadata.get(GOAL_PARENT, "")
+        if not parent:
+            return None
+        found = self._folders.get(parent)
+        if found is not None and (span := found.spawn_span(sid)) is not None:
+            return span
+        if self._log is None:
+            return None
+        try:
+            upto = self._log.last_seq(parent)
+        except Exception:
+            log.exception("reading %s back from the spine failed", parent)
+            return None
+        return spawn_links(self._read(parent, 0, upto), parent).get(sid)
 
     def _read(self, sid: str, after: int, upto: int) -> list[Event]:
         """Events ``after`` < seq <= ``upto`` of ``sid`` from the spine (none without it)."""
@@ -328,6 +453,7 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
 
     def receiveMsg_GetExportStats(self, msg: GetExportStats, sender: Any) -> None:
         counters = self._pump.stats() if self._pump is not None else {}
+        counters["reregistered"] = self._reregistered
         self.send(sender, ExportStats(request_id=msg.request_id, counters=counters))
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
@@ -348,10 +474,11 @@ def start_trace_export(
     batch: int = DEFAULT_BATCH,
     interval: float = DEFAULT_INTERVAL,
     timeout: float = DEFAULT_TIMEOUT,
+    encoding: str = "json",
 ) -> Any:
     """Start a `TraceExporter` beside ``host``'s Runner; returns its address (stop it with
     `stop_trace_export`). ``spine`` is the host's spine URL when it is not the data
-    directory's SQLite file."""
+    directory's SQLite file; ``encoding`` is ``json`` (OTLP/JSON) or ``protobuf``."""
     from ..errors import ActorsError
 
     asys = host._asys
@@ -360,6 +487,7 @@ def start_trace_export(
     msg = StartExport(
         request_id=rid,
         runner=host._runner,
+        guardian=host._runtime.guardian if not host._simple else None,
         endpoint=endpoint,
         data_dir=host.data_dir,
         spine=spine,
@@ -368,6 +496,7 @@ def start_trace_export(
         batch=batch,
         interval=interval,
         timeout=timeout,
+        encoding=encoding,
     )
     reply = host._transport.ask(addr, msg, host.timeout)
     if not isinstance(reply, ExportStarted):

@@ -7,7 +7,7 @@ sessions' states. Served by the gateway's ``GET /metrics`` and printed by
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from projections import LATENCY_BUCKETS, TOKEN_TYPES, MetricsFolder
@@ -30,6 +30,18 @@ _RUNNER: dict[str, tuple[str, str]] = {
     "sink_dropped": ("vertebra_sink_dropped_total", "Batches dropped for slow sinks."),
     "sink_failures": ("vertebra_sink_failures_total", "Sink deliveries that failed."),
 }
+# Runner gauge -> (metric, labels, help): what waits right now.
+_QUEUES: dict[str, tuple[str, dict[str, str], str]] = {
+    "ingress_pending": (
+        "vertebra_ingress_depth",
+        {"queue": "pending"},
+        "Ingress by queue: pending at the Runner for a live session process, in_flight "
+        "forwarded to one and not committed, queued stored and waiting for a turn.",
+    ),
+    "ingress_in_flight": ("vertebra_ingress_depth", {"queue": "in_flight"}, ""),
+    "ingress_queued": ("vertebra_ingress_depth", {"queue": "queued"}, ""),
+}
+_QUEUE_NAMES = ("pending", "in_flight", "queued")
 
 
 class LogMetrics:
@@ -70,7 +82,7 @@ class _Text:
         self.lines: list[str] = []
 
     def metric(
-        self, name: str, kind: str, help_: str, samples: list[tuple[dict[str, str], float]]
+        self, name: str, kind: str, help_: str, samples: Sequence[tuple[dict[str, str], float]]
     ) -> None:
         self.lines.append(f"# HELP {name} {help_}")
         self.lines.append(f"# TYPE {name} {kind}")
@@ -85,8 +97,10 @@ def metrics_figures(
     folder: MetricsFolder,
     runner: Mapping[str, int] | None = None,
     states: Mapping[str, int] | None = None,
+    runtime: Any = None,
 ) -> dict[str, Any]:
-    """The same figures as a JSON-ready mapping (``vertebra stats --json``)."""
+    """The same figures as a JSON-ready mapping (``vertebra stats --json``); ``runtime``
+    is the Runner's `RunnerStats` (its gauges: queues and the append latency)."""
     out: dict[str, Any] = {
         "events": folder.events,
         "position": folder.position,
@@ -108,6 +122,17 @@ def metrics_figures(
         out["sessions"] = dict(states)
     if runner is not None:
         out["runner"] = dict(runner)
+    if runtime is not None:
+        out["queues"] = {
+            sid: dict(zip(_QUEUE_NAMES, q, strict=True)) for sid, q in runtime.queues.items()
+        }
+        out["sink_pending"] = dict(runtime.sinks)
+        out["spine_append"] = {
+            "bounds": list(runtime.append_bounds),
+            "counts": list(runtime.append_counts),
+            "seconds_sum": round(runtime.append_seconds, 6),
+            "count": sum(runtime.append_counts),
+        }
     return out
 
 
@@ -116,9 +141,12 @@ def prometheus_text(
     runner: Mapping[str, int] | None = None,
     states: Mapping[str, int] | None = None,
     exporter: Mapping[str, int] | None = None,
+    runtime: Any = None,
 ) -> str:
     """The exposition text. ``runner`` is the Runner's counters (`Host.stats`), ``states``
-    the number of sessions in each registry state, ``exporter`` the span exporter's."""
+    the number of sessions in each registry state, ``exporter`` the span exporter's,
+    ``runtime`` the Runner's `RunnerStats` (`Host.runner_stats`: queue depths per session
+    and sink, the spine append latency histogram)."""
     t = _Text()
     if states is not None:
         t.metric(
@@ -130,6 +158,19 @@ def prometheus_text(
     for key, (name, help_) in _RUNNER.items():
         if runner is not None and key in runner:
             t.metric(name, "counter", help_, [({}, runner[key])])
+    if runner is not None and "ingress_pending" in runner:
+        name, _, help_ = _QUEUES["ingress_pending"]
+        samples = [(labels, runner.get(key, 0)) for key, (_, labels, _) in _QUEUES.items()]
+        t.metric(name, "gauge", help_, samples)
+    if runner is not None and "sink_pending" in runner:
+        t.metric(
+            "vertebra_sink_pending_batches",
+            "gauge",
+            "Batches sent to sinks and not acknowledged yet, all sinks.",
+            [({}, runner["sink_pending"])],
+        )
+    if runtime is not None:
+        _runtime_gauges(t, runtime)
     t.metric(
         "vertebra_log_events_total", "counter", "Events folded from the log.", [({}, folder.events)]
     )
@@ -216,6 +257,41 @@ def prometheus_text(
             [({}, exporter.get("depth", 0))],
         )
     return "\n".join(t.lines) + "\n"
+
+
+def _runtime_gauges(t: _Text, runtime: Any) -> None:
+    """Per-session and per-sink queue depths and the spine append latency histogram."""
+    t.metric(
+        "vertebra_session_ingress_depth",
+        "gauge",
+        "Ingress per session with any waiting, by queue (see vertebra_ingress_depth).",
+        [
+            ({"session": sid, "queue": name}, n)
+            for sid, q in sorted(runtime.queues.items())
+            for name, n in zip(_QUEUE_NAMES, q, strict=True)
+        ],
+    )
+    t.metric(
+        "vertebra_sink_queue_depth",
+        "gauge",
+        "Unacknowledged batches of each actor sink (the sink drops past its bound).",
+        [({"sink": k}, v) for k, v in sorted(runtime.sinks.items())],
+    )
+    counts = list(runtime.append_counts)
+    bounds = list(runtime.append_bounds)
+    if len(counts) != len(bounds) + 1:
+        return
+    name = "vertebra_spine_append_duration_seconds"
+    t.raw(f"# HELP {name} Spine append latency in session processes and the Runner.")
+    t.raw(f"# TYPE {name} histogram")
+    running = 0
+    for bound, n in zip(bounds, counts, strict=False):
+        running += n
+        t.raw(f'{name}_bucket{{le="{_num(bound)}"}} {running}')
+    total = sum(counts)
+    t.raw(f'{name}_bucket{{le="+Inf"}} {total}')
+    t.raw(f"{name}_sum {_num(round(runtime.append_seconds, 6))}")
+    t.raw(f"{name}_count {total}")
 
 
 def session_states(infos: Any) -> dict[str, int]:

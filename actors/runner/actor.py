@@ -34,6 +34,8 @@ from spine import (
 from spine.seal import KeyStore, verify_stream
 
 from .. import messages as m
+from ..histogram import Histogram
+from ..logformat import child_context
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
 from ..session import protocol as sp
 from ..session.actor import SessionActor
@@ -72,6 +74,9 @@ class RunnerActor(GuardedActor):
         self.spine: Log | None = None
         self.registry: Registry | None = None
         self.sinks = SinkRouter(self.send)
+        #: Spine append latencies of every session process (merged from their reports)
+        #: and of the Runner's own appends.
+        self.appends = Histogram()
         self.exiting = False
         self.projection: Any = None
         self._woken_at = -WAKE_INTERVAL
@@ -185,7 +190,7 @@ class RunnerActor(GuardedActor):
         why = "revived by an operator" + (f": {msg.reason}" if msg.reason else "")
         ev = Event(kind=Kind.LIFECYCLE, phase=Phase.RECOVERED, reason=why)
         try:
-            res = self.spine.append(sid, [ev], expected_seq=state.last_seq)
+            res = self._append(sid, [ev], expected_seq=state.last_seq)
         except SpineError as exc:
             refuse("ActorsError", f"could not record the revival of {sid}: {exc}")
             return
@@ -250,7 +255,16 @@ class RunnerActor(GuardedActor):
     def receiveMsg_GetRunnerStats(self, msg: m.GetRunnerStats, sender: Any) -> None:
         counters = self.registry.stats() if self.registry is not None else {}
         counters.update(self.sinks.stats())
-        self.send(sender, m.RunnerStats(request_id=msg.request_id, counters=counters))
+        stats = m.RunnerStats(
+            request_id=msg.request_id,
+            counters=counters,
+            queues=self.registry.queues() if self.registry is not None else {},
+            sinks=self.sinks.pending(),
+            append_bounds=self.appends.bounds,
+            append_counts=tuple(self.appends.counts),
+            append_seconds=self.appends.sum,
+        )
+        self.send(sender, stats)
 
     # -- from sessions, children and timers --------------------------------------------
 
@@ -262,6 +276,8 @@ class RunnerActor(GuardedActor):
         """Pongs to the Runner's own pings carry nothing it needs."""
 
     def receiveMsg_Appended(self, msg: sp.Appended, sender: Any) -> None:
+        if msg.append_counts:
+            self.appends.add(msg.append_counts, msg.append_seconds)
         if self.registry is not None:
             self._do(self.registry.appended(msg, time.monotonic()))
 
@@ -363,6 +379,13 @@ class RunnerActor(GuardedActor):
 
     def _spawn(self, action: a.Spawn) -> None:
         assert self.cfg is not None and self.registry is not None
+        # The new process's records name its session from Thespian's first one on.
+        entry = self.registry.entries.get(action.session_id)
+        child_context(
+            session=action.session_id,
+            incarnation=action.incarnation,
+            seq=entry.last_seq if entry is not None else 0,
+        )
         address = self.createActor(SessionActor)
         self.registry.bind(action.session_id, action.incarnation, address)
         config = sp.SessionConfig(
@@ -399,7 +422,7 @@ class RunnerActor(GuardedActor):
                 if tail and tail[0].kind == Kind.LIFECYCLE and _says_failed(tail[0].payload):
                     return
                 events = [ev]
-            res = self.spine.append(sid, events, expected_seq=last)
+            res = self._append(sid, events, expected_seq=last)
         except SpineError as exc:
             _log().error("could not record failure of %s: %s", sid, exc)
             return
@@ -454,13 +477,21 @@ class RunnerActor(GuardedActor):
                 Event(kind=Kind.LIFECYCLE, phase=Phase.CLOSED),
             ]
             try:
-                res = self.spine.append(sid, events, expected_seq=state.last_seq)
+                res = self._append(sid, events, expected_seq=state.last_seq)
             except ConflictError:
                 continue
             self._published(sid, res.records)
             return self.registry.stored_terminal(sid, "closed", res.last_seq)
         _log().error("session %s: could not close it in the log; its stream kept moving", sid)
         return []
+
+    def _append(self, sid: str, events: list[Event], expected_seq: int) -> Any:
+        """Append to ``sid`` as its writer, timing it with the sessions' appends."""
+        assert self.spine is not None
+        started = time.perf_counter()
+        res = self.spine.append(sid, events, expected_seq=expected_seq)
+        self.appends.observe(time.perf_counter() - started)
+        return res
 
     def _published(self, sid: str, records: Any) -> None:
         """Records the Runner appended itself reach sinks and the projection like any."""

@@ -78,6 +78,8 @@ class Entry:
     incarnation: int = 0
     last_seq: int = 0
     busy: bool = False
+    #: Stored messages waiting in the live incarnation for a turn (as it last reported).
+    queued: int = 0
     last_activity: float = 0.0
     #: Why the Runner asked the current incarnation to stop ("" if it did not).
     stop_reason: str = ""

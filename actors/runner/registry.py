@@ -265,6 +265,7 @@ class Registry:
                 e.in_flight.pop(k, None)
                 e.crashes.pop(k, None)
             e.busy = msg.busy
+            e.queued = msg.queued
             e.last_activity = now
         out: list[Action] = [WakeProjection()] if msg.records else []
         if msg.records or msg.live:
@@ -404,6 +405,23 @@ class Registry:
         out = dict(self.counters)
         out["live"] = sum(1 for e in self.entries.values() if e.state == EntryState.LIVE)
         out["known"] = len(self.entries)
+        queues = self.queues().values()
+        out["ingress_pending"] = sum(q[0] for q in queues)
+        out["ingress_in_flight"] = sum(q[1] for q in queues)
+        out["ingress_queued"] = sum(q[2] for q in queues)
+        return out
+
+    def queues(self) -> dict[str, tuple[int, int, int]]:
+        """Each session's ingress as the Runner knows it, for sessions with any:
+        ``(pending, in_flight, queued)``: requests waiting here for a live incarnation,
+        keyed ingress forwarded to it and not committed yet (in its mailbox or being
+        decided), and stored messages it reported waiting for a turn."""
+        out: dict[str, tuple[int, int, int]] = {}
+        for sid, e in self.entries.items():
+            queued = e.queued if e.state == EntryState.LIVE else 0
+            q = (len(e.pending), len(e.in_flight), queued)
+            if any(q):
+                out[sid] = q
         return out
 
 

@@ -126,9 +126,14 @@ class SinkRouter:
                 s.failures += 1
                 s.pending = max(0, s.pending - 1)
 
+    def pending(self) -> dict[str, int]:
+        """Unacknowledged batches of each sink that is an actor (its queue as seen here)."""
+        return {s.sink_id: s.pending for s in self._sinks.values() if not callable(s.target)}
+
     def stats(self) -> dict[str, int]:
         return {
             "sinks": len(self._sinks),
+            "sink_pending": sum(s.pending for s in self._sinks.values()),
             "sink_delivered": sum(s.delivered for s in self._sinks.values()),
             "sink_dropped": sum(s.dropped for s in self._sinks.values()),
             "sink_failures": sum(s.failures for s in self._sinks.values()),

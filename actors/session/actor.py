@@ -27,6 +27,7 @@ from spine.seal import KeyStore
 
 from .. import messages as m
 from ..agents import ModelFactory
+from ..logformat import set_context
 from ..mailslot import Mailslot, supports_watch
 from ..messages import Ping, Pong
 from ..shell import GuardedActor
@@ -148,6 +149,9 @@ class SessionActor(GuardedActor):
         if supports_watch(self):
             self._slot = Mailslot()
         data_dir = os.path.dirname(cfg.db_path)
+        # Every record this process writes from here on names the session and incarnation
+        # (and, once it appends, its last seq and kind).
+        set_context(session=sid, incarnation=cfg.incarnation)
         configure_actor_logging(data_dir)
         # The session is its log's only user in this process: one connection, not two.
         self.log = open_log(cfg.spine or cfg.db_path, single_connection=True)
@@ -165,6 +169,10 @@ class SessionActor(GuardedActor):
             base = SessionState(session_id=sid)
         self.snap_seq = base.last_seq
         stored = fold(base, self.log.read_events(sid, base.last_seq))
+        set_context(seq=stored.last_seq)
+        _log().info(
+            "session %s: incarnation %d serving from seq %d", sid, cfg.incarnation, stored.last_seq
+        )
         self.state = c.Session(stored=stored, busy_policy=cfg.busy_policy)
         opened = c.Open(incarnation=cfg.incarnation, create=cfg.create, metadata=cfg.metadata)
         try:
@@ -221,6 +229,7 @@ class SessionActor(GuardedActor):
     def _append(self, events: tuple[Event, ...], key: str | None) -> AppendResult:
         assert self.log is not None and self.state is not None and self.cfg is not None
         st = self.state.stored
+        started = time.perf_counter()
         try:
             res = self.log.append(
                 st.session_id, events, expected_seq=st.last_seq, idempotency_key=key
@@ -235,6 +244,8 @@ class SessionActor(GuardedActor):
             _log().exception("session %s: append failed, stopping", st.session_id)
             self._stop_self("storage error")
             raise
+        if self.outbox is not None:
+            self.outbox.appends.observe(time.perf_counter() - started)
         if not res.duplicate:
             self._absorb(res, events)
         return res
@@ -248,6 +259,8 @@ class SessionActor(GuardedActor):
         assert self.state is not None and self.subs is not None
         st = fold(self.state.stored, events, res.first_seq)
         self.state = attrs.evolve(self.state, stored=st)
+        if res.records:
+            set_context(seq=res.records[-1].seq, kind=res.records[-1].kind)
         if self.snapshots is not None and st.last_seq - self.snap_seq >= SNAPSHOT_EVERY:
             self.snapshots.save(st)
             self.snap_seq = st.last_seq
@@ -411,7 +424,7 @@ class SessionActor(GuardedActor):
         if self.outbox.live:
             # The pace of live text is what batching protects; other news does not count.
             self._notified_at = time.monotonic()
-        self.send(self.runner, self.outbox.take(busy))
+        self.send(self.runner, self.outbox.take(busy, len(self.state.stored.pending)))
 
     def _stop_self(self, reason: str) -> None:
         if self.cfg is None or self.state is None:
@@ -422,6 +435,7 @@ class SessionActor(GuardedActor):
         if self.stopping_sent:
             return
         self.stopping_sent = True
+        _log().info("session %s: stopping (%s)", self.cfg.session_id, reason)
         self.state = attrs.evolve(self.state, stopping=True)
         self._notify()
         self.send(
@@ -570,7 +584,8 @@ class SessionActor(GuardedActor):
         if msg.payload != "orphan-check" or self.exited:
             return
         if os.getppid() != self.ppid:
-            _log().warning("session %s: runner gone, stopping orphaned incarnation", self.ppid)
+            sid = self.cfg.session_id if self.cfg else ""
+            _log().warning("session %s: runner gone, stopping orphaned incarnation", sid)
             self.stopping_sent = True
             self.exited = True
             if self.worker is not None:

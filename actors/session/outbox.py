@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..histogram import Histogram
 from .protocol import Appended
 
 #: Seconds a session gathers news for the Runner before sending it in one message.
@@ -24,6 +25,8 @@ class Outbox:
         self.records: list[tuple[int, str, bytes]] = []
         self.live: list[tuple[int, str, str, str]] = []
         self.keys: list[str] = []
+        #: Spine append latencies since the last report; they ride on the next one.
+        self.appends = Histogram()
 
     def add(
         self,
@@ -41,7 +44,8 @@ class Outbox:
     def full(self) -> bool:
         return len(self.records) >= NOTIFY_MAX_RECORDS
 
-    def take(self, busy: bool) -> Appended:
+    def take(self, busy: bool, queued: int = 0) -> Appended:
+        counts, seconds = self.appends.take()
         msg = Appended(
             session_id=self._sid,
             incarnation=self._incarnation,
@@ -49,6 +53,9 @@ class Outbox:
             live=tuple(self.live),
             keys=tuple(self.keys),
             busy=busy,
+            queued=queued,
+            append_counts=counts if any(counts) else (),
+            append_seconds=seconds,
         )
         self.records.clear()
         self.live.clear()

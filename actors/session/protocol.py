@@ -65,7 +65,9 @@ class Appended:
     record ``after_seq`` and before ``after_seq + 1`` (the order of production relative to
     stored events; items with the same ``after_seq`` keep their order). ``keys`` are the
     ingress keys now committed (so the Runner stops tracking them); ``busy`` says whether a
-    turn is running or queued (idle sessions may be passivated).
+    turn is running or queued (idle sessions may be passivated); ``queued`` counts the stored
+    messages waiting for a turn. ``append_counts`` and ``append_seconds`` are the spine
+    append latencies observed since the last report (`actors.histogram.Histogram.take`).
     """
 
     session_id: str
@@ -74,6 +76,9 @@ class Appended:
     live: tuple[tuple[int, str, str, str], ...] = attrs.field(factory=tuple, converter=_tuple)
     keys: tuple[str, ...] = attrs.field(factory=tuple, converter=_tuple)
     busy: bool = False
+    queued: int = 0
+    append_counts: tuple[int, ...] = attrs.field(factory=tuple, converter=_tuple)
+    append_seconds: float = 0.0
 
 
 @attrs.frozen(kw_only=True)
