@@ -638,11 +638,13 @@ def test_openapi_lists_every_route_and_validates(http: httpx.Client) -> None:
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 
 
-def _readme_curl_block() -> str:
+def _readme_curl_block(marker: str = "TOKEN=") -> str:
+    """The first shell block of the README's HTTP section that contains ``marker``."""
     text = README.read_text()
     section = text[text.index("## HTTP, server-sent events") :]
+    section = section[: section.index("\n## ", 1)]
     blocks = section.split("```sh\n")
-    return next(b.split("```")[0] for b in blocks if b.startswith("TOKEN="))
+    return next(b.split("```")[0] for b in blocks[1:] if marker in b)
 
 
 def test_serve_http_prints_the_url_and_the_readme_curl_examples_work(
@@ -704,6 +706,23 @@ def test_serve_http_prints_the_url_and_the_readme_curl_examples_work(
             text=True,
             timeout=60,
         )
+        goal = subprocess.run(
+            [
+                "bash",
+                "-euo",
+                "pipefail",
+                "-c",
+                _readme_curl_block("/goals").replace("8080", str(port)),
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=90,
+            env={**os.environ, "TOKEN": token},
+        )
+        assert goal.returncode == 0, goal.stderr
+        assert '"id":"goal-1"' in goal.stdout and '"duplicate":false' in goal.stdout
+        assert '"state":"converged","answer":"[scripted] plan the release"' in goal.stdout
         scoped = ro.stdout.strip()
         headers = {"Authorization": f"Bearer {scoped}"}
         base = f"http://127.0.0.1:{port}/v1/sessions/chat-1"
