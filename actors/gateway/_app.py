@@ -433,6 +433,8 @@ async def wait_goal(gw: Gateway, request: Request) -> Response:
     sid = session_id(request)
     timeout = float_param(request, "timeout", WAIT_DEFAULT, high=WAIT_MAX)
     await known(gw, sid)
+    if gw.stopping:
+        raise HttpError(503, "unavailable", "the gateway is stopping")
     ends = (Kind.CONVERGED, Kind.STALLED)
     with gw.hubs.waiting(sid, ends) as waiter:
         # Joined first, read second: an end stored meanwhile is in one or the other.
