@@ -208,12 +208,19 @@ def sse_latency(
     return sse, base
 
 
-def report_latency(name: str, sse: list[float], base: list[float]) -> None:
+#: The target for 100 clients: p99 at most this much over the spine subscriber's p99.
+TARGET_OVER = 0.005
+
+
+def report_latency(name: str, sse: list[float], base: list[float], clients: int) -> None:
     p50, p99, b50, b99 = pct(sse, 0.5), pct(sse, 0.99), pct(base, 0.5), pct(base, 0.99)
     print(f"SSE latency, {name} (n={len(sse)}, baseline n={len(base)})")
     print(f"  SSE        p50 {ms(p50)}  p99 {ms(p99)}")
     print(f"  spine sub  p50 {ms(b50)}  p99 {ms(b99)}")
     print(f"  over base  p50 {ms(p50 - b50)}  p99 {ms(p99 - b99)}   ratio p99 {p99 / b99:5.2f}x")
+    if clients >= 100:
+        verdict = "met" if p99 - b99 <= TARGET_OVER else "MISSED"
+        print(f"  target p99 <= base + {TARGET_OVER * 1e3:g} ms: {verdict}")
 
 
 # -- POST throughput ---------------------------------------------------------------------
@@ -285,7 +292,7 @@ def main() -> None:
         ):
             name = f"{clients} client(s) over {streams} stream(s), {1 / pace:.0f} appends/s"
             sse, base = sse_latency(d, clients, streams, appends, pace, str(i))
-            report_latency(name, sse, base)
+            report_latency(name, sse, base, clients)
         throughput(d, 8, 1.0 if args.quick else 3.0, 1 if args.quick else 3)
     finally:
         d.stop()

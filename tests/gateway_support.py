@@ -21,7 +21,8 @@ def running_gateway(data: pathlib.Path, **options: Any) -> Iterator[GatewayHandl
     """A gateway over its own multiproc Host on loopback; afterwards no process of its
     actor system may be left."""
     before = set(SYSTEM_SESSIONS)
-    gw = start_gateway(data, "127.0.0.1:0", timeout=20, **options)
+    options.setdefault("timeout", 20)
+    gw = start_gateway(data, "127.0.0.1:0", **options)
     try:
         yield gw
     finally:

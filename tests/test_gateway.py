@@ -115,6 +115,19 @@ def test_a_retry_with_the_same_idempotency_key_returns_the_same_ack(http: httpx.
     assert _kinds(http, "idem-1").count("user.message") == 1
 
 
+def test_a_session_id_outside_latin_1_is_created_and_its_location_percent_encoded(
+    http: httpx.Client,
+) -> None:
+    """An id such as "séance-日本" cannot go into a header as it is: the Location header
+    carries it percent-encoded, and following it reads the session."""
+    r = http.post("/v1/sessions", json={"id": "séance-日本"})
+    assert r.status_code == 201, r.text
+    assert r.headers["location"] == "/v1/sessions/s%C3%A9ance-%E6%97%A5%E6%9C%AC"
+    assert http.get(r.headers["location"]).json()["id"] == "séance-日本"
+    ack = http.post(f"{r.headers['location']}/messages", json={"text": "bonjour"})
+    assert ack.status_code == 201, ack.text
+
+
 def test_a_slash_command_is_consumed_and_its_notice_returned(http: httpx.Client) -> None:
     """/model changes metadata; the ack says consumed and carries the notice."""
     _new(http, "slash-1")
@@ -178,6 +191,121 @@ def test_interrupt_cuts_a_hanging_turn_off(http: httpx.Client) -> None:
     r = http.post("/v1/sessions/int-1/interrupt", json={"reason": "stop"})
     assert r.status_code == 200, r.text
     assert _wait_turn_end(http, "int-1", ack["seq"])["kind"] == "turn.cancelled"
+
+
+# -- goal runs ------------------------------------------------------------------------------
+
+CALC = '!tool calculator {"expression": "6*7"}'
+
+
+def _goal(http: httpx.Client, sid: str, key: str | None = None, **body: Any) -> httpx.Response:
+    headers = {"Idempotency-Key": key} if key else {}
+    return http.post(f"/v1/sessions/{sid}/goals", json=body, headers=headers)
+
+
+def _wait(http: httpx.Client, sid: str, timeout: float = 30) -> httpx.Response:
+    return http.get(f"/v1/sessions/{sid}/goals/wait", params={"timeout": timeout})
+
+
+def test_a_goal_run_is_submitted_and_its_answer_waited_for_over_http(
+    http: httpx.Client,
+) -> None:
+    """POST goals answers 201 with the objective's seq (a retry with the same
+    Idempotency-Key gets the same Ack); GET goals/wait returns the answer, also when
+    asked again after the run ended."""
+    _new(http, "goal-1")
+    r = _goal(http, "goal-1", "g-1", objective=CALC, budget={"max_turns": 3})
+    assert r.status_code == 201, r.text
+    first = r.json()
+    again = _goal(http, "goal-1", "g-1", objective=CALC, budget={"max_turns": 3}).json()
+    assert again["seq"] == first["seq"] and again["duplicate"] is True
+    w = _wait(http, "goal-1")
+    assert w.status_code == 200, w.text
+    assert w.json()["state"] == "converged"
+    assert w.json()["answer"] == "calculator returned 42"
+    assert _wait(http, "goal-1", 0).json() == w.json()
+    kinds = _kinds(http, "goal-1")
+    assert kinds.count("session.started") == 2 and kinds.count("session.converged") == 1
+    assert http.get("/v1/sessions/goal-1/status").json()["result"] == "calculator returned 42"
+
+
+def test_a_goal_run_that_is_interrupted_waits_then_reports_its_stall_reason(
+    http: httpx.Client,
+) -> None:
+    """While the run hangs, wait answers "running" at its timeout, a second run is 409
+    and a retried submit is still the same Ack; after the interrupt wait reports the
+    stall with its reason."""
+    _new(http, "goal-2")
+    first = _goal(http, "goal-2", "g-2", objective="!hang")
+    assert first.status_code == 201, first.text
+    wait_for(lambda: "turn.started" in _kinds(http, "goal-2"))
+    w = _wait(http, "goal-2", 0.2).json()
+    assert w["state"] == "running" and w["goal"] == "goal-2"
+    r = _goal(http, "goal-2", objective="another")
+    assert r.status_code == 409 and r.json()["error"] == "running", r.text
+    retry = _goal(http, "goal-2", "g-2", objective="!hang")
+    assert retry.status_code == 201 and retry.json()["seq"] == first.json()["seq"]
+    assert http.post("/v1/sessions/goal-2/interrupt").status_code == 200
+    w = _wait(http, "goal-2").json()
+    assert w["state"] == "stalled" and "cancelled" in w["reason"], w
+
+
+def test_bad_goal_requests_are_clear_errors(http: httpx.Client) -> None:
+    """No run to wait for is 409; a missing objective, a bad budget or timeout is 422;
+    an unknown session is 404."""
+    _new(http, "goal-3")
+    cases = [
+        (_wait(http, "goal-3", 0), 409, "no_goal"),
+        (_goal(http, "goal-3"), 422, "invalid_field"),
+        (_goal(http, "goal-3", objective="  "), 422, "invalid_field"),
+        (_goal(http, "goal-3", objective="x", budget={"max_turns": 0}), 422, "invalid_field"),
+        (_goal(http, "goal-3", objective="x", budget={"turns": 1}), 422, "invalid_field"),
+        (_goal(http, "goal-3", objective="x", budget=[1]), 422, "invalid_field"),
+        (_wait(http, "goal-3", -1), 422, "invalid_field"),
+        (_wait(http, "goal-3", 301), 422, "invalid_field"),
+        (http.get("/v1/sessions/goal-3/goals/wait?timeout=soon"), 422, "invalid_field"),
+        (_goal(http, "nobody", objective="x"), 404, "not_found"),
+        (_wait(http, "nobody"), 404, "not_found"),
+    ]
+    for r, status, code in cases:
+        assert (r.status_code, r.json()["error"]) == (status, code), (r.request.url, r.text)
+    assert "session.started" in _kinds(http, "goal-3")
+    assert "user.message" not in _kinds(http, "goal-3")
+
+
+def test_goal_routes_honour_scoped_and_read_only_tokens(
+    gw: GatewayHandle, http: httpx.Client
+) -> None:
+    """A token for another session gets 403 on both goal routes; a read-only token may
+    wait but not submit."""
+    _new(http, "goal-4")
+    _new(http, "goal-4-other")
+    other = create_token(gw.host.data_dir, ["goal-4-other"])
+    ro = create_token(gw.host.data_dir, ["goal-4"], read_only=True)
+    with client(gw, other) as c:
+        for r in (_goal(c, "goal-4", objective=CALC), _wait(c, "goal-4", 0)):
+            assert r.status_code == 403 and r.json()["error"] == "forbidden", r.request.url
+    with client(gw, ro) as c:
+        r = _goal(c, "goal-4", objective=CALC)
+        assert r.status_code == 403 and r.json()["error"] == "forbidden"
+        assert _wait(c, "goal-4", 0).status_code == 409
+    assert "user.message" not in _kinds(http, "goal-4")
+    assert _goal(http, "goal-4", objective=CALC).status_code == 201
+    with client(gw, ro) as c:
+        assert _wait(c, "goal-4").json()["answer"] == "calculator returned 42"
+
+
+def test_a_goal_waited_for_after_a_daemon_restart_is_read_from_the_stream(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A run that converged under one daemon is answered by the next one's wait."""
+    with running_gateway(tmp_path / "data") as g, client(g) as http:
+        _new(http, "goal-5")
+        assert _goal(http, "goal-5", objective=CALC).status_code == 201
+        assert _wait(http, "goal-5").json()["state"] == "converged"
+    with running_gateway(tmp_path / "data") as g, client(g) as http:
+        w = _wait(http, "goal-5", 0).json()
+        assert (w["state"], w["answer"]) == ("converged", "calculator returned 42")
 
 
 # -- errors ---------------------------------------------------------------------------------
@@ -510,11 +638,13 @@ def test_openapi_lists_every_route_and_validates(http: httpx.Client) -> None:
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 
 
-def _readme_curl_block() -> str:
+def _readme_curl_block(marker: str = "TOKEN=") -> str:
+    """The first shell block of the README's HTTP section that contains ``marker``."""
     text = README.read_text()
     section = text[text.index("## HTTP, server-sent events") :]
+    section = section[: section.index("\n## ", 1)]
     blocks = section.split("```sh\n")
-    return next(b.split("```")[0] for b in blocks if b.startswith("TOKEN="))
+    return next(b.split("```")[0] for b in blocks[1:] if marker in b)
 
 
 def test_serve_http_prints_the_url_and_the_readme_curl_examples_work(
@@ -576,6 +706,23 @@ def test_serve_http_prints_the_url_and_the_readme_curl_examples_work(
             text=True,
             timeout=60,
         )
+        goal = subprocess.run(
+            [
+                "bash",
+                "-euo",
+                "pipefail",
+                "-c",
+                _readme_curl_block("/goals").replace("8080", str(port)),
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=90,
+            env={**os.environ, "TOKEN": token},
+        )
+        assert goal.returncode == 0, goal.stderr
+        assert '"id":"goal-1"' in goal.stdout and '"duplicate":false' in goal.stdout
+        assert '"state":"converged","answer":"[scripted] plan the release"' in goal.stdout
         scoped = ro.stdout.strip()
         headers = {"Authorization": f"Bearer {scoped}"}
         base = f"http://127.0.0.1:{port}/v1/sessions/chat-1"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import shutil
@@ -178,3 +179,35 @@ def test_a_pending_action_is_approved_from_the_page(page: Any, gw: GatewayHandle
         evs = http.get("/v1/sessions/web-gov/history").json()["events"]
     approvals = [e for e in evs if e["kind"] == "action.approval"]
     assert len(approvals) == 1 and approvals[0].get("allowed") is True
+
+
+def test_a_goal_run_with_children_renders_and_fills_the_fan_out_tree(
+    page: Any, gw: GatewayHandle
+) -> None:
+    """ "Run as goal" submits the input as a goal: the transcript shows the run start, the
+    two children spawned and folded back and the converged answer; the fan-out panel
+    shows both children done with their results."""
+    with client(gw) as http:
+        assert http.post("/v1/sessions", json={"id": "web-goal"}).status_code == 201
+    page.reload()
+    page.click("#session-list li[data-id='web-goal']")
+    page.wait_for_selector("#session-list li.active[data-id='web-goal']")
+    spawns = [
+        "!tool spawn " + json.dumps({"objective": o})
+        for o in ('!tool calculator {"expression": "6*7"}', "hello child")
+    ]
+    page.fill("#input", "\n".join(spawns))
+    page.click("#goal")
+    page.wait_for_selector(".note.goal:has-text('goal run started')")
+    page.wait_for_selector(".msg.goal.converged:has-text('calculator returned 42')")
+    assert page.locator(".note.child:has-text('spawned web-goal-')").count() == 2
+    page.wait_for_function("document.querySelectorAll('#fanout li.child.done').length === 2")
+    tree = page.locator("#fanout").text_content()
+    assert "calculator returned 42" in tree and "[scripted] hello child" in tree
+    # The children's mirrored turns never closed the parent's own reply bubble.
+    final = page.locator(".assistant:has-text('spawn returned')")
+    assert final.count() == 1 and "streaming" not in (final.get_attribute("class") or "")
+    with client(gw) as http:
+        w = http.get("/v1/sessions/web-goal/goals/wait", params={"timeout": 30}).json()
+    assert w["state"] == "converged"
+    _shot(page, "goal")

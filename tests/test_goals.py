@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from actors import messages as m
 from actors.session import commands as c
 from actors.testing import Outcome, SessionKit
 from projections import project
@@ -165,6 +166,18 @@ def test_a_second_submit_while_a_run_is_in_flight_is_refused() -> None:
     assert out.error == "InvalidRequest" and not out.events
     kit.finish(text="1")
     assert _submit(kit, "three").kinds[0] == Kind.SESSION_STARTED
+
+
+def test_a_retried_submit_is_answered_as_the_first_even_while_its_run_goes_on() -> None:
+    """A Submit whose key the log already holds gets the first Ack again (duplicate, same
+    seq), not the refusal a second run would get; nothing more is stored."""
+    kit = SessionKit()
+    kit.create()
+    first = _submit(kit, "one")
+    stored = tuple((e.seq, str(e.kind)) for e in first.events)
+    again = kit.run(c.Submit(request_id="r2", key="goal-one", objective="one", stored=stored))
+    assert isinstance(again.reply, m.Ack) and again.reply.duplicate
+    assert again.reply.seq == first.reply.seq and not again.events
 
 
 @pytest.mark.parametrize(

@@ -13,11 +13,13 @@ context per thread); reads (history, SSE) tail the spine directly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import importlib.resources
 import logging
 import math
 import threading
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -30,11 +32,13 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 
-from spine import InvalidArgumentError, Log, subscribe_all, validate_session_id
+from spine import InvalidArgumentError, Kind, Log, subscribe_all, validate_session_id
+from spine import history as stream_history
 
 from .. import errors as e
 from ..host import Host
 from ..otel._metrics import CONTENT_TYPE, LogMetrics, prometheus_text, session_states
+from ..session.goals import budget_problem
 from . import _sse
 from ._hub import Hubs
 from ._tokens import Grant, TokenStore
@@ -45,6 +49,9 @@ log = logging.getLogger("vertebra.gateway")
 MAX_BODY = 256 * 1024
 #: Largest page of history one request returns.
 MAX_LIMIT = 1000
+#: How long ``GET .../goals/wait`` waits without a ``timeout``, and at most (seconds).
+WAIT_DEFAULT = 30.0
+WAIT_MAX = 300.0
 STATIC = importlib.resources.files("actors.gateway") / "static"
 
 # Errors of the actor layer and the status each gets.
@@ -247,6 +254,31 @@ def string_map(value: Any, name: str, *, nulls: bool) -> dict[str, str | None]:
     return value
 
 
+def session_path(sid: str) -> str:
+    """The session's address, its id percent-encoded (headers carry Latin-1 only)."""
+    return f"/v1/sessions/{urllib.parse.quote(sid, safe='')}"
+
+
+def idempotency_key(request: Request) -> str | None:
+    key = request.headers.get("idempotency-key")
+    if key is not None and not (0 < len(key) <= 200 and key.isprintable()):
+        raise HttpError(422, "invalid_field", "Idempotency-Key must be 1-200 printable characters")
+    return key
+
+
+def float_param(request: Request, name: str, default: float, *, high: float) -> float:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise HttpError(422, "invalid_field", f"{name} must be a number of seconds") from None
+    if not 0 <= value <= high:  # also refuses nan
+        raise HttpError(422, "invalid_field", f"{name} must be between 0 and {high:g}")
+    return value
+
+
 def int_param(request: Request, name: str, default: int, *, low: int = 0, high: int = 2**62) -> int:
     raw = request.query_params.get(name)
     if raw is None:
@@ -335,7 +367,8 @@ async def create_session(gw: Gateway, request: Request) -> Response:
         raise HttpError(403, "forbidden", "this token may only create its own sessions")
     sid = await call(gw.host.create, sid, metadata)
     info = await call(gw.host.get, sid)
-    return json_response(info_json(info), 201, {"Location": f"/v1/sessions/{sid}"})
+    # A header is Latin-1 on the wire and an id need not be: percent-encode it (RFC 3986).
+    return json_response(info_json(info), 201, {"Location": session_path(sid)})
 
 
 @route("GET", "/v1/sessions/{id}", "read")
@@ -359,11 +392,77 @@ async def send_message(gw: Gateway, request: Request) -> Response:
     text = body.get("text")
     if not isinstance(text, str):
         raise HttpError(422, "invalid_field", "'text' must be a string")
-    key = request.headers.get("idempotency-key")
-    if key is not None and not (0 < len(key) <= 200 and key.isprintable()):
-        raise HttpError(422, "invalid_field", "Idempotency-Key must be 1-200 printable characters")
+    key = idempotency_key(request)
     ack = await call(gw.host.send, sid, text, key=f"http:{key}" if key else None)
     return json_response(ack_json(ack), 201)
+
+
+@route("POST", "/v1/sessions/{id}/goals", "write")
+async def submit_goal(gw: Gateway, request: Request) -> Response:
+    """Open a goal run: ``{"objective": ..., "budget": {"max_turns": N, ...}}``; 201 with
+    the Ack (``seq`` of the objective's user message). ``Idempotency-Key`` makes a retry
+    return the same Ack, also while the run goes on; another run in flight is 409."""
+    sid = session_id(request)
+    body = await json_body(request)
+    objective = body.get("objective")
+    if not isinstance(objective, str) or not objective.strip():
+        raise HttpError(422, "invalid_field", "'objective' must be a non-empty string")
+    budget = field(body, "budget", dict, {})
+    problem = budget_problem(budget)
+    if problem:
+        raise HttpError(422, "invalid_field", problem)
+    key = idempotency_key(request)
+    try:
+        ack = await call(
+            gw.host.submit, sid, objective, budget=budget, key=f"http-goal:{key}" if key else None
+        )
+    except e.InvalidRequest as exc:
+        if "already runs a goal" in str(exc):
+            raise HttpError(409, "running", str(exc)) from None
+        raise
+    return json_response(ack_json(ack), 201)
+
+
+@route("GET", "/v1/sessions/{id}/goals/wait", "read")
+async def wait_goal(gw: Gateway, request: Request) -> Response:
+    """The end of the session's latest goal run, waiting up to ``timeout`` seconds
+    (default `WAIT_DEFAULT`, at most `WAIT_MAX`): ``{"state": "converged", "answer": ...}``,
+    ``{"state": "stalled", "reason": ...}``, or ``{"state": "running"}`` if it has not
+    ended by then (ask again). Read from the stream, so it answers for a run that ended
+    before the call and across daemon restarts. 409 if the session has run no goal."""
+    sid = session_id(request)
+    timeout = float_param(request, "timeout", WAIT_DEFAULT, high=WAIT_MAX)
+    await known(gw, sid)
+    if gw.stopping:
+        raise HttpError(503, "unavailable", "the gateway is stopping")
+    ends = (Kind.CONVERGED, Kind.STALLED)
+    with gw.hubs.waiting(sid, ends) as waiter:
+        # Joined first, read second: an end stored meanwhile is in one or the other.
+        events = await call(stream_history, gw.log, sid)
+        start = next(
+            (ev for ev in reversed(events) if ev.kind == Kind.SESSION_STARTED and ev.goal), None
+        )
+        if start is None:
+            raise HttpError(409, "no_goal", f"session {sid!r} has run no goal")
+        end = next((ev for ev in events if ev.seq > start.seq and ev.kind in ends), None)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while end is None:
+            hit = next((r for r in waiter.found if r.seq > start.seq), None)
+            if hit is not None:
+                end = hit.event()
+                break
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0 or gw.stopping:
+                return json_response({"state": "running", "goal": start.goal, "seq": start.seq})
+            waiter.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter.changed.wait(), left)
+    if end.kind == Kind.CONVERGED:
+        return json_response(
+            {"state": "converged", "answer": end.text, "goal": end.goal, "seq": end.seq}
+        )
+    reason = end.error or "stalled"
+    return json_response({"state": "stalled", "reason": reason, "goal": end.goal, "seq": end.seq})
 
 
 @route("POST", "/v1/sessions/{id}/interrupt", "write")

@@ -18,10 +18,11 @@ content). The stream ends after the lifecycle event that closes the session, lik
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 import anyio.to_thread
@@ -140,6 +141,25 @@ class Client:
         await self._room.wait()
 
 
+class Waiter:
+    """Collects the records of some kinds that a hub hands out after it joined (a goal
+    wait: the end of a run), on the loop."""
+
+    def __init__(self, kinds: Iterable[str]) -> None:
+        self.kinds = frozenset(kinds)
+        self.found: list[Record] = []
+        self.changed = asyncio.Event()
+
+    def offer(self, batch: list[tuple[Record, bytes]]) -> None:
+        hits = [r for r, _ in batch if r.kind in self.kinds]
+        if hits:
+            self.found.extend(hits)
+            self.changed.set()
+
+    def end(self) -> None:
+        self.changed.set()
+
+
 class Hub:
     """The shared tail of one stream: a thread reads each batch of new records once and
     hands it to the loop, which offers it to every client that joined."""
@@ -147,6 +167,7 @@ class Hub:
     def __init__(self, log_: Log, stream: str, loop: asyncio.AbstractEventLoop) -> None:
         self.stream = stream
         self.clients: set[Client] = set()
+        self.waiters: set[Waiter] = set()
         self._loop = loop
         # What the hub has handed out: nothing yet, and it starts at the log's end.
         self.position = log_.last_seq(stream)
@@ -174,6 +195,8 @@ class Hub:
     def _dispatch(self, batch: list[tuple[Record, bytes]]) -> None:
         for c in list(self.clients):
             c.offer(batch)
+        for w in list(self.waiters):
+            w.offer(batch)
         self.position = batch[-1][0].seq
 
     def live_item(self, item: Live) -> None:
@@ -214,16 +237,39 @@ class Hubs:
         if hub is not None:
             hub.live_item(item)
 
+    def _hub(self, stream: str) -> Hub:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        hub = self._hubs.get(stream)
+        if hub is None:
+            hub = self._hubs[stream] = Hub(self._log, stream, loop)
+        return hub
+
+    def _leave(self, hub: Hub) -> None:
+        if not hub.clients and not hub.waiters and self._hubs.get(hub.stream) is hub:
+            del self._hubs[hub.stream]
+            hub.stop()
+
+    @contextlib.contextmanager
+    def waiting(self, stream: str, kinds: Iterable[str]) -> Iterator[Waiter]:
+        """A `Waiter` on ``stream``'s hub for as long as the block runs. Everything the
+        log holds when it joins is readable from the log: read it after joining, and
+        nothing falls between the read and what the waiter sees."""
+        hub = self._hub(stream)
+        waiter = Waiter(kinds)
+        hub.waiters.add(waiter)
+        try:
+            yield waiter
+        finally:
+            hub.waiters.discard(waiter)
+            self._leave(hub)
+
     async def stream(
         self, stream: str, after: int, kinds: Iterable[str] | None
     ) -> AsyncIterator[Any]:
         """The SSE body for one client: catch up alone, then follow with the hub."""
-        loop = asyncio.get_running_loop()
-        self._loop = loop
         client = Client(after, kinds, self._capacity)
-        hub = self._hubs.get(stream)
-        if hub is None:
-            hub = self._hubs[stream] = Hub(self._log, stream, loop)
+        hub = self._hub(stream)
         hub.clients.add(client)
         try:
             yield hello()
@@ -236,9 +282,7 @@ class Hubs:
                 catch_up.cancel()
         finally:
             hub.clients.discard(client)
-            if not hub.clients and self._hubs.get(stream) is hub:
-                del self._hubs[stream]
-                hub.stop()
+            self._leave(hub)
 
     async def _catch_up(self, client: Client, hub: Hub) -> None:
         try:
@@ -261,10 +305,11 @@ class Hubs:
 
     def stop(self) -> None:
         for hub in list(self._hubs.values()):
-            for c in list(hub.clients):
+            ends = [c.end for c in hub.clients] + [w.end for w in hub.waiters]
+            for end in ends:
                 if self._loop is not None:
                     try:
-                        self._loop.call_soon_threadsafe(c.end)
+                        self._loop.call_soon_threadsafe(end)
                     except RuntimeError:
                         pass
             hub.stop()

@@ -487,7 +487,7 @@ class SessionActor(GuardedActor):
             if isinstance(command, c.Receive):
                 command = self._with_stored(command)
             elif isinstance(command, c.Submit):
-                command = attrs.evolve(command, now=time.time())
+                command = attrs.evolve(command, now=time.time(), stored=self._stored(command.key))
             if command is None:
                 text = f"a session does not take {type(msg).__name__}"
                 self._reply(reply_to, self._failure(msg.request_id, "InvalidRequest", text))
@@ -504,11 +504,14 @@ class SessionActor(GuardedActor):
 
     def _with_stored(self, cmd: c.Receive) -> c.Receive:
         """The command with what an earlier delivery of its key stored, if any."""
+        stored = self._stored(cmd.ingress.key)
+        return attrs.evolve(cmd, stored=stored) if stored else cmd
+
+    def _stored(self, key: str) -> tuple[tuple[int, str], ...]:
+        """What an earlier append with ``key`` stored, as ``(seq, kind)`` rows."""
         assert self.log is not None and self.cfg is not None
-        prior = self.log.find_key(self.cfg.session_id, cmd.ingress.key)
-        if prior is None:
-            return cmd
-        return attrs.evolve(cmd, stored=tuple((r.seq, r.kind) for r in prior.records))
+        prior = self.log.find_key(self.cfg.session_id, key)
+        return () if prior is None else tuple((r.seq, r.kind) for r in prior.records)
 
     # -- from the worker, the Runner and the timer ---------------------------------------
 

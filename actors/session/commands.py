@@ -185,6 +185,9 @@ class Submit:
     budget: Mapping[str, int] = attrs.field(factory=dict)
     #: Unix time the session received it (stamped by the shell), 0 if unknown.
     now: float = 0.0
+    #: What an earlier delivery of the same key stored, as ``(seq, kind)`` rows (the shell
+    #: looks the key up in the log), empty if nothing: a retry is answered as then.
+    stored: tuple[tuple[int, str], ...] = ()
 
 
 @attrs.frozen(kw_only=True)

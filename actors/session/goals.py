@@ -61,8 +61,20 @@ def budget_problem(budget: Mapping[str, object]) -> str:
 
 
 def submit(s: Session, cmd: Submit) -> Decision:
+    from .decide import ingress_seq
     from .refusals import refusal
 
+    if cmd.stored:
+        # A retry of a stored submit is answered as the first delivery was, even while
+        # the run it opened is still going (which would refuse a new one).
+        ack = m.Ack(
+            request_id=cmd.request_id,
+            session_id=s.session_id,
+            key=cmd.key,
+            seq=ingress_seq(cmd.stored),
+            duplicate=True,
+        )
+        return Decision(state=s, reply=ack)
     refused = refusal(s, cmd.request_id)
     if refused is not None:
         return Decision(state=s, reply=refused)

@@ -64,9 +64,41 @@ function settle(turn) {
 // The turn whose assistant text is streaming now (the last one started and not ended).
 let streamingTurn = null;
 
+// A child's events mirrored onto its parent's stream carry the child's id as their goal:
+// they belong to the child's transcript (open the child to see it), so the parent shows
+// only where each child's turns ended, and never lets them touch its own turn bubbles.
+function onMirrored(ev) {
+  if (ev.kind === "turn.completed" || ev.kind === "turn.cancelled") {
+    add("note child", `↳ ${ev.goal}: turn ${ev.turn} ${ev.kind === "turn.completed" ? "done" : "cancelled"}`);
+  }
+}
+
 function onStored(ev, seq) {
   $("transcript").dataset.lastSeq = seq;
+  if (ev.goal && ev.goal !== state.session) {
+    onMirrored(ev);
+    scheduleStatus();
+    return;
+  }
   switch (ev.kind) {
+    case "session.started":
+      if (ev.goal) {
+        const budget = Object.entries(ev.budget || {}).map(([k, v]) => `${k}=${v}`).join(", ");
+        add("note goal", `goal run started${budget ? ` (budget ${budget})` : ""}`);
+      }
+      break;
+    case "session.converged":
+      add("msg goal converged", `goal converged: ${ev.text || ""}`);
+      break;
+    case "session.stalled":
+      add("msg goal stalled", `goal stalled: ${ev.error || "stalled"}`);
+      break;
+    case "child.spawned":
+      add("note child", `spawned ${ev.child}: ${ev.text || ""}`);
+      break;
+    case "child.completed":
+      add(`note child${ev.isError ? " error" : ""}`, `${ev.child} ${ev.isError ? "failed" : "done"}: ${ev.result || ""}`);
+      break;
     case "user.message":
       add("msg user", ev.text || "");
       break;
@@ -253,7 +285,16 @@ async function refreshStatus() {
   const tree = (parent) =>
     (byParent.get(parent) || []).map((c) => {
       const li = document.createElement("li");
-      li.textContent = `${c.id} ${c.state} (trust ${c.trust || "-"}, ${c.turns} turns)`;
+      li.dataset.id = c.id;
+      li.className = `child ${c.state}`;
+      li.textContent = `${c.id} ${c.state} (trust ${c.trust || "-"}, ${c.turns} turns${c.blocked ? `, ${c.blocked} blocked` : ""}, ${c.seal})`;
+      li.title = c.objective || "";
+      if (c.result) {
+        const r = document.createElement("div");
+        r.className = "result";
+        r.textContent = c.result;
+        li.appendChild(r);
+      }
       const kids = tree(c.id);
       if (kids.length) {
         const ul = document.createElement("ul");
@@ -294,6 +335,15 @@ async function send(text) {
   }
 }
 
+async function submitGoal(objective) {
+  showError(null);
+  try {
+    await api("POST", `/v1/sessions/${encodeURIComponent(state.session)}/goals`, { objective });
+  } catch (err) {
+    showError(err);
+  }
+}
+
 function wire() {
   $("composer").onsubmit = (e) => {
     e.preventDefault();
@@ -307,6 +357,12 @@ function wire() {
       e.preventDefault();
       $("composer").requestSubmit();
     }
+  };
+  $("goal").onclick = () => {
+    const text = $("input").value;
+    if (!text.trim() || !state.session) return;
+    $("input").value = "";
+    submitGoal(text);
   };
   $("interrupt").onclick = async () => {
     showError(null);
