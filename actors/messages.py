@@ -235,6 +235,13 @@ class GetRunnerStats:
     request_id: str
 
 
+@attrs.frozen(kw_only=True)
+class GetHostTable:
+    """The member hosts a convention leader's Runner knows: answered by `HostTableReply`."""
+
+    request_id: str
+
+
 # -- replies ------------------------------------------------------------------------------
 
 
@@ -339,6 +346,14 @@ class RunnerStats:
     counters: Mapping[str, int] = attrs.field(converter=_frozen_map)
 
 
+@attrs.frozen(kw_only=True)
+class HostTableReply:
+    """One row per member host: ``host``, ``alive``, ``capacity``, ``sessions``."""
+
+    request_id: str
+    hosts: tuple[Mapping[str, Any], ...] = attrs.field(factory=tuple, converter=_tuple)
+
+
 # -- the runtime itself: guardian, Runner and liveness ---------------------------------
 
 
@@ -360,6 +375,8 @@ class RunnerConfig:
     projections: bool = True
     # Where the spine lives (a `spine.LogSpec` URL); empty: spine.db in the data directory.
     spine: str = ""
+    # A convention leader: place sessions on member hosts and watch them by heartbeats.
+    cluster: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -476,6 +493,7 @@ REQUESTS: tuple[type, ...] = (
     AddSink,
     RemoveSink,
     GetRunnerStats,
+    GetHostTable,
     ReviveSession,
     SealSession,
     VerifySession,
@@ -497,6 +515,7 @@ ALL_MESSAGES: tuple[type, ...] = (
     SubscribeReply,
     SinkReply,
     RunnerStats,
+    HostTableReply,
     EventBatch,
     SinkBatch,
 )

@@ -150,10 +150,18 @@ class SimpleTransport:
 class MultiprocTransport:
     """Multiproc bases: a private endpoint per thread, and a pump endpoint for sinks."""
 
-    def __init__(self, data_dir: str, on_batch: OnBatch, admin_port: int, attach: bool) -> None:
+    def __init__(
+        self,
+        data_dir: str,
+        on_batch: OnBatch,
+        admin_port: int,
+        attach: bool,
+        capabilities: dict[str, Any] | None = None,
+    ) -> None:
+        # ``capabilities``: more of the system's own (a convention leader's address).
         self.system = ActorSystem(
             "multiprocTCPBase",
-            {"Admin Port": admin_port},
+            {**(capabilities or {}), "Admin Port": admin_port},
             logDefs=log_defs(data_dir),
             transientUnique=not attach,
         )

@@ -35,3 +35,24 @@ class PassivationDue:
 class ProjectionWakeDue:
     """Timer payload: wake the projection actor for appends that arrived since the last
     wake (wakes are throttled, see `WAKE_INTERVAL`)."""
+
+
+@attrs.frozen
+class HeartbeatDue:
+    """Timer payload: time to ping every member's agent and to find the silent ones."""
+
+
+@attrs.frozen(kw_only=True)
+class Heartbeat:
+    """The Runner asks a member's agent whether its host still lives."""
+
+    host: str
+    beat: int
+
+
+@attrs.frozen(kw_only=True)
+class HeartbeatReply:
+    """A member's agent answers a `Heartbeat`."""
+
+    host: str
+    beat: int
