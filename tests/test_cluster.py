@@ -206,3 +206,29 @@ def _session_pids(h: Host) -> list[int]:
     from actors.system import processes_in_session
 
     return processes_in_session(h.system_session)
+
+
+def test_one_heartbeat_is_outstanding_per_member_until_answered_or_resent() -> None:
+    """A silent member is pinged again only after `RESEND_AFTER`, not at every tick."""
+    from actors.runner.cluster import RESEND_AFTER
+
+    t = HostTable()
+    m = t.joined("m1", "a1", 1, "", 0.0)
+    assert t.beats_due(0.0) == []  # no agent yet
+    m.agent = "agent"
+    assert t.beats_due(0.0) == [m]
+    assert t.beats_due(0.25) == []
+    assert t.beats_due(RESEND_AFTER) == [m]
+    t.seen("m1", RESEND_AFTER + 0.1)
+    assert t.beats_due(RESEND_AFTER + 0.2) == [m]
+
+
+def test_a_stalled_runner_gives_members_a_fresh_window_instead_of_killing_them() -> None:
+    """A heartbeat timer that fired late says the Runner, not the members, was stuck."""
+    t = HostTable(miss_after=2.0)
+    t.joined("m1", "a1", 1, "", 0.0)
+    assert t.tick(0.25)
+    assert not t.tick(10.0)  # the Runner slept 9.75 s
+    assert t.overdue(10.5) == []
+    assert t.tick(10.75)
+    assert [m.name for m in t.overdue(12.5)] == ["m1"]

@@ -159,7 +159,10 @@ class Host:
 
     def _open_transport(self, admin_port: int | None) -> Transport:
         if self.convention_bind is not None:
+            from .member import widen_transmits
+
             bind_only(self.convention_bind)
+            widen_transmits()
         loopback_only()
         orphan_guard()
         if self._simple:

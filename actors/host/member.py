@@ -18,7 +18,27 @@ from ..errors import InvalidRequest
 from ..runner.cluster import CAPACITY, DATA, HOST
 from ..system import bind_only, free_port, log_defs, orphan_guard
 
-__all__ = ["MemberHost", "parse_endpoint"]
+__all__ = ["MemberHost", "parse_endpoint", "widen_transmits"]
+
+#: Transmits a process of a convention keeps in flight at once (Thespian's default is 20).
+PENDING_TRANSMITS = 512
+
+
+def widen_transmits() -> None:
+    """Let each actor process of this host keep many more transmits in flight.
+
+    Thespian holds a message to an unreachable host (a partition) in flight until its
+    connection attempt gives up, minutes later, and queues everything else behind a
+    per-process limit of 20 such transmits: a Runner that sent a few messages towards a
+    partitioned member could then reach no one else, and its heartbeats to live members
+    would stall too. Set before the actor system starts: its processes are forked from
+    this one and inherit the module's value.
+    """
+    from thespian.system.transport import asyncTransportBase
+
+    asyncTransportBase.MAX_PENDING_TRANSMITS = max(
+        asyncTransportBase.MAX_PENDING_TRANSMITS, PENDING_TRANSMITS
+    )
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:
@@ -69,6 +89,7 @@ class MemberHost:
         self.name = name
         self.data_dir = os.path.abspath(data_dir)
         bind_only(self.bind)
+        widen_transmits()
         orphan_guard()
         self.admin_port = admin_port or free_port()
         from thespian.actors import ActorSystem

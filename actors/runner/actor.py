@@ -347,10 +347,12 @@ class RunnerActor(GuardedActor):
     def _heartbeat(self) -> None:
         assert self.hosts is not None
         self._beat += 1
-        for member in self.hosts.members.values():
-            if member.agent is not None:
-                self.send(member.agent, Heartbeat(host=member.name, beat=self._beat))
-        for member in self.hosts.overdue(time.monotonic()):
+        now = time.monotonic()
+        if not self.hosts.tick(now):
+            _log().warning("the runner was stalled; member heartbeats start a fresh window")
+        for member in self.hosts.beats_due(now):
+            self.send(member.agent, Heartbeat(host=member.name, beat=self._beat))
+        for member in self.hosts.overdue(now):
             self._member_died(member, "it missed its heartbeats")
         self.wakeupAfter(timedelta(seconds=HEARTBEAT_INTERVAL), HeartbeatDue())
 

@@ -26,7 +26,15 @@ DATA = "vertebra.data"
 #: Seconds between two heartbeats the Runner sends each member's agent.
 HEARTBEAT_INTERVAL = 0.25
 #: Heartbeat intervals without an answer after which a member is dead.
-MISSED_BEATS = 6
+MISSED_BEATS = 8
+#: Seconds before an unanswered heartbeat is sent again. One heartbeat at a time per
+#: member: each message to an unreachable host holds one of the sender's few transmit
+#: slots until its connection attempt gives up, so pinging a silent member at the
+#: heartbeat rate would soon stall every other message of the Runner.
+RESEND_AFTER = 2.0
+#: A Runner whose own heartbeat timer fires this late was itself stalled (its answers
+#: waited in its mailbox): members get a fresh window instead of being declared dead.
+STALL = HEARTBEAT_INTERVAL * 4
 
 
 def fits(capabilities: Mapping[str, Any], requirements: Mapping[str, Any] | None) -> bool:
@@ -50,6 +58,8 @@ class Member:
     last_seen: float
     agent: Any = None
     alive: bool = True
+    #: When the unanswered heartbeat went out (None: none outstanding).
+    beat_sent: float | None = None
     #: Sessions placed here whose incarnation may still run.
     sessions: set[str] = attrs.field(factory=set)
     #: Incarnations left behind when the member was declared dead; stopped if it returns.
@@ -79,6 +89,7 @@ class HostTable:
         self.members: dict[str, Member] = {}
         #: Where each session was last placed (member name).
         self.placement: dict[str, str] = {}
+        self._ticked: float | None = None
 
     def joined(self, name: str, admin: Any, capacity: int, data_dir: str, now: float) -> Member:
         """A registration notice: a member joined (or registered again)."""
@@ -105,6 +116,7 @@ class HostTable:
         if m is None:
             return None
         m.last_seen = now
+        m.beat_sent = None
         if m.alive:
             return None
         m.alive = True
@@ -138,6 +150,29 @@ class HostTable:
         for sid in moved:
             self.forget(sid)
         return moved
+
+    def tick(self, now: float) -> bool:
+        """The heartbeat timer fired: False (and a fresh window for every live member) if
+        it fired so late that the Runner itself was stalled."""
+        last, self._ticked = self._ticked, now
+        if last is None or now - last <= STALL:
+            return True
+        for m in self.members.values():
+            if m.alive:
+                m.last_seen = max(m.last_seen, now)
+        return False
+
+    def beats_due(self, now: float) -> list[Member]:
+        """Members to send a heartbeat to now: those with an agent and no heartbeat out,
+        or one out for longer than `RESEND_AFTER`."""
+        due = []
+        for m in self.members.values():
+            if m.agent is None:
+                continue
+            if m.beat_sent is None or now - m.beat_sent >= RESEND_AFTER:
+                m.beat_sent = now
+                due.append(m)
+        return due
 
     def overdue(self, now: float) -> list[Member]:
         """Live members whose last heartbeat answer is older than ``miss_after``."""
