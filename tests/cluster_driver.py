@@ -177,17 +177,28 @@ def main() -> int:
         say(phase="partitioned", member=cut, sessions=len(moving))
         wait(lambda: not placed(host)[cut]["alive"], 30, "partition detected")
         detected = time.monotonic() - t_cut
-        wait(lambda: len(load.resumed_after(moving, t_cut)) == len(moving), 60, "resume after cut")
+        try:
+            wait(
+                lambda: len(load.resumed_after(moving, t_cut)) == len(moving),
+                cfg["cut_wait"],
+                "resume after cut",
+            )
+            during = True
+        except TimeoutError:
+            during = False
         resumed = load.resumed_after(moving, t_cut)
         after = _sessions_by_member(host, url, sids)
         subprocess.run(["ip", "link", "set", link, "up"], check=True, timeout=10)
         t_heal = time.monotonic()
         wait(lambda: placed(host)[cut]["alive"], 60, "member back after the partition")
+        # Whatever did not resume while cut off must resume once the link is back.
+        wait(lambda: len(load.resumed_after(moving, t_cut)) == len(moving), 60, "resume after heal")
         result["partition"] = {
             "member": cut,
             "moved": len(moving),
             "detected_s": detected,
             "resume_max_s": max(resumed.values()) if resumed else None,
+            "resumed_during_partition": during,
             "left_on_member": len(after.get(cut, [])),
             "back_after_s": time.monotonic() - t_heal,
         }
