@@ -236,6 +236,13 @@ class GetRunnerStats:
     request_id: str
 
 
+@attrs.frozen(kw_only=True)
+class GetHostTable:
+    """The member hosts a convention leader's Runner knows: answered by `HostTableReply`."""
+
+    request_id: str
+
+
 # -- replies ------------------------------------------------------------------------------
 
 
@@ -353,6 +360,14 @@ class RunnerStats:
     append_seconds: float = 0.0
 
 
+@attrs.frozen(kw_only=True)
+class HostTableReply:
+    """One row per member host: ``host``, ``alive``, ``capacity``, ``sessions``."""
+
+    request_id: str
+    hosts: tuple[Mapping[str, Any], ...] = attrs.field(factory=tuple, converter=_tuple)
+
+
 # -- the runtime itself: guardian, Runner and liveness ---------------------------------
 
 
@@ -376,6 +391,8 @@ class RunnerConfig:
     spine: str = ""
     # When sessions seal themselves (default: only when asked).
     auto_seal: SealPolicy = attrs.field(factory=SealPolicy)
+    # A convention leader: place sessions on member hosts and watch them by heartbeats.
+    cluster: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -495,6 +512,7 @@ REQUESTS: tuple[type, ...] = (
     AddSink,
     RemoveSink,
     GetRunnerStats,
+    GetHostTable,
     ReviveSession,
     SealSession,
     VerifySession,
@@ -516,6 +534,7 @@ ALL_MESSAGES: tuple[type, ...] = (
     SubscribeReply,
     SinkReply,
     RunnerStats,
+    HostTableReply,
     EventBatch,
     SinkBatch,
 )

@@ -20,10 +20,20 @@ def loopback_only() -> None:
     Thespian binds its listeners to all interfaces and accepts pickles on them, which is
     remote code execution for anyone who can connect; a single-host runtime must not.
     """
+    bind_only("127.0.0.1")
+
+
+def bind_only(address: str) -> None:
+    """Make every Thespian TCP listener of this process (and its forks) bind ``address``.
+
+    A host of a convention listens on its one private address (``--bind``), never on the
+    wildcard address. The first call of a process wins: the patch and the environment
+    variable are inherited by every actor process forked after it.
+    """
     global _patched
     if _patched:
         return
-    os.environ.setdefault("THESPIAN_BASE_IPADDR", "127.0.0.1")
+    os.environ["THESPIAN_BASE_IPADDR"] = address
     os.environ.setdefault("THESPLOG_FILE_MAXSIZE", "0")
     from thespian.system.transport import IPBase
 
@@ -32,7 +42,7 @@ def loopback_only() -> None:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         if self.bindname and self.bindname[0] in ("", "0.0.0.0"):
-            self.bindname = ("127.0.0.1", self.bindname[1])
+            self.bindname = (address, self.bindname[1])
 
     IPBase.IPActorAddress.__init__ = __init__
     _patched = True

@@ -54,6 +54,7 @@ __all__ = [
     "keyed",
     "load_secret",
     "rejected",
+    "share_secret",
     "use_secret",
 ]
 
@@ -353,3 +354,17 @@ def _disable_for_measurement() -> None:
     first thing in a process of its own, before any actor system starts."""
     global _disabled
     _disabled = True
+
+
+def share_secret(source_dir: str | os.PathLike[str], target_dir: str | os.PathLike[str]) -> None:
+    """Copy ``source_dir``'s actor secret into ``target_dir`` (owner-only), as a member host
+    of a convention needs its leader's before it starts."""
+    secret = load_secret(source_dir)
+    os.makedirs(target_dir, mode=0o700, exist_ok=True)
+    path = os.path.join(os.fspath(target_dir), SECRET_FILE)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, secret.hex().encode() + b"\n")
+    finally:
+        os.close(fd)

@@ -50,6 +50,8 @@ from ._log import (
 FORMAT = "vertebra-spine-1"
 # Any constant: serialises schema creation between processes opening a fresh database.
 _SCHEMA_LOCK = 0x7665727465627261
+#: How long the server lets one of our connections sit idle inside a transaction.
+SET_IDLE_TIMEOUT = "SET idle_in_transaction_session_timeout = '10s'"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS spine_events (
@@ -188,9 +190,15 @@ class PostgresLog:
 
     def _connect(self) -> psycopg.Connection[Any]:
         try:
-            return psycopg.connect(
+            c = psycopg.connect(
                 self.url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout))
             )
+            # A writer cut off mid-append (its host partitioned) would hold the position
+            # counter's lock, and so stall every writer of every host, until the server
+            # noticed the dead connection (hours, by TCP keepalive): the server ends such a
+            # transaction instead. Appends are a few statements long.
+            c.execute(SET_IDLE_TIMEOUT)
+            return c
         except psycopg.Error as exc:
             raise StorageError(f"cannot open spine database {self.where!r}: {exc}") from exc
 

@@ -22,7 +22,7 @@ import contextlib
 import multiprocessing as mp
 import pathlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -806,12 +806,22 @@ def postgres_bin_dir() -> str | None:
 
 
 @contextlib.contextmanager
-def postgres_cluster(*, fsync: bool = True, user: str = "postgres") -> Iterator[str]:
+def postgres_cluster(
+    *,
+    fsync: bool = True,
+    user: str = "postgres",
+    listen: str = "127.0.0.1",
+    wrap: Sequence[str] = (),
+    allow: Sequence[str] = (),
+) -> Iterator[str]:
     """Start a throwaway PostgreSQL cluster in a temporary directory on a free loopback
     port; yield its URL; stop it and delete it on exit, whatever happened.
 
     As root the server runs as ``user`` (PostgreSQL refuses to run as root). Skips the
-    calling test when no server binaries are installed.
+    calling test when no server binaries are installed. ``listen`` is the one address it
+    listens on and ``wrap`` a prefix for its commands (``ip netns exec NS``: a server
+    inside a network namespace, listening on that namespace's address); ``allow`` are
+    networks (CIDR) whose clients are trusted besides loopback.
     """
     import os
     import shutil
@@ -823,7 +833,7 @@ def postgres_cluster(*, fsync: bool = True, user: str = "postgres") -> Iterator[
     if bindir is None:
         pytest.skip("no PostgreSQL server binaries installed")
     root = os.geteuid() == 0
-    prefix: list[str] = ["runuser", "-u", user, "--"] if root else []
+    prefix: list[str] = [*wrap, *(["runuser", "-u", user, "--"] if root else [])]
     base = tempfile.mkdtemp(prefix="vertebra-pg-")
     data = os.path.join(base, "data")
     if root:
@@ -852,8 +862,11 @@ def postgres_cluster(*, fsync: bool = True, user: str = "postgres") -> Iterator[
             cwd=base,
             timeout=120,
         )
+        if allow:
+            with open(os.path.join(data, "pg_hba.conf"), "a") as hba:
+                hba.writelines(f"host all all {net} trust\n" for net in allow)
         opts = (
-            f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={base} "
+            f"-c listen_addresses={listen} -c port={port} -c unix_socket_directories={base} "
             f"-c fsync={'on' if fsync else 'off'} -c max_connections=200"
         )
         subprocess.run(
@@ -877,7 +890,7 @@ def postgres_cluster(*, fsync: bool = True, user: str = "postgres") -> Iterator[
             timeout=120,
         )
         started = True
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        yield f"postgresql://postgres@{listen}:{port}/postgres"
     finally:
         if started:
             subprocess.run(

@@ -216,6 +216,32 @@ def serve_args(p: argparse.ArgumentParser) -> None:
         help="export spans live over OTLP/HTTP (e.g. http://127.0.0.1:4318/v1/traces; "
         "needs the otel extra)",
     )
+    hosts = p.add_argument_group("several hosts (a PostgreSQL --spine shared by all)")
+    role = hosts.add_mutually_exclusive_group()
+    role.add_argument(
+        "--convention-leader",
+        action="store_true",
+        help="lead a convention: run the Runner and projections, place sessions on members",
+    )
+    role.add_argument(
+        "--join", metavar="ADDR:PORT", default=None, help="join the leader's convention as a member"
+    )
+    hosts.add_argument(
+        "--host-name", default=None, metavar="NAME", help="this member's name (with --join)"
+    )
+    hosts.add_argument(
+        "--capacity",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sessions this member should carry (with --join; default 10)",
+    )
+    hosts.add_argument(
+        "--bind",
+        default=None,
+        metavar="ADDR",
+        help="the one private address every listener binds (default 127.0.0.1)",
+    )
 
 
 def _start_otlp(args: argparse.Namespace, host: Any, out: Out) -> None:
@@ -312,6 +338,66 @@ def _log_setup(args: argparse.Namespace, out: Out) -> Out:
     return JsonOut(Style(color=False), out.stdout, out.stderr)
 
 
+def _cluster_role(args: argparse.Namespace) -> str:
+    """ "leader", "member" or "" (a single host), after checking the options fit."""
+    leader, join = getattr(args, "convention_leader", False), getattr(args, "join", None)
+    if not leader and join is None:
+        for opt in ("host_name", "capacity", "bind"):
+            if getattr(args, opt, None) is not None:
+                flag = "--" + opt.replace("_", "-")
+                raise CliError(f"{flag} needs --convention-leader or --join", EXIT_USAGE)
+        return ""
+    spine = getattr(args, "spine", None) or ""
+    if not spine.startswith(("postgresql://", "postgres://")):
+        raise CliError(
+            "several hosts share one PostgreSQL log: give --spine postgresql://...", EXIT_USAGE
+        )
+    if leader:
+        for opt in ("host_name", "capacity"):
+            if getattr(args, opt, None) is not None:
+                flag = "--" + opt.replace("_", "-")
+                raise CliError(f"{flag} is for a member (--join)", EXIT_USAGE)
+        return "leader"
+    if not args.host_name:
+        raise CliError("a member needs --host-name NAME", EXIT_USAGE)
+    if args.capacity is not None and args.capacity < 1:
+        raise CliError(f"--capacity is at least 1, got {args.capacity}", EXIT_USAGE)
+    return "member"
+
+
+def _serve_member(args: argparse.Namespace, out: Out, stop: threading.Event) -> int:
+    """A member host: an actor system in the leader's convention, until stopped."""
+    from ..errors import InvalidRequest
+    from ..host.member import MemberHost
+
+    try:
+        member = MemberHost(
+            args.data,
+            leader=args.join,
+            name=args.host_name,
+            capacity=args.capacity or 10,
+            bind=args.bind or "127.0.0.1",
+            admin_port=args.port,
+        )
+    except InvalidRequest as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise CliError(f"the member could not start: {type(exc).__name__}: {first}") from None
+    try:
+        out.line(
+            f"vertebra member {member.name} {__version__}: joined {args.join}, "
+            f"admin port {member.admin_port} on {member.bind}; stop with Ctrl-C"
+        )
+        deadline = None if args.for_seconds is None else time.monotonic() + args.for_seconds
+        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+            stop.wait(1.0 if deadline is None else min(1.0, deadline - time.monotonic()))
+    finally:
+        member.close()
+    out.line("vertebra member: stopped")
+    return 0
+
+
 def serve(args: argparse.Namespace, out: Out) -> int:
     """Run the daemon until SIGINT, SIGTERM or `vertebra stop`, printing every event."""
     from spine import private_dir
@@ -321,6 +407,8 @@ def serve(args: argparse.Namespace, out: Out) -> int:
     if args.seal_every < 0 or not 0 <= args.seal_interval < float("inf"):
         raise CliError("--seal-every and --seal-interval must be 0 or more", EXIT_USAGE)
     seal_policy = SealPolicy(every=args.seal_every, interval=args.seal_interval)
+    role = _cluster_role(args)
+
     private_dir(args.data)
     # Held (by this process and, inherited, every actor process) until the last of them
     # exits: a second daemon on the directory is refused, a dead one's leftovers reaped.
@@ -336,7 +424,18 @@ def serve(args: argparse.Namespace, out: Out) -> int:
     from ..host import Host
 
     out = _log_setup(args, out)
+    if role == "member":
+        return _serve_member(args, out, stop)
     spine = getattr(args, "spine", None) or None
+    bind = None
+    if role == "leader":
+        from ..errors import InvalidRequest
+        from ..host.member import check_address
+
+        try:
+            bind = check_address(args.bind or "127.0.0.1")
+        except InvalidRequest as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
     try:
         host = Host(
             args.data,
@@ -344,6 +443,7 @@ def serve(args: argparse.Namespace, out: Out) -> int:
             idle_timeout=args.idle_timeout,
             spine=spine,
             auto_seal=seal_policy,
+            convention_bind=bind,
         )
     except (CliError, KeyboardInterrupt):
         raise
@@ -381,9 +481,10 @@ def serve(args: argparse.Namespace, out: Out) -> int:
         if args.resume_goals:
             for sid in host.resume_all():
                 out.line(f"resumed the goal run of {sid}")
+        where = "loopback" if bind is None else f"convention leader on {bind}"
         out.line(
             f"vertebra daemon {__version__}: data {args.data}, admin port {host.admin_port} "
-            "(loopback); stop with Ctrl-C or `vertebra stop`"
+            f"({where}); stop with Ctrl-C or `vertebra stop`"
         )
         deadline = None if args.for_seconds is None else time.monotonic() + args.for_seconds
         while not stop.is_set() and (deadline is None or time.monotonic() < deadline):

@@ -54,7 +54,7 @@ from ..messages import Ping, Pong, RunnerConfig, SessionPid
 from ..policy import BusyPolicy, RestartPolicy, SealPolicy
 from ..runner import spine_spec
 from ..session.goals import budget_problem
-from ..system import free_port, loopback_only, orphan_guard
+from ..system import bind_only, free_port, loopback_only, orphan_guard
 from .goals import runs_in_flight, wait_goal
 from .replies import request_id
 from .runtime import Runtime
@@ -121,6 +121,7 @@ class Host:
         projections: bool = True,
         spine: str | None = None,
         auto_seal: SealPolicy | None = None,
+        convention_bind: str | None = None,
     ) -> None:
         if base not in BASES:
             raise InvalidRequest(f"base must be one of {BASES}, got {base!r}")
@@ -136,7 +137,12 @@ class Host:
             projections=projections,
             spine=spine or "",
             auto_seal=auto_seal or SealPolicy(),
+            cluster=convention_bind is not None,
         )
+        if convention_bind is not None and (base != "multiprocTCPBase" or attach):
+            raise InvalidRequest("a convention leader starts its own multiprocTCPBase system")
+        #: A convention leader's one listening address (None: a single loopback host).
+        self.convention_bind = convention_bind
         self.data_dir = cfg.data_dir
         private_dir(self.data_dir)
         self.base = base
@@ -156,6 +162,11 @@ class Host:
             raise
 
     def _open_transport(self, admin_port: int | None) -> Transport:
+        if self.convention_bind is not None:
+            from .member import widen_transmits
+
+            bind_only(self.convention_bind)
+            widen_transmits()
         loopback_only()
         orphan_guard()
         if self._simple:
@@ -165,7 +176,13 @@ class Host:
         if self._attach and not _listening(self.admin_port):
             # Thespian would start an actor system of its own on a port nobody serves.
             raise HostTimeout(f"no actor system listens on admin port {self.admin_port}")
-        return MultiprocTransport(self.data_dir, self._sinks.deliver, self.admin_port, self._attach)
+        caps = None
+        if self.convention_bind is not None:
+            # The leader names itself the convention's address: members join it there.
+            caps = {"Convention Address.IPv4": (self.convention_bind, self.admin_port)}
+        return MultiprocTransport(
+            self.data_dir, self._sinks.deliver, self.admin_port, self._attach, caps
+        )
 
     def _start(self, cfg: RunnerConfig) -> None:
         self._runtime.start(cfg)
@@ -417,6 +434,12 @@ class Host:
         assert isinstance(reply, m.RunnerStats)
         counters = {**reply.counters, "host_sink_failures": self._sinks.failures}
         return attrs.evolve(reply, counters=counters)
+
+    def hosts(self) -> list[dict[str, Any]]:
+        """The member hosts a convention leader's Runner knows (empty on a single host):
+        ``host``, ``alive``, ``capacity`` and ``sessions`` placed there."""
+        reply = self._request(m.GetHostTable(request_id=request_id()))
+        return [dict(row) for row in reply.hosts]
 
     def session_pid(self, session_id: str) -> int:
         """The OS process id of a live session (bringing it back if passivated)."""

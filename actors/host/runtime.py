@@ -55,6 +55,7 @@ IDEMPOTENT: tuple[type, ...] = (
     m.CloseSession,
     m.CloseAll,
     m.GetRunnerStats,
+    m.GetHostTable,
     SessionPid,
     Ping,
 )

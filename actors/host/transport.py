@@ -151,13 +151,21 @@ class SimpleTransport:
 class MultiprocTransport:
     """Multiproc bases: a private endpoint per thread, and a pump endpoint for sinks."""
 
-    def __init__(self, data_dir: str, on_batch: OnBatch, admin_port: int, attach: bool) -> None:
+    def __init__(
+        self,
+        data_dir: str,
+        on_batch: OnBatch,
+        admin_port: int,
+        attach: bool,
+        capabilities: dict[str, Any] | None = None,
+    ) -> None:
         # Never the class-wide system Thespian caches: a second Host of this process, on
         # another port, would reach the first one's system (and data directory).
+        # ``capabilities``: more of the system's own (a convention leader's address).
         with keyed(load_secret(data_dir), data_dir):
             self.system = ActorSystem(
                 "multiprocTCPBase",
-                {"Admin Port": admin_port},
+                {**(capabilities or {}), "Admin Port": admin_port},
                 logDefs=log_defs(data_dir),
                 transientUnique=True,
             )

@@ -17,7 +17,13 @@ from datetime import timedelta
 from typing import Any
 
 import orjson
-from thespian.actors import ActorExitRequest, ChildActorExited, PoisonMessage, WakeupMessage
+from thespian.actors import (
+    ActorExitRequest,
+    ActorSystemConventionUpdate,
+    ChildActorExited,
+    PoisonMessage,
+    WakeupMessage,
+)
 
 from projections import Wake
 from spine import (
@@ -44,7 +50,17 @@ from ..shell import GuardedActor
 from ..system import configure_actor_logging
 from . import actions as a
 from . import spine_path, spine_spec
-from .protocol import PassivationDue, ProjectionWakeDue, RestartDue, UseProjection
+from .cluster import HEARTBEAT_INTERVAL, HOST, HostTable, Member, member_of
+from .member import MemberAgent
+from .protocol import (
+    Heartbeat,
+    HeartbeatDue,
+    HeartbeatReply,
+    PassivationDue,
+    ProjectionWakeDue,
+    RestartDue,
+    UseProjection,
+)
 from .registry import Registry
 from .sinks import SinkRouter
 
@@ -81,6 +97,9 @@ class RunnerActor(GuardedActor):
         self.projection: Any = None
         self._woken_at = -WAKE_INTERVAL
         self._wake_due = False
+        #: Member hosts of the convention this Runner leads (None on a single host).
+        self.hosts: HostTable | None = None
+        self._beat = 0
 
     # -- configuration -----------------------------------------------------------------
 
@@ -94,6 +113,10 @@ class RunnerActor(GuardedActor):
                 policy=cfg.restart, idle_timeout=cfg.idle_timeout, own_address=self.myAddress
             )
             self._do(self.registry.start())
+            if cfg.cluster:
+                self.hosts = HostTable()
+                self.notifyOnSystemRegistrationChanges(True)
+                self.wakeupAfter(timedelta(seconds=HEARTBEAT_INTERVAL), HeartbeatDue())
         self.send(sender, m.Done(request_id="config"))
 
     def receiveMsg_Ping(self, msg: Ping, sender: Any) -> None:
@@ -290,8 +313,88 @@ class RunnerActor(GuardedActor):
             self._do(self.registry.unreadable(msg))
 
     def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
-        if not self.exiting and self.registry is not None:
-            self._do(self.registry.child_exited(msg.childAddress, time.monotonic()))
+        if self.exiting or self.registry is None:
+            return
+        if self.hosts is not None:
+            member = self.hosts.by_agent(msg.childAddress)
+            if member is not None:
+                member.agent = None
+                if member.alive:
+                    self._member_died(member, "its agent exited")
+                return
+            for sid, e in self.registry.entries.items():
+                if e.address is not None and e.address == msg.childAddress:
+                    self.hosts.forget(sid)
+                    break
+        self._do(self.registry.child_exited(msg.childAddress, time.monotonic()))
+
+    # -- member hosts (a convention leader only) -----------------------------------------
+
+    def receiveMsg_ActorSystemConventionUpdate(
+        self, msg: ActorSystemConventionUpdate, sender: Any
+    ) -> None:
+        if self.hosts is None:
+            return
+        if not msg.remoteAdded:
+            gone = self.hosts.by_admin(msg.remoteAdminAddress)
+            if gone is not None and gone.alive:
+                self._member_died(gone, "it left the convention")
+            return
+        about = member_of(msg.remoteCapabilities)
+        if about is None:
+            return
+        name, capacity, data_dir = about
+        member = self.hosts.joined(
+            name, msg.remoteAdminAddress, capacity, data_dir, time.monotonic()
+        )
+        _log().warning("member host %s joined (capacity %d)", name, capacity)
+        if member.agent is None:
+            # Created by the member's admin: asynchronous, so a slow or partitioned member
+            # never holds the Runner up (messages to the agent wait until it exists).
+            member.agent = self.createActor(MemberAgent, targetActorRequirements={HOST: name})
+            member.last_seen = time.monotonic()
+
+    def receiveMsg_HeartbeatReply(self, msg: HeartbeatReply, sender: Any) -> None:
+        if self.hosts is None:
+            return
+        back = self.hosts.seen(msg.host, time.monotonic())
+        if back is not None:
+            # Back from a partition: what it still runs was replaced elsewhere (the lease
+            # fence already refuses its appends); stop it.
+            _log().warning("member host %s answers again; stopping its stale sessions", msg.host)
+            stale, back.abandoned = back.abandoned, []
+            for address in stale:
+                self.send(address, ActorExitRequest())
+
+    def _heartbeat(self) -> None:
+        assert self.hosts is not None
+        self._beat += 1
+        now = time.monotonic()
+        if not self.hosts.tick(now):
+            _log().warning("the runner was stalled; member heartbeats start a fresh window")
+        for member in self.hosts.beats_due(now):
+            self.send(member.agent, Heartbeat(host=member.name, beat=self._beat))
+        for member in self.hosts.overdue(now):
+            self._member_died(member, "it missed its heartbeats")
+        self.wakeupAfter(timedelta(seconds=HEARTBEAT_INTERVAL), HeartbeatDue())
+
+    def _member_died(self, member: Member, why: str) -> None:
+        """Every session of a dead member crashed: the registry restarts each (on a live
+        member), and the new incarnation rebuilds from the log and closes its open turn."""
+        assert self.hosts is not None and self.registry is not None
+        moved = self.hosts.died(member)
+        _log().error("member %s is dead (%s): moving %d sessions", member.name, why, len(moved))
+        now = time.monotonic()
+        for sid in moved:
+            e = self.registry.entries.get(sid)
+            if e is None or e.address is None:
+                continue
+            member.abandoned.append(e.address)
+            self._do(self.registry.child_exited(e.address, now))
+
+    def receiveMsg_GetHostTable(self, msg: m.GetHostTable, sender: Any) -> None:
+        rows = self.hosts.rows() if self.hosts is not None else []
+        self.send(sender, m.HostTableReply(request_id=msg.request_id, hosts=tuple(rows)))
 
     def receiveMsg_PoisonMessage(self, msg: PoisonMessage, sender: Any) -> None:
         poison = msg.poisonMessage
@@ -312,6 +415,8 @@ class RunnerActor(GuardedActor):
             self._do(self.registry.passivation_due(time.monotonic()))
         elif isinstance(msg.payload, RestartDue):
             self._do(self.registry.restart_due(msg.payload))
+        elif isinstance(msg.payload, HeartbeatDue) and self.hosts is not None and not self.exiting:
+            self._heartbeat()
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
         # The system is shutting down (or this Runner is being replaced): children that
@@ -386,11 +491,18 @@ class RunnerActor(GuardedActor):
             incarnation=action.incarnation,
             seq=entry.last_seq if entry is not None else 0,
         )
-        address = self.createActor(SessionActor)
+        member = self.hosts.place(action.session_id) if self.hosts is not None else None
+        if member is None:
+            address = self.createActor(SessionActor)
+            data_dir = self.cfg.data_dir
+        else:
+            # Thespian's capability-based placement creates it on that member's system.
+            address = self.createActor(SessionActor, targetActorRequirements={HOST: member.name})
+            data_dir = member.data_dir or self.cfg.data_dir
         self.registry.bind(action.session_id, action.incarnation, address)
         config = sp.SessionConfig(
             session_id=action.session_id,
-            db_path=spine_path(self.cfg.data_dir),
+            db_path=spine_path(data_dir),
             spine=spine_spec(self.cfg.data_dir, self.cfg.spine).url,
             incarnation=action.incarnation,
             interceptors=self.cfg.interceptors,

@@ -39,5 +39,26 @@ class ProjectionWakeDue:
     wake (wakes are throttled, see `WAKE_INTERVAL`)."""
 
 
+@attrs.frozen
+class HeartbeatDue:
+    """Timer payload: time to ping every member's agent and to find the silent ones."""
+
+
+@attrs.frozen(kw_only=True)
+class Heartbeat:
+    """The Runner asks a member's agent whether its host still lives."""
+
+    host: str
+    beat: int
+
+
+@attrs.frozen(kw_only=True)
+class HeartbeatReply:
+    """A member's agent answers a `Heartbeat`."""
+
+    host: str
+    beat: int
+
+
 # Thespian formats every message it moves; keep that cheap (see `actors.terse`).
 terse_module(globals())

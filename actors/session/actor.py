@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -64,6 +65,15 @@ class SessionActor(GuardedActor):
     """One session. Created only by the Runner; configured by a `SessionConfig` message."""
 
     log_name = "vertebra.session"
+
+    @staticmethod
+    def actorSystemCapabilityCheck(
+        capabilities: Mapping[str, Any], requirements: Mapping[str, Any] | None
+    ) -> bool:
+        # With several hosts the Runner names the member a session goes to.
+        from ..runner.cluster import fits
+
+        return fits(capabilities, requirements)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

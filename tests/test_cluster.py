@@ -1,0 +1,237 @@
+"""Several hosts on one convention: the pure member table, and real member processes on
+loopback (the network-namespace test is in test_cluster_netns.py)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from conftest import wait_for
+
+from actors.cli._main import main
+from actors.host import Host
+from actors.runner.cluster import CAPACITY, DATA, HOST, HostTable, fits, member_of
+from actors.system import free_port
+from actors.transport_auth import share_secret
+from spine import Kind, open_log
+
+# -- the pure table ------------------------------------------------------------------------
+
+
+def test_an_actor_without_a_host_requirement_fits_anywhere_and_with_one_only_there() -> None:
+    """The capability check places on the named member only; no requirement means local."""
+    assert fits({}, None)
+    assert fits({HOST: "m1"}, {})
+    assert fits({HOST: "m1"}, {HOST: "m1"})
+    assert not fits({HOST: "m2"}, {HOST: "m1"})
+    assert not fits({}, {HOST: "m1"})
+
+
+def test_member_capabilities_are_read_and_nonsense_is_not_a_member() -> None:
+    """A member's name, capacity and data directory come from its capabilities."""
+    assert member_of({HOST: "m1", CAPACITY: 4, DATA: "/d"}) == ("m1", 4, "/d")
+    assert member_of({HOST: "m1"}) == ("m1", 1, "")
+    assert member_of({HOST: "m1", CAPACITY: "many"}) is None
+    assert member_of({"Admin Port": 1}) is None
+    assert member_of(None) is None
+
+
+def test_sessions_go_to_the_member_with_most_room_for_its_capacity() -> None:
+    """Placement weighs load by capacity: a host of capacity 2 gets twice the sessions."""
+    t = HostTable()
+    t.joined("big", "a1", 2, "", 0.0)
+    t.joined("small", "a2", 1, "", 0.0)
+    placed = [t.place(f"s{i}") for i in range(6)]
+    names = [m.name for m in placed if m is not None]
+    assert names.count("big") == 4 and names.count("small") == 2
+
+
+def test_a_silent_member_is_overdue_and_dying_hands_back_its_sessions() -> None:
+    """Missing heartbeats make a member overdue; its sessions are returned to move."""
+    t = HostTable(miss_after=1.0)
+    t.joined("m1", "a1", 5, "", 0.0)
+    t.joined("m2", "a2", 5, "", 0.0)
+    for i in range(4):
+        t.place(f"s{i}")
+    t.seen("m2", 1.5)
+    assert [m.name for m in t.overdue(1.6)] == ["m1"]
+    moved = t.died(t.members["m1"])
+    assert moved == ["s0", "s2"]
+    assert all(t.place(sid).name == "m2" for sid in moved)  # type: ignore[union-attr]
+    assert t.overdue(1.7) == []
+    # It answers again: back, and said so once.
+    assert t.seen("m1", 2.0) is t.members["m1"]
+    assert t.seen("m1", 2.1) is None
+
+
+def test_no_live_member_means_no_placement() -> None:
+    """Without a live member the Runner keeps the session on the leader."""
+    t = HostTable()
+    assert t.place("s") is None
+    t.joined("m1", "a1", 1, "", 0.0)
+    t.died(t.members["m1"])
+    assert t.place("s") is None
+
+
+# -- the CLI's checks -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["serve", "--join", "127.0.0.1:1", "--host-name", "m"], "postgresql"),
+        (["serve", "--host-name", "m"], "--host-name needs --convention-leader or --join"),
+        (["serve", "--spine", "postgresql://x/y", "--join", "127.0.0.1:1"], "--host-name"),
+        (
+            ["serve", "--spine", "postgresql://x/y", "--convention-leader", "--capacity", "3"],
+            "--capacity is for a member",
+        ),
+        (
+            ["serve", "--spine", "postgresql://x/y", "--convention-leader", "--bind", "0.0.0.0"],
+            "wildcard",
+        ),
+        (
+            ["serve", "--spine", "postgresql://x/y", "--join", "leader", "--host-name", "m"],
+            "ADDR:PORT",
+        ),
+    ],
+)
+def test_serve_refuses_host_options_that_do_not_fit_and_names_the_problem(
+    argv: list[str], problem: str, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bad several-host options are a usage error naming the problem, before anything starts."""
+    code = main([*argv, "--data", str(tmp_path / "d")])
+    assert code == 2
+    assert problem in capsys.readouterr().err
+
+
+# -- real member processes on loopback -------------------------------------------------------
+
+
+def _member(data: pathlib.Path, url: str, leader_port: int, name: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "actors.cli",
+            "serve",
+            "--data",
+            str(data),
+            "--spine",
+            url,
+            "--join",
+            f"127.0.0.1:{leader_port}",
+            "--host-name",
+            name,
+            "--capacity",
+            "5",
+            "--bind",
+            "127.0.0.1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture
+def convention(
+    tmp_path: pathlib.Path, pg_url: str, no_leftover_processes: object
+) -> Iterator[tuple[Host, dict[str, subprocess.Popen[bytes]]]]:
+    port = free_port()
+    h = Host(
+        tmp_path / "lead", spine=pg_url, convention_bind="127.0.0.1", admin_port=port, timeout=30
+    )
+    members: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for name in ("m1", "m2"):
+            # A member proves itself with the leader's secret (a host without it is refused).
+            share_secret(tmp_path / "lead", tmp_path / name)
+            members[name] = _member(tmp_path / name, pg_url, port, name)
+        wait_for(lambda: sum(r["alive"] for r in h.hosts()) == 2, timeout=30, interval=0.1)
+        yield h, members
+    finally:
+        for p in members.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in members.values():
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+        h.close()
+
+
+def test_sessions_spread_over_members_and_move_when_their_member_is_killed(
+    convention: tuple[Host, dict[str, subprocess.Popen[bytes]]], pg_url: str
+) -> None:
+    """Sessions run on member hosts by capacity; SIGKILL one member and its sessions go on
+    on the other, rebuilt from PostgreSQL with gapless seqs and a newer lease epoch."""
+    h, members = convention
+    sids = [h.create() for _ in range(4)]
+    for sid in sids:
+        ack = h.send(sid, "hello")
+        assert h.wait_turn(sid, ack.seq).kind == Kind.TURN_COMPLETED
+    rows = {r["host"]: r for r in h.hosts()}
+    assert rows["m1"]["sessions"] == 2 and rows["m2"]["sessions"] == 2
+    # Session processes belong to the members, not to the leader's actor system.
+    leader_procs = set(_session_pids(h))
+    for sid in sids:
+        assert h.session_pid(sid) not in leader_procs
+    with open_log(pg_url) as log:
+        epochs = {sid: log.lease(sid)[0] for sid in sids}  # type: ignore[attr-defined]
+
+    os.kill(members["m1"].pid, signal.SIGKILL)
+    members["m1"].wait(10)
+    wait_for(lambda: not {r["host"]: r for r in h.hosts()}["m1"]["alive"], timeout=20)
+    start = time.monotonic()
+    for sid in sids:
+        ack = h.send(sid, "again")
+        assert h.wait_turn(sid, ack.seq).kind == Kind.TURN_COMPLETED
+    assert time.monotonic() - start < 30
+    assert {r["host"]: r for r in h.hosts()}["m2"]["sessions"] == 4
+    with open_log(pg_url) as log:
+        for sid in sids:
+            evs = log.read_events(sid)
+            assert [e.seq for e in evs] == list(range(1, len(evs) + 1))
+            users = [e.text for e in evs if e.kind == Kind.USER_MESSAGE]
+            assert users == ["hello", "again"]
+            assert log.lease(sid)[0] >= epochs[sid]  # type: ignore[attr-defined]
+
+
+def _session_pids(h: Host) -> list[int]:
+    from actors.system import processes_in_session
+
+    return processes_in_session(h.system_session)
+
+
+def test_one_heartbeat_is_outstanding_per_member_until_answered_or_resent() -> None:
+    """A silent member is pinged again only after `RESEND_AFTER`, not at every tick."""
+    from actors.runner.cluster import RESEND_AFTER
+
+    t = HostTable()
+    m = t.joined("m1", "a1", 1, "", 0.0)
+    assert t.beats_due(0.0) == []  # no agent yet
+    m.agent = "agent"
+    assert t.beats_due(0.0) == [m]
+    assert t.beats_due(0.25) == []
+    assert t.beats_due(RESEND_AFTER) == [m]
+    t.seen("m1", RESEND_AFTER + 0.1)
+    assert t.beats_due(RESEND_AFTER + 0.2) == [m]
+
+
+def test_a_stalled_runner_gives_members_a_fresh_window_instead_of_killing_them() -> None:
+    """A heartbeat timer that fired late says the Runner, not the members, was stuck."""
+    t = HostTable(miss_after=2.0)
+    t.joined("m1", "a1", 1, "", 0.0)
+    assert t.tick(0.25)
+    assert not t.tick(10.0)  # the Runner slept 9.75 s
+    assert t.overdue(10.5) == []
+    assert t.tick(10.75)
+    assert [m.name for m in t.overdue(12.5)] == ["m1"]
