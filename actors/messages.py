@@ -360,6 +360,9 @@ class RunnerConfig:
     projections: bool = True
     # Where the spine lives (a `spine.LogSpec` URL); empty: spine.db in the data directory.
     spine: str = ""
+    # Session processes kept started and unconfigured, so that a new session (a goal's
+    # child above all) skips the process start: the Runner refills them after each use.
+    spare_sessions: int = 2
 
 
 @attrs.frozen(kw_only=True)

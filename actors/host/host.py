@@ -118,6 +118,7 @@ class Host:
         timeout: float = 15.0,
         projections: bool = True,
         spine: str | None = None,
+        spare_sessions: int = 2,
     ) -> None:
         if base not in BASES:
             raise InvalidRequest(f"base must be one of {BASES}, got {base!r}")
@@ -132,6 +133,7 @@ class Host:
             restart=RestartPolicy(max_restarts=max_restarts, window=restart_window),
             projections=projections,
             spine=spine or "",
+            spare_sessions=spare_sessions,
         )
         self.data_dir = cfg.data_dir
         private_dir(self.data_dir)

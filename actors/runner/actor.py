@@ -40,7 +40,7 @@ from ..shell import GuardedActor
 from ..system import configure_actor_logging
 from . import actions as a
 from . import spine_path, spine_spec
-from .protocol import PassivationDue, ProjectionWakeDue, RestartDue, UseProjection
+from .protocol import PassivationDue, ProjectionWakeDue, RestartDue, SparesDue, UseProjection
 from .registry import Registry
 from .sinks import SinkRouter
 
@@ -53,6 +53,9 @@ def _log() -> logging.Logger:
 
 #: Seconds between two wakes of the projection actor (see `RunnerActor._wake_projection`).
 WAKE_INTERVAL = 0.05
+
+#: Seconds after a spare session process is used before the Runner starts another.
+SPARE_REFILL_AFTER = 0.2
 
 
 #: Attempts at closing a stream without a process before giving up (a write raced it).
@@ -74,6 +77,9 @@ class RunnerActor(GuardedActor):
         self.projection: Any = None
         self._woken_at = -WAKE_INTERVAL
         self._wake_due = False
+        #: Session processes started ahead of need (`RunnerConfig.spare_sessions`).
+        self._spares: list[Any] = []
+        self._refill_due = False
 
     # -- configuration -----------------------------------------------------------------
 
@@ -87,6 +93,7 @@ class RunnerActor(GuardedActor):
                 policy=cfg.restart, idle_timeout=cfg.idle_timeout, own_address=self.myAddress
             )
             self._do(self.registry.start())
+            self._refill()
         self.send(sender, m.Done(request_id="config"))
 
     def receiveMsg_Ping(self, msg: Ping, sender: Any) -> None:
@@ -268,6 +275,10 @@ class RunnerActor(GuardedActor):
             self._do(self.registry.stopping(msg))
 
     def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
+        if msg.childAddress in self._spares:
+            # Not refilled here: a spare that cannot stay up would be started in a loop.
+            self._spares.remove(msg.childAddress)
+            return
         if not self.exiting and self.registry is not None:
             self._do(self.registry.child_exited(msg.childAddress, time.monotonic()))
 
@@ -283,7 +294,10 @@ class RunnerActor(GuardedActor):
     def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: Any) -> None:
         if self.registry is None:
             return
-        if isinstance(msg.payload, ProjectionWakeDue):
+        if isinstance(msg.payload, SparesDue):
+            self._refill_due = False
+            self._refill()
+        elif isinstance(msg.payload, ProjectionWakeDue):
             self._wake_due = False
             self._wake_projection()
         elif isinstance(msg.payload, PassivationDue):
@@ -353,9 +367,20 @@ class RunnerActor(GuardedActor):
                 case _:
                     _log().error("runner cannot carry out %r", action)
 
+    def _refill(self) -> None:
+        """Start spare session processes up to `RunnerConfig.spare_sessions`: starting a
+        process is most of what creating a session costs (a goal's children wait on it)."""
+        if self.cfg is None or self.exiting:
+            return
+        while len(self._spares) < self.cfg.spare_sessions:
+            address = self.createActor(SessionActor)
+            self.send(address, sp.Standby())
+            self._spares.append(address)
+
     def _spawn(self, action: a.Spawn) -> None:
         assert self.cfg is not None and self.registry is not None
-        address = self.createActor(SessionActor)
+        spare = bool(self._spares)
+        address = self._spares.pop(0) if spare else self.createActor(SessionActor)
         self.registry.bind(action.session_id, action.incarnation, address)
         config = sp.SessionConfig(
             session_id=action.session_id,
@@ -369,6 +394,11 @@ class RunnerActor(GuardedActor):
             metadata=action.metadata,
         )
         self.send(address, config)
+        if spare and not self._refill_due:
+            # Later, not now: starting a process now would compete with the session just
+            # handed out (and with its siblings of the same fan-out) for the CPU.
+            self._refill_due = True
+            self.wakeupAfter(timedelta(seconds=SPARE_REFILL_AFTER), SparesDue())
 
     def _record_failure(self, action: a.RecordFailure) -> None:
         """No process writes the stream of a failed session: the Runner records it."""

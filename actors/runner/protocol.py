@@ -31,6 +31,11 @@ class PassivationDue:
     """Timer payload: time to stop the sessions that have been idle long enough."""
 
 
+@attrs.frozen(kw_only=True)
+class SparesDue:
+    """Timer payload: start spare session processes again (see `RunnerActor._refill`)."""
+
+
 @attrs.frozen
 class ProjectionWakeDue:
     """Timer payload: wake the projection actor for appends that arrived since the last

@@ -35,7 +35,14 @@ from . import commands as c
 from . import effects
 from .decide import decide, ingress_seq
 from .outbox import NOTIFY_INTERVAL, Outbox
-from .protocol import RecordPoison, Routed, SessionConfig, SessionReady, SessionStopping
+from .protocol import (
+    RecordPoison,
+    Routed,
+    SessionConfig,
+    SessionReady,
+    SessionStopping,
+    Standby,
+)
 from .snapshots import SNAPSHOT_EVERY, SnapshotStore
 from .state import SessionState, fold
 from .subscriptions import Subscriptions
@@ -76,6 +83,8 @@ class SessionActor(GuardedActor):
         self._spawning: dict[str, tuple[int, str, str]] = {}
         #: How the turn's threads reach this actor (None: they send to its address).
         self._slot: Mailslot | None = None
+        #: The Runner's pid, watched once this process serves or stands by.
+        self.ppid: int | None = None
 
     def receiveMessage(self, msg: Any, sender: Any) -> Any:
         super().receiveMessage(msg, sender)
@@ -101,6 +110,16 @@ class SessionActor(GuardedActor):
 
     # -- start ---------------------------------------------------------------------------
 
+    def receiveMsg_Standby(self, msg: Standby, sender: Any) -> None:
+        # A spare process, configured later: it must not outlive a Runner that dies first.
+        if self.cfg is None and not self.exited:
+            self._watch_parent()
+
+    def _watch_parent(self) -> None:
+        if self.ppid is None:
+            self.ppid = os.getppid()
+            self.wakeupAfter(timedelta(seconds=_ORPHAN_CHECK), "orphan-check")
+
     def receiveMsg_SessionConfig(self, cfg: SessionConfig, sender: Any) -> None:
         if self.cfg is not None:
             return
@@ -120,8 +139,7 @@ class SessionActor(GuardedActor):
         sid = cfg.session_id
         # If the Runner's process dies this process is re-parented: then this incarnation
         # is an orphan that a new Runner will replace, so it stops itself.
-        self.ppid = os.getppid()
-        self.wakeupAfter(timedelta(seconds=_ORPHAN_CHECK), "orphan-check")
+        self._watch_parent()
         if supports_watch(self):
             self._slot = Mailslot()
         data_dir = os.path.dirname(cfg.db_path)

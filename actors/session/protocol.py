@@ -31,6 +31,12 @@ class SessionConfig:
 
 
 @attrs.frozen(kw_only=True)
+class Standby:
+    """Sent by the Runner to a spare session process it started ahead of need: it waits
+    for its `SessionConfig`, and stops by itself if the Runner dies first."""
+
+
+@attrs.frozen(kw_only=True)
 class SessionReady:
     session_id: str
     incarnation: int
