@@ -9,6 +9,7 @@ carries a ``request_id`` and its reply is matched by it, the projection actor's 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -53,6 +54,7 @@ from ..interceptors import SlashCommands
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
 from ..policy import BusyPolicy, RestartPolicy
 from ..runner import spine_spec
+from ..runner.protocol import StopSpares
 from ..session.goals import budget_problem
 from ..system import free_port, loopback_only, orphan_guard
 from .goals import runs_in_flight, wait_goal
@@ -99,7 +101,9 @@ class Host:
     tools). With ``attach=True`` and the ``admin_port`` of a running daemon, the Host joins
     that daemon's system instead of starting one, and leaves it running on `close`.
     ``spine`` is where the log lives (a URL such as ``postgresql://...``); by default the
-    SQLite file ``spine.db`` in the data directory.
+    SQLite file ``spine.db`` in the data directory. ``spare_sessions`` session processes
+    are kept started ahead of need (multiproc only), so that creating a session (a goal's
+    child above all) does not wait for a process to start.
     """
 
     def __init__(
@@ -133,7 +137,8 @@ class Host:
             restart=RestartPolicy(max_restarts=max_restarts, window=restart_window),
             projections=projections,
             spine=spine or "",
-            spare_sessions=spare_sessions,
+            # Everything runs in this process there: no process start to save.
+            spare_sessions=0 if base == "simpleSystemBase" else spare_sessions,
         )
         self.data_dir = cfg.data_dir
         private_dir(self.data_dir)
@@ -540,6 +545,11 @@ class Host:
         (unless attached to someone else's)."""
         if self._closed:
             return
+        if not self._simple and not self._attach:
+            # A spare session process the Runner starts while the system shuts down would
+            # hold the shutdown up: have it start none from here on.
+            with contextlib.suppress(Exception):
+                self._runtime.request(StopSpares(request_id=request_id()), min(self.timeout, 5))
         self._closed = True
         self._log.unwatch()
         self._log.close()

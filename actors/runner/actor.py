@@ -40,7 +40,14 @@ from ..shell import GuardedActor
 from ..system import configure_actor_logging
 from . import actions as a
 from . import spine_path, spine_spec
-from .protocol import PassivationDue, ProjectionWakeDue, RestartDue, SparesDue, UseProjection
+from .protocol import (
+    PassivationDue,
+    ProjectionWakeDue,
+    RestartDue,
+    SparesDue,
+    StopSpares,
+    UseProjection,
+)
 from .registry import Registry
 from .sinks import SinkRouter
 
@@ -80,6 +87,7 @@ class RunnerActor(GuardedActor):
         #: Session processes started ahead of need (`RunnerConfig.spare_sessions`).
         self._spares: list[Any] = []
         self._refill_due = False
+        self._no_spares = False
 
     # -- configuration -----------------------------------------------------------------
 
@@ -98,6 +106,10 @@ class RunnerActor(GuardedActor):
 
     def receiveMsg_Ping(self, msg: Ping, sender: Any) -> None:
         self.send(sender, Pong(request_id=msg.request_id, pid=os.getpid()))
+
+    def receiveMsg_StopSpares(self, msg: StopSpares, sender: Any) -> None:
+        self._no_spares = True
+        self.send(sender, m.Done(request_id=msg.request_id))
 
     def receiveMsg_UseProjection(self, msg: UseProjection, sender: Any) -> None:
         self.projection = msg.address
@@ -370,7 +382,7 @@ class RunnerActor(GuardedActor):
     def _refill(self) -> None:
         """Start spare session processes up to `RunnerConfig.spare_sessions`: starting a
         process is most of what creating a session costs (a goal's children wait on it)."""
-        if self.cfg is None or self.exiting:
+        if self.cfg is None or self.exiting or self._no_spares:
             return
         while len(self._spares) < self.cfg.spare_sessions:
             address = self.createActor(SessionActor)
