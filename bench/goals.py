@@ -45,44 +45,61 @@ def _spawns(objectives: tuple[str, str]) -> str:
     return "\n".join("!tool spawn " + json.dumps({"objective": o}) for o in objectives)
 
 
-def _close(h: Host, sessions: list[str]) -> None:
-    # Outside the timing: a round's sessions are closed after it, so idle processes of
-    # earlier rounds (three per fan-out, one per baseline) do not pile up and tilt the
-    # comparison as the run goes on.
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
+def _settle(h: Host, sessions: list[str], spares: int) -> None:
+    """Outside the timing: close the round's sessions and wait until their processes
+    have exited and the Runner has its spares again, so that neither idle processes of
+    earlier rounds (three per fan-out, one per baseline) nor the work a round leaves
+    behind (process exits, spare starts) land on the next round's clock."""
+    pids = [h.session_pid(sid) for sid in sessions]
     for sid in sessions:
         h.close_session(sid)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if all(map(_gone, pids)) and h.stats().get("spare_sessions", 0) >= spares:
+            return
+        time.sleep(0.01)
+    raise RuntimeError("the round's sessions did not settle within 30 s")
 
 
-def fanout(h: Host, objectives: tuple[str, str]) -> float:
+def fanout(h: Host, objectives: tuple[str, str], spares: int) -> float:
     t0 = time.perf_counter()
     sid = h.create()
     h.submit(sid, _spawns(objectives))
     h.wait(sid, timeout=60)
     took = time.perf_counter() - t0
     kids = [e.child for e in h.history(sid) if e.kind == Kind.CHILD_SPAWNED and e.goal == sid]
-    _close(h, [sid, *kids])
+    _settle(h, [sid, *kids], spares)
     return took
 
 
-def single(h: Host, objectives: tuple[str, str]) -> float:
+def single(h: Host, objectives: tuple[str, str], spares: int) -> float:
     t0 = time.perf_counter()
     sid = h.create()
     for objective in (*objectives, "both answers are in"):
         h.submit(sid, objective)
         h.wait(sid, timeout=60)
     took = time.perf_counter() - t0
-    _close(h, [sid])
+    _settle(h, [sid], spares)
     return took
 
 
-def bench(h: Host, name: str, objectives: tuple[str, str], rounds: int) -> float:
+def bench(h: Host, name: str, objectives: tuple[str, str], rounds: int, spares: int) -> float:
     fan: list[float] = []
     one: list[float] = []
-    fanout(h, objectives)  # warm up: the first child's process start is not typical
-    single(h, objectives)
+    fanout(h, objectives, spares)  # warm up: the first child's process start is not typical
+    single(h, objectives, spares)
     for _ in range(rounds):
-        fan.append(fanout(h, objectives))
-        one.append(single(h, objectives))
+        fan.append(fanout(h, objectives, spares))
+        one.append(single(h, objectives, spares))
     f = statistics.median(fan) * 1e3
     b = statistics.median(one) * 1e3
     print(
@@ -108,8 +125,8 @@ def main() -> None:
                 spare_sessions=spares,
             )
             try:
-                bench(h, "instant", INSTANT, rounds)
-                bench(h, "slow", SLOW, max(3, rounds // 2))
+                bench(h, "instant", INSTANT, rounds, spares)
+                bench(h, "slow", SLOW, max(3, rounds // 2), spares)
             finally:
                 h.close()
 

@@ -267,6 +267,7 @@ class RunnerActor(GuardedActor):
     def receiveMsg_GetRunnerStats(self, msg: m.GetRunnerStats, sender: Any) -> None:
         counters = self.registry.stats() if self.registry is not None else {}
         counters.update(self.sinks.stats())
+        counters["spare_sessions"] = len(self._spares)
         self.send(sender, m.RunnerStats(request_id=msg.request_id, counters=counters))
 
     # -- from sessions, children and timers --------------------------------------------
