@@ -1365,8 +1365,9 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "demo",
-        "a conversation on the full runtime: slash command, tool call, approval, "
-        "blocked egress, interrupt, recovery",
+        "the full runtime: slash command, tool call, approval, blocked egress, a goal run "
+        "fanning out to two concurrent children, interrupt, recovery, replay, seal, and "
+        "each session's status with the fan-out tree",
         ("vertebra demo --data ./demo-data",),
         demo_args,
         demo,
