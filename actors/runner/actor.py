@@ -387,7 +387,8 @@ class RunnerActor(GuardedActor):
             return
         while len(self._spares) < self.cfg.spare_sessions:
             address = self.createActor(SessionActor)
-            self.send(address, sp.Standby())
+            spine = spine_spec(self.cfg.data_dir, self.cfg.spine).url
+            self.send(address, sp.Standby(db_path=spine_path(self.cfg.data_dir), spine=spine))
             self._spares.append(address)
 
     def _spawn(self, action: a.Spawn) -> None:
