@@ -16,7 +16,8 @@ most 1.5x the baseline's wall time) and slow (each child's answer streams over ~
 running the children concurrently pays for the overhead). Rounds alternate, medians and
 ratios are printed.
 
-Run ``python bench/goals.py`` (``--quick`` for a smoke run). The actor system is shut
+Run ``python bench/goals.py`` (``--quick`` for a smoke run, ``--phases`` to also print
+where a fan-out round's time goes, read from the stored events' times). The actor system is shut
 down at the end.
 """
 
@@ -35,7 +36,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
 
 from actors.host import Host  # noqa: E402
-from spine import Kind  # noqa: E402
+from spine import Event, Kind  # noqa: E402
 
 INSTANT = ('!tool calculator {"expression": "6*7"}', '!tool calculator {"expression": "2+2"}')
 SLOW = ("!slow 0.05 a b c d e f g h", "!slow 0.05 i j k l m n o p")
@@ -110,9 +111,43 @@ def bench(h: Host, name: str, objectives: tuple[str, str], rounds: int, spares: 
     return f / b
 
 
+def phases(h: Host, rounds: int, spares: int) -> None:
+    """Where a fan-out round's time goes, read from the stored events' times (medians)."""
+    seen: dict[str, list[float]] = {}
+
+    def add(name: str, seconds: float) -> None:
+        seen.setdefault(name, []).append(seconds * 1e3)
+
+    def at(e: Event) -> float:
+        return e.time.timestamp() if e.time is not None else 0.0
+
+    for _ in range(rounds):
+        sid = h.create()
+        t0 = time.time()
+        h.submit(sid, _spawns(INSTANT))
+        h.wait(sid, timeout=60)
+        evs = h.history(sid)
+        spawned = {e.child: at(e) for e in evs if e.kind == Kind.CHILD_SPAWNED and e.goal == sid}
+        folded = {e.child: at(e) for e in evs if e.kind == Kind.CHILD_COMPLETED and e.goal == sid}
+        add("submit -> first child.spawned", min(spawned.values()) - t0)
+        for kid, when in spawned.items():
+            own = h.history(kid)
+            add("child.spawned -> child's first event", at(own[0]) - when)
+            add("child's run (first event -> converged)", at(own[-1]) - at(own[0]))
+            add("child converged -> parent's child.completed", folded[kid] - at(own[-1]))
+        answer = next(at(e) for e in evs if e.kind == Kind.CONVERGED)
+        add("last child.completed -> parent converged", answer - max(folded.values()))
+        _settle(h, [sid, *spawned], spares)
+    for name, values in seen.items():
+        print(f"  {name:45s} median {statistics.median(values):6.1f} ms")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="a fast smoke run")
+    ap.add_argument(
+        "--phases", action="store_true", help="also print where a fan-out round's time goes"
+    )
     args = ap.parse_args()
     rounds = 3 if args.quick else 20
     for spares in (0, 2):
@@ -127,6 +162,8 @@ def main() -> None:
             try:
                 bench(h, "instant", INSTANT, rounds, spares)
                 bench(h, "slow", SLOW, max(3, rounds // 2), spares)
+                if args.phases:
+                    phases(h, rounds, spares)
             finally:
                 h.close()
 
