@@ -393,6 +393,9 @@ class RunnerConfig:
     auto_seal: SealPolicy = attrs.field(factory=SealPolicy)
     # A convention leader: place sessions on member hosts and watch them by heartbeats.
     cluster: bool = False
+    # Session processes kept started and unconfigured, so that a new session (a goal's
+    # child above all) skips the process start: the Runner refills them after each use.
+    spare_sessions: int = 2
 
 
 @attrs.frozen(kw_only=True)

@@ -101,3 +101,6 @@ class TurnInput:
     egress_allow: tuple[str, ...] = ()
     #: The call id of the turn's first model call, admitted when the turn started (0: ask).
     model_call: int = 0
+    #: The turn belongs to a goal run that ends with the ``finish`` tool (``goal.finish``
+    #: = ``tool``): the tool is offered, and a call of it that ran ends the turn.
+    finish: bool = False

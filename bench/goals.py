@@ -16,7 +16,8 @@ most 1.5x the baseline's wall time) and slow (each child's answer streams over ~
 running the children concurrently pays for the overhead). Rounds alternate, medians and
 ratios are printed.
 
-Run ``python bench/goals.py`` (``--quick`` for a smoke run). The actor system is shut
+Run ``python bench/goals.py`` (``--quick`` for a smoke run, ``--phases`` to also print
+where a fan-out round's time goes, read from the stored events' times). The actor system is shut
 down at the end.
 """
 
@@ -35,6 +36,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
 
 from actors.host import Host  # noqa: E402
+from spine import Event, Kind  # noqa: E402
 
 INSTANT = ('!tool calculator {"expression": "6*7"}', '!tool calculator {"expression": "2+2"}')
 SLOW = ("!slow 0.05 a b c d e f g h", "!slow 0.05 i j k l m n o p")
@@ -44,31 +46,61 @@ def _spawns(objectives: tuple[str, str]) -> str:
     return "\n".join("!tool spawn " + json.dumps({"objective": o}) for o in objectives)
 
 
-def fanout(h: Host, objectives: tuple[str, str]) -> float:
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
+def _settle(h: Host, sessions: list[str], spares: int) -> None:
+    """Outside the timing: close the round's sessions and wait until their processes
+    have exited and the Runner has its spares again, so that neither idle processes of
+    earlier rounds (three per fan-out, one per baseline) nor the work a round leaves
+    behind (process exits, spare starts) land on the next round's clock."""
+    pids = [h.session_pid(sid) for sid in sessions]
+    for sid in sessions:
+        h.close_session(sid)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if all(map(_gone, pids)) and h.stats().get("spare_sessions", 0) >= spares:
+            return
+        time.sleep(0.01)
+    raise RuntimeError("the round's sessions did not settle within 30 s")
+
+
+def fanout(h: Host, objectives: tuple[str, str], spares: int) -> float:
     t0 = time.perf_counter()
     sid = h.create()
     h.submit(sid, _spawns(objectives))
     h.wait(sid, timeout=60)
-    return time.perf_counter() - t0
+    took = time.perf_counter() - t0
+    kids = [e.child for e in h.history(sid) if e.kind == Kind.CHILD_SPAWNED and e.goal == sid]
+    _settle(h, [sid, *kids], spares)
+    return took
 
 
-def single(h: Host, objectives: tuple[str, str]) -> float:
+def single(h: Host, objectives: tuple[str, str], spares: int) -> float:
     t0 = time.perf_counter()
     sid = h.create()
     for objective in (*objectives, "both answers are in"):
         h.submit(sid, objective)
         h.wait(sid, timeout=60)
-    return time.perf_counter() - t0
+    took = time.perf_counter() - t0
+    _settle(h, [sid], spares)
+    return took
 
 
-def bench(h: Host, name: str, objectives: tuple[str, str], rounds: int) -> None:
+def bench(h: Host, name: str, objectives: tuple[str, str], rounds: int, spares: int) -> float:
     fan: list[float] = []
     one: list[float] = []
-    fanout(h, objectives)  # warm up: the first child's process start is not typical
-    single(h, objectives)
+    fanout(h, objectives, spares)  # warm up: the first child's process start is not typical
+    single(h, objectives, spares)
     for _ in range(rounds):
-        fan.append(fanout(h, objectives))
-        one.append(single(h, objectives))
+        fan.append(fanout(h, objectives, spares))
+        one.append(single(h, objectives, spares))
     f = statistics.median(fan) * 1e3
     b = statistics.median(one) * 1e3
     print(
@@ -76,20 +108,64 @@ def bench(h: Host, name: str, objectives: tuple[str, str], rounds: int) -> None:
         f"same turns in one session median {b:7.1f} ms | ratio {f / b:4.2f}x "
         f"({rounds} rounds)"
     )
+    return f / b
+
+
+def phases(h: Host, rounds: int, spares: int) -> None:
+    """Where a fan-out round's time goes, read from the stored events' times (medians)."""
+    seen: dict[str, list[float]] = {}
+
+    def add(name: str, seconds: float) -> None:
+        seen.setdefault(name, []).append(seconds * 1e3)
+
+    def at(e: Event) -> float:
+        return e.time.timestamp() if e.time is not None else 0.0
+
+    for _ in range(rounds):
+        sid = h.create()
+        t0 = time.time()
+        h.submit(sid, _spawns(INSTANT))
+        h.wait(sid, timeout=60)
+        evs = h.history(sid)
+        spawned = {e.child: at(e) for e in evs if e.kind == Kind.CHILD_SPAWNED and e.goal == sid}
+        folded = {e.child: at(e) for e in evs if e.kind == Kind.CHILD_COMPLETED and e.goal == sid}
+        add("submit -> first child.spawned", min(spawned.values()) - t0)
+        for kid, when in spawned.items():
+            own = h.history(kid)
+            add("child.spawned -> child's first event", at(own[0]) - when)
+            add("child's run (first event -> converged)", at(own[-1]) - at(own[0]))
+            add("child converged -> parent's child.completed", folded[kid] - at(own[-1]))
+        answer = next(at(e) for e in evs if e.kind == Kind.CONVERGED)
+        add("last child.completed -> parent converged", answer - max(folded.values()))
+        _settle(h, [sid, *spawned], spares)
+    for name, values in seen.items():
+        print(f"  {name:45s} median {statistics.median(values):6.1f} ms")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="a fast smoke run")
+    ap.add_argument(
+        "--phases", action="store_true", help="also print where a fan-out round's time goes"
+    )
     args = ap.parse_args()
     rounds = 3 if args.quick else 20
-    with tempfile.TemporaryDirectory() as tmp:
-        h = Host(os.path.join(tmp, "data"), base="multiprocTCPBase", timeout=30)
-        try:
-            bench(h, "instant", INSTANT, rounds)
-            bench(h, "slow", SLOW, max(3, rounds // 2))
-        finally:
-            h.close()
+    for spares in (0, 2):
+        print(f"-- spare session processes: {spares}")
+        with tempfile.TemporaryDirectory() as tmp:
+            h = Host(
+                os.path.join(tmp, "data"),
+                base="multiprocTCPBase",
+                timeout=30,
+                spare_sessions=spares,
+            )
+            try:
+                bench(h, "instant", INSTANT, rounds, spares)
+                bench(h, "slow", SLOW, max(3, rounds // 2), spares)
+                if args.phases:
+                    phases(h, rounds, spares)
+            finally:
+                h.close()
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import collections
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -28,7 +29,11 @@ Step = tuple[Any, ...]
 
 
 class FakeModelServer:
-    def __init__(self) -> None:
+    """``route``, when given, answers a request from its body before the queue is asked
+    (None: the queue answers): for concurrent callers, whose order is not fixed."""
+
+    def __init__(self, route: Callable[[Any], list[Step] | None] | None = None) -> None:
+        self.route = route
         self.answers: collections.deque[list[Step]] = collections.deque()
         self.requests: list[dict[str, Any]] = []
         self.stopping = threading.Event()
@@ -54,7 +59,9 @@ class FakeModelServer:
                     server.requests.append(
                         {"path": self.path, "headers": dict(self.headers), "body": body}
                     )
-                    answer = server.answers.popleft() if server.answers else None
+                    answer = server.route(body) if server.route is not None else None
+                    if answer is None and server.answers:
+                        answer = server.answers.popleft()
                     server.got_request.notify_all()
                 if answer is None:
                     answer = [("sse", _echo_chunks(body)), ("done",)]

@@ -528,12 +528,36 @@ def test_chat_on_an_unknown_session_without_create_is_an_error(daemon: Daemon) -
 def test_the_demo_runs_to_the_end_and_leaves_a_gapless_stream(
     tmp_path: pathlib.Path, no_leftover_processes
 ) -> None:  # type: ignore[no-untyped-def]
-    """The quick start's demo completes, including the kill and recovery of its session."""
+    """The quick start's demo completes: the kill and recovery of its session, a goal run
+    whose two children run at the same time and fold back, a late replay, a seal, and the
+    status projections with the fan-out drawn as a tree."""
     out = run(tmp_path / "d", "demo")
     assert out.returncode == 0, out.stderr
     assert "seqs gapless: True" in out.stdout and "restarts: 1" in out.stdout
     assert "approval needed: action" in out.stdout and "blocked (metadata)" in out.stdout
+    assert out.stdout.count("child.spawned") == 2 and out.stdout.count("child.completed") == 2
+    assert "children ran concurrently: True" in out.stdout
+    assert "converged: spawn returned [scripted] the first half" in out.stdout
+    assert "a late subscriber to planner replayed seqs 1.." in out.stdout
+    assert "verified planner: True" in out.stdout
+    tree = out.stdout[out.stdout.index("    planner\n") :].splitlines()[:7]
+    assert tree[1].startswith("    ├── planner-toolu_1_0_1  done  turns 1  trust standard")
+    assert tree[1].endswith("blocked 0  seal verified")
+    assert tree[2].startswith("    │     objective: !slow 0.04 the first half")
+    assert tree[3].startswith("    │     result:    [scripted] the first half")
+    assert tree[4].startswith("    └── planner-toolu_1_0_2  done  turns 1")
+    assert "guarded: 1 turns" in out.stdout and "egress blocked 1" in out.stdout
     assert os.path.exists(tmp_path / "d" / "spine.db")
+    # `vertebra status` draws the same tree from the stream, and lists it as JSON.
+    status = run(tmp_path / "d", "status", "planner")
+    assert status.returncode == 0, status.stderr
+    assert "  ├── planner-toolu_1_0_1  done  turns 1" in status.stdout
+    status = run(tmp_path / "d", "status", "planner", "--json")
+    nodes = json.loads(status.stdout)["fanout"]
+    assert [(n["id"], n["parent"], n["state"], n["seal"]) for n in nodes] == [
+        ("planner-toolu_1_0_1", "planner", "done", "verified"),
+        ("planner-toolu_1_0_2", "planner", "done", "verified"),
+    ]
 
 
 def test_serve_with_a_postgres_spine_keeps_every_session_in_the_database(

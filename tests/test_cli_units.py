@@ -13,6 +13,7 @@ from actors.cli._format import (
     Style,
     duration,
     event_line,
+    fanout_tree,
     parse_kinds,
     parse_meta,
     progress_line,
@@ -172,3 +173,44 @@ def test_the_actors_package_still_offers_its_public_names_and_submodules() -> No
     assert actors.agents.ScriptedFactory is actors.ScriptedFactory
     with pytest.raises(AttributeError):
         _ = actors.no_such_thing
+
+
+def test_the_fan_out_is_drawn_as_a_tree_with_grandchildren_under_their_parent() -> None:
+    """Flat nodes with parent ids become a tree: children in spawn order under the root,
+    a grandchild under its own parent, each with state, turns, trust, blocked, seal,
+    objective and (once folded) result."""
+    from projections import FanoutChild, FanoutState, RecordState
+
+    nodes = [
+        FanoutChild(
+            id="p-a",
+            parent="p",
+            objective="first",
+            state=FanoutState.DONE,
+            turns=2,
+            result="A",
+            trust="standard",
+            seal=RecordState.SEALED,
+        ),
+        FanoutChild(
+            id="p-b", parent="p", objective="second", turns=1, trust="sandboxed", blocked=1
+        ),
+        FanoutChild(
+            id="p-b-c",
+            parent="p-b",
+            objective="deeper",
+            state=FanoutState.FAILED,
+            result="cancelled",
+        ),
+    ]
+    assert fanout_tree("p", nodes, Style(False)) == [
+        "p",
+        "├── p-a  done  turns 2  trust standard  blocked 0  seal sealed",
+        "│     objective: first",
+        "│     result:    A",
+        "└── p-b  running  turns 1  trust sandboxed  blocked 1  seal recording",
+        "      objective: second",
+        "    └── p-b-c  failed  turns 0  trust -  blocked 0  seal recording",
+        "          objective: deeper",
+        "          result:    cancelled",
+    ]

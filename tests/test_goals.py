@@ -340,3 +340,118 @@ def test_a_childs_mirrored_events_do_not_touch_the_parents_state() -> None:
     assert after.running_goal is not None and after.children == {"p-a": False}
     (child,) = project(kit.events).fanout
     assert (child.state, child.turns, child.result, child.trust) == ("done", 1, "ok", "standard")
+
+
+# -- how a run ends: the provider's answer or the finish tool (goal.finish) ---------------
+
+
+def _finish_call(answer: str, is_error: bool = False) -> tuple[Event, Event]:
+    call = Event(kind=Kind.TOOL_CALL, tool="finish", tool_use_id="f1", input='{"answer": "x"}')
+    done = Event(
+        kind=Kind.TOOL_RESULT, tool="finish", tool_use_id="f1", result=answer, is_error=is_error
+    )
+    return call, done
+
+
+@pytest.mark.parametrize(
+    ("mode", "offered"),
+    [({}, False), ({"goal.finish": "answer"}, False), ({"goal.finish": "tool"}, True)],
+)
+def test_the_finish_tool_is_offered_only_when_the_run_ends_with_it(
+    mode: dict[str, str], offered: bool
+) -> None:
+    """goal.finish = tool: the run's turns get the finish tool; otherwise (the default,
+    answer) they do not."""
+    kit = SessionKit()
+    kit.create(mode)
+    (start,) = _starts(_submit(kit))
+    assert start.input.finish is offered
+
+
+@pytest.mark.parametrize(
+    ("mode", "turn", "outcome", "text"),
+    [
+        # The default: the provider's final answer ends the run.
+        ({}, "answer", Kind.CONVERGED, "it is 4"),
+        ({"goal.finish": "answer"}, "answer", Kind.CONVERGED, "it is 4"),
+        # tool: an answer without finish is reminded, not converged.
+        ({"goal.finish": "tool"}, "answer", Kind.USER_MESSAGE, "call the finish tool"),
+        # tool: the finish call's argument is the result, not the text around it.
+        ({"goal.finish": "tool"}, "finish", Kind.CONVERGED, "the answer is 4"),
+        # tool: a finish call that failed ends nothing.
+        ({"goal.finish": "tool"}, "finish failed", Kind.USER_MESSAGE, "call the finish tool"),
+        # answer: a finish result (a tool of the caller's own named so) is just a result.
+        ({"goal.finish": "answer"}, "finish", Kind.CONVERGED, "it is 4"),
+    ],
+)
+def test_how_a_turn_ends_the_run_depends_on_goal_finish(
+    mode: dict[str, str], turn: str, outcome: str, text: str
+) -> None:
+    """The run ends as goal.finish says: with the provider's answer, or only with a
+    finish call that ran (its answer the result); otherwise the model is reminded."""
+    kit = SessionKit()
+    kit.create(mode)
+    _submit(kit)
+    if turn.startswith("finish"):
+        kit.progress(events=_finish_call("the answer is 4", is_error=turn.endswith("failed")))
+    stop = "finish" if turn == "finish" else "end_turn"
+    out = kit.finish(stop, text="it is 4")
+    last = out.events[-1] if outcome == Kind.CONVERGED else out.events[-2]
+    assert last.kind == outcome and text in last.text.lower()
+    if outcome == Kind.USER_MESSAGE:
+        # The reminder is the next turn's input, and the run goes on.
+        assert last.goal == "s1" and last.extra["finishReminder"] is True
+        (start,) = _starts(out)
+        assert start.input.text == last.text and start.input.finish
+
+
+def test_a_model_that_never_calls_finish_stalls_after_three_reminders() -> None:
+    """goal.finish = tool and a model that keeps answering: three reminders, then the run
+    stalls naming why instead of looping for ever."""
+    kit = SessionKit()
+    kit.create({"goal.finish": "tool"})
+    _submit(kit)
+    kinds = []
+    for _ in range(4):
+        out = kit.finish(text="done, I think")
+        kinds.append(out.kinds[-1] if out.kinds[-1] == Kind.STALLED else out.kinds[-2])
+    assert kinds == [Kind.USER_MESSAGE] * 3 + [Kind.STALLED]
+    assert "4 times without calling finish" in out.events[-1].error
+    assert kit.state.running is None
+
+
+def test_a_restarted_session_remembers_the_finish_answer_and_the_reminders() -> None:
+    """The answer of a finish call and the count of reminders are folded from the stream:
+    a new incarnation sees what the old one did."""
+    kit = SessionKit()
+    kit.create({"goal.finish": "tool"})
+    _submit(kit)
+    kit.finish(text="not yet")
+    kit.progress(events=_finish_call("42"))
+    g = kit.state.stored.goal
+    assert g is not None and (g.reminders, g.answer) == (1, "42")
+    kit.restart()
+    g = kit.state.stored.goal
+    assert g is not None and (g.reminders, g.answer) == (1, "42")
+
+
+@pytest.mark.parametrize("value", ["finish", "TOOL", "both"])
+def test_a_submit_with_an_unknown_finish_mode_is_refused(value: str) -> None:
+    """goal.finish other than tool or answer: the submit is refused naming the key."""
+    kit = SessionKit()
+    kit.create({"goal.finish": value})
+    out = _submit(kit)
+    assert isinstance(out.reply, m.RequestFailed) and "goal.finish" in out.reply.message
+    assert not out.events
+
+
+def test_a_child_ends_its_run_as_its_parent_does() -> None:
+    """A spawned child is created with its parent's goal.finish."""
+    kit = SessionKit()
+    kit.create({"goal.finish": "tool"})
+    _submit(kit)
+    run = kit.state.running
+    assert run is not None
+    out = kit.run(c.Spawn(turn=run.turn, tool_use_id="t1", objective="sub"))
+    (create,) = [e for e in out.effects if isinstance(e, c.CreateChild)]
+    assert create.metadata["goal.finish"] == "tool"

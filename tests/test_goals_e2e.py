@@ -18,7 +18,7 @@ from fake_models import FakeModelServer, chunk, tool_delta
 from actors.agents import ModelFactory
 from actors.errors import GoalStalled, HostTimeout, InvalidRequest
 from actors.host import Host
-from projections import project
+from projections import FanoutChild, FanoutState, RecordState, project
 from spine import Event, Kind
 
 pytestmark = pytest.mark.timeout(120)
@@ -298,9 +298,21 @@ def test_children_with_an_approval_and_a_blocked_egress_fold_into_the_tree(
     assert log.read_text() == "deploy prod\n"
     evs = mp.history(sid)
     p = project(evs)
-    assert [(c.id, c.state, c.turns) for c in p.fanout] == [
-        (kids[0], "done", 1),
-        (kids[1], "done", 1),
+    # The seed's FanoutChild, field by field: each result is what the child's own run
+    # converged with.
+    assert list(p.fanout) == [
+        FanoutChild(
+            id=kid,
+            parent=sid,
+            objective=objective,
+            state=FanoutState.DONE,
+            turns=1,
+            result=mp.wait(kid, timeout=0),
+            trust="standard",
+            blocked=0,
+            seal=RecordState.RECORDING,
+        )
+        for kid, objective in zip(kids, (deploy, fetch), strict=True)
     ]
     assert [(e.host, e.allowed, e.reason) for e in p.egress] == [("127.0.0.1", False, "loopback")]
     approvals = [e for e in evs if e.kind == Kind.ACTION_APPROVAL]
@@ -374,3 +386,134 @@ def test_a_parent_killed_while_its_children_run_follows_the_same_children(mp: Ho
         assert _goal_events(own) == [Kind.SESSION_STARTED, Kind.CONVERGED]
         assert not [e for e in own if e.kind == Kind.TURN_CANCELLED]
     assert [c.state for c in project(evs).fanout] == ["done", "done"]
+
+
+def _kids(h: Host, sid: str, n: int = 2) -> list[str]:
+    return wait_for(  # type: ignore[no-any-return]
+        lambda: (
+            [e.child for e in h.history(sid) if e.kind == Kind.CHILD_SPAWNED and e.goal == sid]
+            if sum(e.kind == Kind.CHILD_SPAWNED and e.goal == sid for e in h.history(sid)) == n
+            else None
+        ),
+        30,
+    )
+
+
+def _text(msg: dict[str, object]) -> str:
+    content = msg.get("content") or ""
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content)
+
+
+def test_a_fan_out_with_an_approval_and_a_blocked_egress_against_the_fake_openai_server(
+    mp: Host, tmp_path: pathlib.Path
+) -> None:
+    """The issue's whole run on a real wire format: the parent's model spawns two
+    children in one response; each child's model makes a tool call (one needs a human's
+    approval, the other's fetch is refused by the egress guard); both fold back, the
+    parent's model answers with both results, Wait returns it and the parent's projection
+    is the seed's tree, field by field."""
+    log = tmp_path / "deploys.txt"
+    calls = {
+        "plan": [
+            tool_delta(0, "s1", "spawn", json.dumps({"objective": "deploy"})),
+            tool_delta(1, "s2", "spawn", json.dumps({"objective": "fetch"})),
+        ],
+        "deploy": [tool_delta(0, "d1", "deploy", json.dumps({"log": str(log), "target": "prod"}))],
+        "fetch": [tool_delta(0, "h1", "http_get", json.dumps({"url": "http://127.0.0.1:9/"}))],
+    }
+
+    def route(body):  # type: ignore[no-untyped-def]
+        msgs = body["messages"]
+        if msgs[-1]["role"] == "tool":
+            # The tools have answered: say what they returned, as the answer.
+            n = 0
+            while msgs[-1 - n]["role"] == "tool":
+                n += 1
+            said = "; ".join(_text(m) for m in msgs[len(msgs) - n :])
+            return [("sse", [chunk(content=f"done: {said}"), chunk(finish="stop")]), ("done",)]
+        asked = _text(next(m for m in reversed(msgs) if m["role"] == "user"))
+        deltas = calls[asked]
+        return [("sse", [chunk(tool_calls=deltas), chunk(finish="tool_calls")]), ("done",)]
+
+    server = FakeModelServer(route=route)
+    try:
+        sid = mp.create(
+            metadata={
+                "ore.model.provider": "openai",
+                "ore.model.base_url": server.url,
+                "ore.model.name": "fake",
+            }
+        )
+        mp.submit(sid, "plan", budget={"max_turns": 3})
+        kids = _kids(mp, sid)
+        waiting = wait_for(lambda: mp.pending(kids[0]), 30)[0]
+        assert waiting.action == "deploy"
+        mp.approve(kids[0], waiting.call)
+        answer = mp.wait(sid, timeout=60)
+        assert answer.startswith("done: ") and "deployed prod" in answer
+        assert "refused" in answer and "loopback" in answer
+        assert log.read_text() == "deploy prod\n"  # approved once, run once
+        evs = mp.history(sid)
+        assert _goal_events(evs) == [Kind.SESSION_STARTED, Kind.CONVERGED]
+        p = project(evs)
+        assert list(p.fanout) == [
+            FanoutChild(
+                id=kids[0],
+                parent=sid,
+                objective="deploy",
+                state=FanoutState.DONE,
+                turns=1,
+                result="done: deployed prod",
+                trust="standard",
+                blocked=0,
+                seal=RecordState.RECORDING,
+            ),
+            FanoutChild(
+                id=kids[1],
+                parent=sid,
+                objective="fetch",
+                state=FanoutState.DONE,
+                turns=1,
+                result=p.fanout[1].result,
+                trust="standard",
+                blocked=0,
+                seal=RecordState.RECORDING,
+            ),
+        ]
+        assert "loopback" in p.fanout[1].result
+        assert [(e.host, e.allowed, e.reason) for e in p.egress] == [
+            ("127.0.0.1", False, "loopback")
+        ]
+        # Every model call went to the server: the parent's two, and two per child.
+        assert len(server.requests) == 6
+        offered = {t["function"]["name"] for t in server.requests[0]["body"]["tools"]}
+        assert "spawn" in offered and "finish" not in offered
+        mp.seal(sid)
+        assert mp.verify(sid).ok
+        p = project(mp.history(sid))
+        assert [c.seal for c in p.fanout] == [RecordState.VERIFIED] * 2
+    finally:
+        server.close()
+
+
+def test_a_goal_that_ends_with_the_finish_tool_converges_with_its_argument(mp: Host) -> None:
+    """goal.finish = tool: the finish call passes the gate like any tool, ends the turn,
+    and its answer is the run's result; a model that only answers is reminded, then the
+    run stalls."""
+    sid = mp.create(metadata={"goal.finish": "tool"})
+    mp.submit(sid, '!tool finish {"answer": "forty-two"}')
+    assert mp.wait(sid, timeout=30) == "forty-two"
+    evs = mp.history(sid)
+    admitted = [e.action for e in evs if e.kind == Kind.ACTION_ADMITTED]
+    assert admitted == ["model", "finish"]  # no model call after finish
+    assert [e.stop_reason for e in evs if e.kind == Kind.TURN_COMPLETED] == ["finish"]
+    assert project(evs).result == "forty-two"
+
+    other = mp.create(metadata={"goal.finish": "tool"})
+    mp.submit(other, "just talking")
+    with pytest.raises(GoalStalled, match="without calling finish"):
+        mp.wait(other, timeout=30)
+    reminders = [e for e in mp.history(other) if e.kind == Kind.USER_MESSAGE and e.extra]
+    assert len(reminders) == 3

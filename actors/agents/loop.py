@@ -24,7 +24,7 @@ from ..spec import AgentSpec, TurnInput
 from .base import TurnOutput
 from .formats import conversation, resume_point
 from .governance import Requirement, Verdict
-from .tools import ToolContext, ToolError, ToolRegistry
+from .tools import FINISH, Tool, ToolContext, ToolError, ToolRegistry
 from .wire import (
     Message,
     ModelRequest,
@@ -38,7 +38,10 @@ from .wire import (
     UsageSeen,
 )
 
-__all__ = ["ModelAgent", "Provider", "provider_loop"]
+__all__ = ["FINISHED", "ModelAgent", "Provider", "provider_loop"]
+
+#: The stop reason of a turn ended by its goal run's ``finish`` tool.
+FINISHED = "finish"
 
 
 @runtime_checkable
@@ -150,7 +153,9 @@ class ModelAgent:
             msgs = list(start)
         else:
             msgs = list(conversation(turn.history, turn.text))
-        specs = self.tools.specs()
+        # A goal run that ends with the finish tool offers it for its turns only.
+        tools = self.tools.with_tool(FINISH) if turn.finish else self.tools
+        specs = tools.specs()
         total = Usage()
         raws: list[Mapping[str, Any]] = []
         rounds = 0
@@ -175,7 +180,8 @@ class ModelAgent:
             if todo:
                 # A turn paused for an approval: answer the calls still open, then go on.
                 rounds = 1
-                await self._answer(todo, out, ctx, msgs, announce=False)
+                if await self._answer(todo, out, ctx, msgs, tools, announce=False):
+                    return FINISHED
             first = turn.model_call
             while True:
                 if first:
@@ -243,7 +249,8 @@ class ModelAgent:
                         out.tool_result(c.name, c.id, why, True)
                     return "max_tool_rounds"
                 rounds += 1
-                await self._answer(tuple(calls), out, ctx, msgs, announce=True)
+                if await self._answer(tuple(calls), out, ctx, msgs, tools, announce=True):
+                    return FINISHED
         finally:
             if timer[0] is not None:
                 timer[0].cancel()
@@ -259,15 +266,18 @@ class ModelAgent:
         out: TurnOutput,
         ctx: ToolContext,
         msgs: list[Message],
+        tools: ToolRegistry,
         *,
         announce: bool,
-    ) -> None:
+    ) -> bool:
         """Run one response's tool calls (each through the gate, concurrently) and add
-        their results to the conversation, in the calls' order."""
+        their results to the conversation, in the calls' order. True when one of them was
+        an offered ``finish`` that ran: the turn ends there."""
         if announce:
             for c in calls:
                 out.tool_call(c.name, c.id, c.arguments)
-        results = await asyncio.gather(*(self._governed(c, out, ctx) for c in calls))
+        results = await asyncio.gather(*(self._governed(c, out, ctx, tools) for c in calls))
+        finished = False
         for c, (result, is_error) in zip(calls, results, strict=True):
             out.tool_result(c.name, c.id, result, is_error)
             msgs.append(
@@ -279,15 +289,17 @@ class ModelAgent:
                     is_error=is_error,
                 )
             )
+            finished = finished or (not is_error and tools.get(c.name) is FINISH)
+        return finished
 
     async def _governed(
-        self, call: ToolCall, out: TurnOutput, ctx: ToolContext
+        self, call: ToolCall, out: TurnOutput, ctx: ToolContext, tools: ToolRegistry
     ) -> tuple[str, bool]:
         if call.error:
             return call.error, True
-        tool = self.tools.get(call.name)
+        tool = tools.get(call.name)
         if tool is None:
-            known = ", ".join(sorted(self.tools.tools)) or "none"
+            known = ", ".join(sorted(tools.tools)) or "none"
             return f"unknown tool {call.name!r}; the tools are: {known}", True
         verdict, cid, fault = await self._govern(
             out, call.name, call.id, call.arguments, tool.requirement
@@ -295,13 +307,11 @@ class ModelAgent:
         if verdict != Verdict.ADMIT:
             # The model hears why, so it can do without; the tool never runs.
             return f"not run: refused by governance ({fault or 'rejected'})", True
-        result, is_error = await self._run_tool(call, ctx)
+        result, is_error = await self._run_tool(call, ctx, tool)
         out.emit(_completed(cid, call.name, call.id, "tool_error" if is_error else ""))
         return result, is_error
 
-    async def _run_tool(self, call: ToolCall, ctx: ToolContext) -> tuple[str, bool]:
-        tool = self.tools.get(call.name)
-        assert tool is not None
+    async def _run_tool(self, call: ToolCall, ctx: ToolContext, tool: Tool) -> tuple[str, bool]:
         try:
             args = orjson.loads(call.arguments or "{}")
         except orjson.JSONDecodeError as exc:

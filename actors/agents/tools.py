@@ -24,6 +24,7 @@ from .wire import ToolSpec
 __all__ = [
     "CALCULATOR",
     "CLOCK",
+    "FINISH",
     "HTTP_GET",
     "Tool",
     "ToolContext",
@@ -269,6 +270,31 @@ SPAWN = Tool(
     fn=_spawn,
     requirement=Requirement(capabilities=frozenset({"spawn"})),
     context=True,
+)
+
+
+def _finish(args: Mapping[str, Any]) -> str:
+    answer = args.get("answer")
+    if not isinstance(answer, str) or not answer.strip():
+        raise ToolError("answer must be a non-empty string: the final answer to the objective")
+    return answer
+
+
+#: Offered only in a goal run whose session sets ``goal.finish`` = ``tool``: a call that
+#: runs (it passes the gate like any tool) ends the turn, and its answer is the run's result.
+FINISH = Tool(
+    name="finish",
+    description=(
+        "Call this once the objective is met, with the final answer. The run ends with "
+        "that answer; nothing else you say counts as the answer."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {"answer": {"type": "string"}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    },
+    fn=_finish,
 )
 
 

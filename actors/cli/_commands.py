@@ -39,6 +39,7 @@ from ._format import (
     Rate,
     Style,
     event_line,
+    fanout_tree,
     json_line,
     parse_kinds,
     parse_meta,
@@ -1037,6 +1038,8 @@ def status_args(p: argparse.ArgumentParser) -> None:
 
 def status(args: argparse.Namespace, out: Out) -> int:
     sid = _session_id(args.session)
+    import attrs
+
     from projections import project_stored
 
     with _open_log(args) as log:
@@ -1054,12 +1057,22 @@ def status(args: argparse.Namespace, out: Out) -> int:
     if u is not None:
         fields["input_tokens"] = u.input_tokens
         fields["output_tokens"] = u.output_tokens
+    fanout = getattr(p, "fanout", ())
     if args.json:
+        if fanout:
+            fields["fanout"] = [
+                {k: str(v) if k in ("state", "seal") else v for k, v in attrs.asdict(c).items()}
+                for c in fanout
+            ]
         out.line(json_line(fields))
         return 0
     width = max(len(k) for k in fields)
     for k, v in fields.items():
         out.line(f"{out.style.paint('bold', k.ljust(width))}  {v}")
+    if fanout:
+        out.line(out.style.paint("bold", "fanout"))
+        for line in fanout_tree(sid, fanout, out.style):
+            out.line("  " + line)
     return 0
 
 
@@ -1562,8 +1575,9 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "demo",
-        "a conversation on the full runtime: slash command, tool call, approval, "
-        "blocked egress, interrupt, recovery",
+        "the full runtime: slash command, tool call, approval, blocked egress, a goal run "
+        "fanning out to two concurrent children, interrupt, recovery, replay, seal, and "
+        "each session's status with the fan-out tree",
         ("vertebra demo --data ./demo-data",),
         demo_args,
         demo,

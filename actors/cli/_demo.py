@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -10,12 +11,70 @@ from typing import Any
 from spine import Kind
 
 from ..host import Host
-from ._format import event_line
+from ._format import event_line, fanout_tree
+
+#: What the demo's goal run delegates: two children, each a session of its own that
+#: streams its answer slowly enough for the two to be seen running at the same time.
+_HALVES = (
+    "!slow 0.04 the first half: the spine stores every event once, in order",
+    "!slow 0.04 the second half: each session is an actor in a process of its own",
+)
+
+
+def _goal_run(host: Host, out: Any) -> str:
+    """A goal whose one response spawns two children; they run concurrently and fold back,
+    and the parent answers with both results."""
+    style = out.style
+    pid = host.create("planner", metadata={"objective": "delegate two halves"})
+    objective = "\n".join("!tool spawn " + json.dumps({"objective": h}) for h in _HALVES)
+    out.line(f"\n[{pid}] goal: spawn two children, one per half of the work")
+    t0 = time.time()
+    host.submit(pid, objective, budget={"max_turns": 4})
+    answer = host.wait(pid, timeout=60)
+    evs = host.history(pid)
+    for ev in evs:
+        if ev.kind in (Kind.CHILD_SPAWNED, Kind.CHILD_COMPLETED) and ev.goal == pid:
+            out.line("  " + event_line(ev, style, pid))
+    spans: list[tuple[float, float]] = []
+    for kid in (e.child for e in evs if e.kind == Kind.CHILD_SPAWNED and e.goal == pid):
+        own = host.history(kid)
+        # The log stamps every event it stores.
+        start = next(e.time.timestamp() for e in own if e.kind == Kind.TURN_STARTED and e.time)
+        end = next(e.time.timestamp() for e in own if e.kind == Kind.CONVERGED and e.time)
+        spans.append((start - t0, end - t0))
+        out.line(
+            f"  child {kid}: pid {host.session_pid(kid)}, its turn ran "
+            f"{spans[-1][0]:.2f}s..{spans[-1][1]:.2f}s after the submit"
+        )
+    overlap = len(spans) == 2 and max(s for s, _ in spans) < min(e for _, e in spans)
+    out.line(f"  children ran concurrently: {overlap}")
+    out.line(f"  converged: {answer}")
+    return pid
+
+
+def _statuses(host: Host, out: Any, sessions: list[str]) -> None:
+    """Each session's status projection, the fan-out drawn as a tree."""
+    style = out.style
+    out.line("\nstatus projections:")
+    for sid in sessions:
+        p = host.status(sid)
+        u = p.usage
+        out.line(
+            f"  {style.paint('bold', sid)}: {p.turns} turns, "
+            f"{u.input_tokens + u.output_tokens} tokens, outcome {p.outcome or '-'}, "
+            f"admitted {p.admitted}, rejected {p.rejected}, egress blocked "
+            f"{p.egress_blocked}, containment {p.containment or '-'}, record {p.record}"
+        )
+        if p.fanout:
+            for line in fanout_tree(sid, p.fanout, style):
+                out.line("    " + line)
 
 
 def run_demo(data: str, out: Any) -> int:
-    """Sessions in their own processes, a slash command, a streamed turn cut off by an
-    interrupt, and a session killed and brought back."""
+    """Sessions in their own processes, a slash command, a tool call, an approval and a
+    blocked egress, a goal run that fans out to two children, a streamed turn cut off by
+    an interrupt, a session killed and brought back, a late subscriber replaying from seq
+    0, a seal and its verification, and each session's status projection."""
     os.makedirs(data, exist_ok=True)
     style = out.style
     host = Host(data)
@@ -58,6 +117,8 @@ def run_demo(data: str, out: Any) -> int:
             f"  governance: admitted {status.admitted}, rejected {status.rejected}, "
             f"egress blocked {status.egress_blocked}, containment {status.containment}"
         )
+        planner = _goal_run(host, out)
+
         slow = "!slow 0.05 a long answer that the user cuts off halfway through"
         out.line(f"\n> {slow}")
         ack = host.send(sid, slow)
@@ -76,6 +137,25 @@ def run_demo(data: str, out: Any) -> int:
         evs = host.history(sid)
         gapless = [e.seq for e in evs] == list(range(1, len(evs) + 1))
         out.line(f"\n{len(evs)} events in {sid}, seqs gapless: {gapless}, data in {data}")
+
+        # A subscriber that comes late replays the stream from seq 0, then goes live.
+        replayed: list[int] = []
+        with host.subscribe(planner, 0) as sub:
+            while len(replayed) < host.history(planner)[-1].seq:
+                got = sub.get(10)
+                if got is None:
+                    break
+                replayed.append(got.seq)
+        out.line(f"a late subscriber to {planner} replayed seqs {replayed[0]}..{replayed[-1]}")
+
+        # Sealing the parent covers what its children did (mirrored onto its stream).
+        sealed = host.seal(planner)
+        out.line(f"sealed {planner} seqs {sealed.first}..{sealed.last} (key {sealed.key_id})")
+        report = host.verify(planner)
+        out.line(f"verified {planner}: {report.ok} ({report.summary})")
+
+        kids = [e.child for e in host.history(planner) if e.kind == Kind.CHILD_SPAWNED]
+        _statuses(host, out, [sid, gid, planner, *kids])
     finally:
         host.close()
     return 0

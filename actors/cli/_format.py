@@ -92,6 +92,10 @@ def detail(ev: Any) -> str:
             out += f": {ev.reason}"
     elif ev.kind == "net.egress":
         out = f"{ev.host} {'allowed' if ev.allowed else 'blocked'} ({ev.reason})"
+    elif ev.kind == "child.spawned":
+        out = f"{ev.child}: {ev.text}"
+    elif ev.kind == "child.completed":
+        out = f"{ev.child} {'failed' if ev.is_error else 'done'}: {ev.result}"
     else:
         out = (
             ev.text
@@ -129,6 +133,43 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], style: Style
     lines = [head.rstrip()]
     for row in cells:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return lines
+
+
+def _short(text: str, width: int = 60) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+def fanout_tree(root: str, children: Sequence[Any], style: Style) -> list[str]:
+    """The fan-out tree of ``root`` drawn as a tree: each child (a `FanoutChild`, read by
+    attribute) under the goal that spawned it, in spawn order, with its objective, state,
+    turns, result, trust, blocked count and seal state. The tree is stored flat (a parent
+    id on each node), so grandchildren are found by their parent."""
+    by_parent: dict[str, list[Any]] = {}
+    for c in children:
+        by_parent.setdefault(c.parent or root, []).append(c)
+    colors = {"done": "green", "failed": "red", "running": "yellow"}
+    lines = [style.paint("bold", root)]
+
+    def walk(parent: str, indent: str, seen: frozenset[str]) -> None:
+        kids = by_parent.get(parent, [])
+        for i, c in enumerate(kids):
+            last = i == len(kids) - 1
+            branch, more = ("└── ", "    ") if last else ("├── ", "│   ")
+            state = str(c.state)
+            lines.append(
+                f"{indent}{branch}{c.id}  {style.paint(colors.get(state, 'bold'), state)}"
+                f"  turns {c.turns}  trust {c.trust or '-'}  blocked {c.blocked}"
+                f"  seal {c.seal}"
+            )
+            lines.append(f"{indent}{more}  objective: {_short(c.objective)}")
+            if c.result:
+                lines.append(f"{indent}{more}  result:    {_short(c.result)}")
+            if c.id not in seen:
+                walk(c.id, indent + more, seen | {c.id})
+
+    walk(root, "", frozenset({root}))
     return lines
 
 
@@ -217,6 +258,7 @@ __all__ = [
     "detail",
     "duration",
     "event_line",
+    "fanout_tree",
     "json_line",
     "parse_kinds",
     "parse_meta",

@@ -9,6 +9,7 @@ carries a ``request_id`` and its reply is matched by it, the projection actor's 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -53,6 +54,7 @@ from ..interceptors import SlashCommands
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
 from ..policy import BusyPolicy, RestartPolicy, SealPolicy
 from ..runner import spine_spec
+from ..runner.protocol import StopSpares
 from ..session.goals import budget_problem
 from ..system import bind_only, free_port, loopback_only, orphan_guard
 from .goals import runs_in_flight, wait_goal
@@ -101,7 +103,9 @@ class Host:
     ``spine`` is where the log lives (a URL such as ``postgresql://...``); by default the
     SQLite file ``spine.db`` in the data directory. ``auto_seal`` makes sessions seal
     themselves (`SealPolicy`; the daemon's default is `DAEMON_SEAL_POLICY`); by default
-    an embedding Host seals only when asked.
+    an embedding Host seals only when asked; ``spare_sessions``
+    session processes are kept started ahead of need (multiproc only), so that creating a
+    session (a goal's child above all) does not wait for a process to start.
     """
 
     def __init__(
@@ -122,6 +126,7 @@ class Host:
         spine: str | None = None,
         auto_seal: SealPolicy | None = None,
         convention_bind: str | None = None,
+        spare_sessions: int = 2,
     ) -> None:
         if base not in BASES:
             raise InvalidRequest(f"base must be one of {BASES}, got {base!r}")
@@ -138,6 +143,8 @@ class Host:
             spine=spine or "",
             auto_seal=auto_seal or SealPolicy(),
             cluster=convention_bind is not None,
+            # Everything runs in this process there: no process start to save.
+            spare_sessions=0 if base == "simpleSystemBase" else spare_sessions,
         )
         if convention_bind is not None and (base != "multiprocTCPBase" or attach):
             raise InvalidRequest("a convention leader starts its own multiprocTCPBase system")
@@ -571,6 +578,11 @@ class Host:
         (unless attached to someone else's)."""
         if self._closed:
             return
+        if not self._simple and not self._attach:
+            # A spare session process the Runner starts while the system shuts down would
+            # hold the shutdown up: have it start none from here on.
+            with contextlib.suppress(Exception):
+                self._runtime.request(StopSpares(request_id=request_id()), min(self.timeout, 5))
         self._closed = True
         self._log.unwatch()
         self._log.close()

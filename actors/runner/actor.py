@@ -59,6 +59,8 @@ from .protocol import (
     PassivationDue,
     ProjectionWakeDue,
     RestartDue,
+    SparesDue,
+    StopSpares,
     UseProjection,
 )
 from .registry import Registry
@@ -73,6 +75,9 @@ def _log() -> logging.Logger:
 
 #: Seconds between two wakes of the projection actor (see `RunnerActor._wake_projection`).
 WAKE_INTERVAL = 0.05
+
+#: Seconds after a spare session process is used before the Runner starts another.
+SPARE_REFILL_AFTER = 0.2
 
 
 #: Attempts at closing a stream without a process before giving up (a write raced it).
@@ -100,6 +105,10 @@ class RunnerActor(GuardedActor):
         #: Member hosts of the convention this Runner leads (None on a single host).
         self.hosts: HostTable | None = None
         self._beat = 0
+        #: Session processes started ahead of need (`RunnerConfig.spare_sessions`).
+        self._spares: list[Any] = []
+        self._refill_due = False
+        self._no_spares = False
 
     # -- configuration -----------------------------------------------------------------
 
@@ -117,10 +126,15 @@ class RunnerActor(GuardedActor):
                 self.hosts = HostTable()
                 self.notifyOnSystemRegistrationChanges(True)
                 self.wakeupAfter(timedelta(seconds=HEARTBEAT_INTERVAL), HeartbeatDue())
+            self._refill()
         self.send(sender, m.Done(request_id="config"))
 
     def receiveMsg_Ping(self, msg: Ping, sender: Any) -> None:
         self.send(sender, Pong(request_id=msg.request_id, pid=os.getpid()))
+
+    def receiveMsg_StopSpares(self, msg: StopSpares, sender: Any) -> None:
+        self._no_spares = True
+        self.send(sender, m.Done(request_id=msg.request_id))
 
     def receiveMsg_UseProjection(self, msg: UseProjection, sender: Any) -> None:
         self.projection = msg.address
@@ -278,6 +292,7 @@ class RunnerActor(GuardedActor):
     def receiveMsg_GetRunnerStats(self, msg: m.GetRunnerStats, sender: Any) -> None:
         counters = self.registry.stats() if self.registry is not None else {}
         counters.update(self.sinks.stats())
+        counters["spare_sessions"] = len(self._spares)
         stats = m.RunnerStats(
             request_id=msg.request_id,
             counters=counters,
@@ -313,6 +328,10 @@ class RunnerActor(GuardedActor):
             self._do(self.registry.unreadable(msg))
 
     def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
+        if msg.childAddress in self._spares:
+            # Not refilled here: a spare that cannot stay up would be started in a loop.
+            self._spares.remove(msg.childAddress)
+            return
         if self.exiting or self.registry is None:
             return
         if self.hosts is not None:
@@ -408,7 +427,10 @@ class RunnerActor(GuardedActor):
     def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: Any) -> None:
         if self.registry is None:
             return
-        if isinstance(msg.payload, ProjectionWakeDue):
+        if isinstance(msg.payload, SparesDue):
+            self._refill_due = False
+            self._refill()
+        elif isinstance(msg.payload, ProjectionWakeDue):
             self._wake_due = False
             self._wake_projection()
         elif isinstance(msg.payload, PassivationDue):
@@ -482,6 +504,17 @@ class RunnerActor(GuardedActor):
                 case _:
                     _log().error("runner cannot carry out %r", action)
 
+    def _refill(self) -> None:
+        """Start spare session processes up to `RunnerConfig.spare_sessions`: starting a
+        process is most of what creating a session costs (a goal's children wait on it)."""
+        if self.cfg is None or self.exiting or self._no_spares:
+            return
+        while len(self._spares) < self.cfg.spare_sessions:
+            address = self.createActor(SessionActor)
+            spine = spine_spec(self.cfg.data_dir, self.cfg.spine).url
+            self.send(address, sp.Standby(db_path=spine_path(self.cfg.data_dir), spine=spine))
+            self._spares.append(address)
+
     def _spawn(self, action: a.Spawn) -> None:
         assert self.cfg is not None and self.registry is not None
         # The new process's records name its session from Thespian's first one on.
@@ -492,8 +525,10 @@ class RunnerActor(GuardedActor):
             seq=entry.last_seq if entry is not None else 0,
         )
         member = self.hosts.place(action.session_id) if self.hosts is not None else None
+        spare = False
         if member is None:
-            address = self.createActor(SessionActor)
+            spare = bool(self._spares)
+            address = self._spares.pop(0) if spare else self.createActor(SessionActor)
             data_dir = self.cfg.data_dir
         else:
             # Thespian's capability-based placement creates it on that member's system.
@@ -513,6 +548,11 @@ class RunnerActor(GuardedActor):
             auto_seal=self.cfg.auto_seal,
         )
         self.send(address, config)
+        if spare and not self._refill_due:
+            # Later, not now: starting a process now would compete with the session just
+            # handed out (and with its siblings of the same fan-out) for the CPU.
+            self._refill_due = True
+            self.wakeupAfter(timedelta(seconds=SPARE_REFILL_AFTER), SparesDue())
 
     def _record_failure(self, action: a.RecordFailure) -> None:
         """No process writes the stream of a failed session: the Runner records it."""

@@ -33,6 +33,20 @@ class PassivationDue:
     """Timer payload: time to stop the sessions that have been idle long enough."""
 
 
+@attrs.frozen(kw_only=True)
+class StopSpares:
+    """From a Host about to shut its actor system down: start no more spare session
+    processes (a process started while the system shuts down holds the shutdown up).
+    Answered with `Done`."""
+
+    request_id: str
+
+
+@attrs.frozen(kw_only=True)
+class SparesDue:
+    """Timer payload: start spare session processes again (see `RunnerActor._refill`)."""
+
+
 @attrs.frozen
 class ProjectionWakeDue:
     """Timer payload: wake the projection actor for appends that arrived since the last

@@ -45,6 +45,7 @@ from .protocol import (
     SessionReady,
     SessionStopping,
     SessionUnreadable,
+    Standby,
 )
 from .snapshots import SNAPSHOT_EVERY, SnapshotStore
 from .state import SessionState, fold
@@ -96,6 +97,10 @@ class SessionActor(GuardedActor):
         #: How the turn's threads reach this actor (None: they send to its address).
         self._slot: Mailslot | None = None
         self.sealer: AutoSealer | None = None
+        #: The Runner's pid, watched once this process serves or stands by.
+        self.ppid: int | None = None
+        #: A spare's log and snapshot store opened ahead: (db_path, spine, log, snapshots).
+        self._warm: tuple[str, str, Log, SnapshotStore] | None = None
 
     def receiveMessage(self, msg: Any, sender: Any) -> Any:
         super().receiveMessage(msg, sender)
@@ -120,6 +125,46 @@ class SessionActor(GuardedActor):
             self.send(to, msg)
 
     # -- start ---------------------------------------------------------------------------
+
+    def receiveMsg_Standby(self, msg: Standby, sender: Any) -> None:
+        # A spare process, configured later: it must not outlive a Runner that dies first.
+        if self.cfg is not None or self.exited:
+            return
+        self._watch_parent()
+        if not msg.db_path:
+            return
+        # What every session opens first, opened now while nothing waits for it.
+        try:
+            configure_actor_logging(os.path.dirname(msg.db_path))
+            log = open_log(msg.spine or msg.db_path, single_connection=True)
+            try:
+                snapshots = SnapshotStore(os.path.dirname(msg.db_path))
+            except Exception:
+                log.close()
+                raise
+        except Exception:
+            return  # the session opens them itself once configured, and reports what fails
+        self._warm = (msg.db_path, msg.spine, log, snapshots)
+
+    def _opened(self, cfg: SessionConfig) -> tuple[Log, SnapshotStore]:
+        """The log and snapshot store: those a spare opened ahead, or new ones."""
+        warm, self._warm = self._warm, None
+        if warm is not None and warm[:2] == (cfg.db_path, cfg.spine):
+            return warm[2], warm[3]
+        if warm is not None:
+            warm[2].close()
+            warm[3].close()
+        log = open_log(cfg.spine or cfg.db_path, single_connection=True)
+        try:
+            return log, SnapshotStore(os.path.dirname(cfg.db_path))
+        except Exception:
+            log.close()
+            raise
+
+    def _watch_parent(self) -> None:
+        if self.ppid is None:
+            self.ppid = os.getppid()
+            self.wakeupAfter(timedelta(seconds=_ORPHAN_CHECK), "orphan-check")
 
     def receiveMsg_SessionConfig(self, cfg: SessionConfig, sender: Any) -> None:
         if self.cfg is not None:
@@ -154,8 +199,7 @@ class SessionActor(GuardedActor):
         sid = cfg.session_id
         # If the Runner's process dies this process is re-parented: then this incarnation
         # is an orphan that a new Runner will replace, so it stops itself.
-        self.ppid = os.getppid()
-        self.wakeupAfter(timedelta(seconds=_ORPHAN_CHECK), "orphan-check")
+        self._watch_parent()
         if supports_watch(self):
             self._slot = Mailslot()
         data_dir = os.path.dirname(cfg.db_path)
@@ -164,13 +208,12 @@ class SessionActor(GuardedActor):
         set_context(session=sid, incarnation=cfg.incarnation)
         configure_actor_logging(data_dir)
         # The session is its log's only user in this process: one connection, not two.
-        self.log = open_log(cfg.spine or cfg.db_path, single_connection=True)
+        self.log, self.snapshots = self._opened(cfg)
         take_lease = getattr(self.log, "take_lease", None)
         if take_lease is not None:
             # A backend shared by hosts fences writers: from here on an older incarnation
             # elsewhere (a partitioned host) has its appends refused.
             take_lease(sid, f"{socket.gethostname()}/{os.getpid()}/{cfg.incarnation}")
-        self.snapshots = SnapshotStore(data_dir)
         self.subs = Subscriptions(sid, self.log, self.send)
         self.outbox = Outbox(sid, cfg.incarnation)
         self.sealer = AutoSealer(cfg.auto_seal, sid, self.log, lambda: self._keys().signing_key())
@@ -610,6 +653,10 @@ class SessionActor(GuardedActor):
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
         self._notify()
         self.exited = True
+        if self._warm is not None:
+            self._warm[2].close()
+            self._warm[3].close()
+            self._warm = None
         if self._slot is not None:
             self._slot.close()
         if self.worker is not None:

@@ -34,7 +34,10 @@ from .commands import (
 from .refusals import failed
 from .state import (
     BUDGET_KEYS,
+    FINISH_MODES,
+    FINISH_REMINDER,
     GOAL_DEPTH,
+    GOAL_FINISH,
     GOAL_OBJECTIVE,
     GOAL_PARENT,
     MAX_FAILURES,
@@ -43,11 +46,30 @@ from .state import (
     depth_of,
 )
 
-#: Stop reasons of a turn that ended with an answer.
-ANSWER_STOPS = frozenset({"end_turn", "stop", "stop_sequence", "max_tokens"})
+#: Stop reasons of a turn that ended with an answer (``finish``: the finish tool ended it).
+ANSWER_STOPS = frozenset({"end_turn", "stop", "stop_sequence", "max_tokens", "finish"})
 
 #: The stall reason of a run cut off by an interrupt or a close.
 CANCELLED = "cancelled"
+
+#: What a run that ends with the ``finish`` tool is told after a turn that answered
+#: without calling it (a user message, so the next turn has something to go on).
+REMINDER = (
+    "The objective is not finished yet: when it is met, call the finish tool with the final answer."
+)
+
+
+def finish_mode(metadata: Mapping[str, str]) -> str:
+    """How a goal run ends (``goal.finish``): ``answer`` (the default) or ``tool``."""
+    return metadata.get(GOAL_FINISH) or FINISH_MODES[0]
+
+
+def finish_problem(metadata: Mapping[str, str]) -> str:
+    """What is wrong with the session's ``goal.finish`` ("" if nothing)."""
+    mode = finish_mode(metadata)
+    if mode in FINISH_MODES:
+        return ""
+    return f"{GOAL_FINISH} must be one of {', '.join(FINISH_MODES)}, got {mode!r}"
 
 
 def budget_problem(budget: Mapping[str, object]) -> str:
@@ -84,7 +106,7 @@ def submit(s: Session, cmd: Submit) -> Decision:
     if not isinstance(cmd.objective, str) or not cmd.objective.strip():
         text = "a goal's objective must be a non-empty string"
         return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", text))
-    problem = budget_problem(cmd.budget)
+    problem = budget_problem(cmd.budget) or finish_problem(s.stored.metadata)
     if problem:
         return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", problem))
     when = datetime.fromtimestamp(cmd.now, UTC) if cmd.now else None
@@ -166,6 +188,9 @@ def ended(after: SessionState, stop_reason: str, answer: str) -> list[Event]:
     g = after.running_goal
     if g is None or stop_reason == "cancelled":
         return []
+    if g.answer:
+        # The finish tool ran: its answer is the result, whatever the turn said after.
+        return [Event(kind=Kind.CONVERGED, goal=g.id, text=g.answer)]
     if g.exhausted:
         return [stalled(g, f"budget exceeded: {g.exhausted}")]
     if g.failures >= MAX_FAILURES:
@@ -173,11 +198,32 @@ def ended(after: SessionState, stop_reason: str, answer: str) -> list[Event]:
     if g.failures:
         return []
     if stop_reason in ANSWER_STOPS:
+        mode = finish_mode(after.metadata)
+        if mode not in FINISH_MODES:
+            return [stalled(g, finish_problem(after.metadata))]
+        if mode == "tool":
+            return finish_reminder(g)
         if not answer:
             answer = next((t for role, t, _ in reversed(after.history) if role == "assistant"), "")
         return [Event(kind=Kind.CONVERGED, goal=g.id, text=answer)]
     # The model call itself was refused (a fault as the stop reason).
     return [stalled(g, f"governance refused the model call: {stop_reason}")]
+
+
+def finish_reminder(g: GoalRun) -> list[Event]:
+    """A turn answered without calling ``finish``: remind the model, unless it has been
+    reminded `MAX_FAILURES` times already (then the run stalls instead of looping)."""
+    if g.reminders >= MAX_FAILURES:
+        why = f"the model answered {g.reminders + 1} times without calling finish"
+        return [stalled(g, why)]
+    return [
+        Event(
+            kind=Kind.USER_MESSAGE,
+            goal=g.id,
+            text=REMINDER,
+            extra={FINISH_REMINDER: True},
+        )
+    ]
 
 
 def cancelled(st: SessionState) -> list[Event]:
@@ -203,6 +249,8 @@ def spawn(s: Session, cmd: Spawn) -> Decision:
     st = s.stored
     child = child_id(s.session_id, cmd.tool_use_id)
     md = {k: v for k, v in st.metadata.items() if not k.startswith("goal.")}
+    if GOAL_FINISH in st.metadata:
+        md[GOAL_FINISH] = st.metadata[GOAL_FINISH]  # a child ends its run as its parent does
     md.update(
         {
             GOAL_OBJECTIVE: cmd.objective,

@@ -34,6 +34,17 @@ class SessionConfig:
 
 
 @attrs.frozen(kw_only=True)
+class Standby:
+    """Sent by the Runner to a spare session process it started ahead of need: it opens
+    what every session opens (the log named by ``db_path``/``spine``, the snapshot store,
+    the log file) while nothing waits, then waits for its `SessionConfig`; it stops by
+    itself if the Runner dies first."""
+
+    db_path: str = ""
+    spine: str = ""
+
+
+@attrs.frozen(kw_only=True)
 class SessionReady:
     session_id: str
     incarnation: int

@@ -69,6 +69,10 @@ class GoalRun:
     last_error: str = ""
     #: Why a budget ran out (set by an ``action.rejected`` with fault budget_exceeded).
     exhausted: str = ""
+    #: The final answer the ``finish`` tool was called with (``goal.finish`` = ``tool``).
+    answer: str = ""
+    #: Reminders to call ``finish`` stored so far (turns that answered without it).
+    reminders: int = 0
     outcome: str = ""
 
     @property
@@ -147,10 +151,14 @@ def _meta(state: SessionState, ev: Event, seq: int) -> Changes:
 
 
 def _user(state: SessionState, ev: Event, seq: int) -> Changes:
-    return {
+    changes: Changes = {
         "pending": (*state.pending, (seq, ev.text)),
         "history": _push(state.history, ("user", ev.text, seq)),
     }
+    g = state.running_goal
+    if g is not None and ev.extra.get(FINISH_REMINDER):
+        changes["goal"] = attrs.evolve(g, reminders=g.reminders + 1)
+    return changes
 
 
 def _turn_started(state: SessionState, ev: Event, seq: int) -> Changes:
@@ -177,7 +185,16 @@ def _tool_result(state: SessionState, ev: Event, seq: int) -> Changes:
     body = orjson.dumps(
         {"id": ev.tool_use_id, "name": ev.tool, "result": ev.result, "isError": ev.is_error}
     ).decode()
-    return {"history": _push(state.history, ("tool.result", body, seq))}
+    changes: Changes = {"history": _push(state.history, ("tool.result", body, seq))}
+    g = state.running_goal
+    if (
+        g is not None
+        and ev.tool == "finish"
+        and not ev.is_error
+        and state.metadata.get(GOAL_FINISH) == "tool"
+    ):
+        changes["goal"] = attrs.evolve(g, answer=ev.result)
+    return changes
 
 
 def _turn_ended(state: SessionState, ev: Event, seq: int) -> Changes:
@@ -261,6 +278,12 @@ def depth_of(md: Mapping[str, str]) -> int:
 GOAL_OBJECTIVE = "goal.objective"
 GOAL_PARENT = "goal.parent"
 GOAL_DEPTH = "goal.depth"
+#: How a goal run ends: ``answer`` (default: the model's answer when it stops without tool
+#: calls) or ``tool`` (only a call of the ``finish`` tool, its argument the answer).
+GOAL_FINISH = "goal.finish"
+FINISH_MODES = ("answer", "tool")
+#: Marks (in ``extra``) the user message that reminds the model to call ``finish``.
+FINISH_REMINDER = "finishReminder"
 
 
 def _action(status: str) -> Callable[[SessionState, Event, int], Changes]:

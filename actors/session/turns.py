@@ -134,6 +134,7 @@ def settle(s: Session, cmd: Settle) -> Decision:
         resume=not st.pending,
         egress_allow=policy.egress_allow,
         model_call=call,
+        finish=st.running_goal is not None and goals.finish_mode(st.metadata) == "tool",
     )
     return Decision(
         state=attrs.evolve(s, running=Running(turn=n)),
