@@ -239,7 +239,8 @@ def test_a_projection_sigkilled_mid_fold_restarts_to_the_fold_from_zero_on_multi
     multiproc: ActorSystem, log: SqliteLog, db_path: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
     """SIGKILL the actor's process mid-rebuild; a new actor on the same files converges."""
-    fill(log, 6000, 10)
+    # Long enough that the poll below lands mid-fold even when the fold is quick.
+    fill(log, 20000, 10)
     ck = tmp_path / "ck.db"
     actor, pid = start(multiproc, db_path, ck, batch=20, rebuild_commit_every=300)
     assert pid != os.getpid()
