@@ -111,6 +111,18 @@ def test_serve_refuses_host_options_that_do_not_fit_and_names_the_problem(
     assert problem in capsys.readouterr().err
 
 
+@pytest.fixture(autouse=True)
+def _transmit_limit_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A convention leader widens Thespian's per-process transmit limit for the processes
+    it forks from this one (the test process): put it back afterwards, so that later tests
+    run with Thespian's own."""
+    from thespian.system.transport import asyncTransportBase
+
+    monkeypatch.setattr(
+        asyncTransportBase, "MAX_PENDING_TRANSMITS", asyncTransportBase.MAX_PENDING_TRANSMITS
+    )
+
+
 # -- real member processes on loopback -------------------------------------------------------
 
 

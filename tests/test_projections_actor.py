@@ -239,15 +239,21 @@ def test_a_projection_sigkilled_mid_fold_restarts_to_the_fold_from_zero_on_multi
     multiproc: ActorSystem, log: SqliteLog, db_path: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
     """SIGKILL the actor's process mid-rebuild; a new actor on the same files converges."""
-    # Long enough that the poll below lands mid-fold even when the fold is quick.
-    fill(log, 20000, 10)
+    # Small steps over a long log, so that the poll below lands mid-fold: the actor folds
+    # step after step by messages to itself, which its transport handles before reading
+    # the next query from its socket.
+    fill(log, 6000, 10)
     ck = tmp_path / "ck.db"
-    actor, pid = start(multiproc, db_path, ck, batch=20, rebuild_commit_every=300)
+    actor, pid = start(multiproc, db_path, ck, batch=2, rebuild_commit_every=300)
     assert pid != os.getpid()
+
+    seen: list[Any] = []
 
     def mid_fold() -> bool:
         r = multiproc.ask(actor, QueryProgress(), ASK)
         assert isinstance(r, ProgressReply), r
+        seen.append(r.progress)
+        assert not (r.progress.ready and not r.progress.rebuilding), f"fold done first: {seen[:3]}"
         return 600 < r.progress.rebuild_position < log.last_position() - 1000
 
     wait_for(mid_fold, timeout=30, interval=0.001)
