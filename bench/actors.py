@@ -349,25 +349,39 @@ def _drive(
     return before / elapsed
 
 
+class _HeldTurns:
+    """Turns on ``sids`` through ``h``, each one's end read from a subscription held open
+    on its session (what a conduit tailing a session does)."""
+
+    def __init__(self, h: Host, sids: list[str]) -> None:
+        self.h, self.sids = h, sids
+        self.subs: dict[int, Any] = {}
+
+    def setup(self, i: int) -> None:
+        if i not in self.subs:
+            sid = self.sids[i]
+            self.subs[i] = self.h.subscribe(sid, self.h.history(sid)[-1].seq, kinds=TURN_END)
+
+    def turn(self, i: int) -> None:
+        a = self.h.send(self.sids[i], "hello")
+        while True:
+            ev = self.subs[i].get(WAIT)
+            assert ev is not None
+            if ev.seq > a.seq:
+                return
+
+    def close(self) -> None:
+        for sub in self.subs.values():
+            sub.close()
+
+
 def throughput(root: str, sessions: int, rounds: int, seconds: float) -> None:
     rates: list[float] = []
     b_rates: list[float] = []
     with host(os.path.join(root, "throughput")) as h, echo_system() as echo:
         sids = [h.create() for _ in range(sessions)]
         echo.spawn(sessions)
-        subs: dict[int, Any] = {}
-
-        def v_setup(i: int) -> None:
-            if i not in subs:
-                subs[i] = h.subscribe(sids[i], h.history(sids[i])[-1].seq, kinds=TURN_END)
-
-        def v_turn(i: int) -> None:
-            a = h.send(sids[i], "hello")
-            while True:
-                ev = subs[i].get(WAIT)
-                assert ev is not None
-                if ev.seq > a.seq:
-                    return
+        held = _HeldTurns(h, sids)
 
         def e_turn(i: int) -> None:
             echo.turn_done(i, echo.send(i).seq)
@@ -375,10 +389,9 @@ def throughput(root: str, sessions: int, rounds: int, seconds: float) -> None:
         try:
             for _ in range(rounds):
                 b_rates.append(_drive(sessions, seconds, e_turn, lambda i: None))
-                rates.append(_drive(sessions, seconds, v_turn, v_setup))
+                rates.append(_drive(sessions, seconds, held.turn, held.setup))
         finally:
-            for s in subs.values():
-                s.close()
+            held.close()
     rate, b_rate = statistics.median(rates), statistics.median(b_rates)
     verdict = "met" if rate >= 200 else "MISSED"
     print(f"aggregate turns/s, {sessions} sessions, one thread each ({rounds} rounds)")
@@ -401,25 +414,11 @@ def auth_probe(root: str, sessions: int, seconds: float, acks: int) -> dict[str,
             t0 = time.perf_counter()
             h.send(sids[0], f"ack {i}")
             lat.append(time.perf_counter() - t0)
-        subs: dict[int, Any] = {}
-
-        def setup(i: int) -> None:
-            if i not in subs:
-                subs[i] = h.subscribe(sids[i], h.history(sids[i])[-1].seq, kinds=TURN_END)
-
-        def turn(i: int) -> None:
-            a = h.send(sids[i], "hello")
-            while True:
-                ev = subs[i].get(WAIT)
-                assert ev is not None
-                if ev.seq > a.seq:
-                    return
-
+        held = _HeldTurns(h, sids)
         try:
-            rate = _drive(sessions, seconds, turn, setup)
+            rate = _drive(sessions, seconds, held.turn, held.setup)
         finally:
-            for sub in subs.values():
-                sub.close()
+            held.close()
     return {"rate": rate, "p50": pct(lat, 0.5), "p99": pct(lat, 0.99)}
 
 

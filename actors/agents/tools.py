@@ -225,18 +225,23 @@ def _http_get(args: Mapping[str, Any], ctx: ToolContext) -> str:
         raise ToolError(f"{type(exc).__name__}: {exc}") from None
 
 
+def _one_string(name: str) -> dict[str, Any]:
+    """The JSON schema of a tool that takes one string argument, ``name``."""
+    return {
+        "type": "object",
+        "properties": {name: {"type": "string"}},
+        "required": [name],
+        "additionalProperties": False,
+    }
+
+
 HTTP_GET = Tool(
     name="http_get",
     description=(
         "Fetch a URL (http or https) and return the status and up to 64 KiB of the body as "
         "text. Only public addresses are reachable unless the session allows others."
     ),
-    parameters={
-        "type": "object",
-        "properties": {"url": {"type": "string"}},
-        "required": ["url"],
-        "additionalProperties": False,
-    },
+    parameters=_one_string("url"),
     fn=_http_get,
     requirement=Requirement(trust="standard", capabilities=frozenset({"net"})),
     context=True,
@@ -261,12 +266,7 @@ SPAWN = Tool(
         "Delegate a sub-objective to a child session that works on it on its own, and "
         "return its final answer. Several spawns in one response run concurrently."
     ),
-    parameters={
-        "type": "object",
-        "properties": {"objective": {"type": "string"}},
-        "required": ["objective"],
-        "additionalProperties": False,
-    },
+    parameters=_one_string("objective"),
     fn=_spawn,
     requirement=Requirement(capabilities=frozenset({"spawn"})),
     context=True,
@@ -288,12 +288,7 @@ FINISH = Tool(
         "Call this once the objective is met, with the final answer. The run ends with "
         "that answer; nothing else you say counts as the answer."
     ),
-    parameters={
-        "type": "object",
-        "properties": {"answer": {"type": "string"}},
-        "required": ["answer"],
-        "additionalProperties": False,
-    },
+    parameters=_one_string("answer"),
     fn=_finish,
 )
 
