@@ -79,7 +79,8 @@ def _session_id(text: str) -> str:
     try:
         validate_session_id(text)
     except ValueError as exc:
-        raise CliError(f"bad session id {text!r}: {exc}", EXIT_USAGE) from None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise CliError(f"bad session id {text!r}: {problem}", EXIT_USAGE) from None
     return text
 
 
