@@ -22,13 +22,31 @@ from typing import Any
 
 from thespian.actors import ThespianWatch
 
-__all__ = ["Mailslot", "supports_watch"]
+__all__ = ["Mailslot", "in_flight", "supports_watch"]
 
 
 def supports_watch(actor: Any) -> bool:
     """Whether ``actor``'s transport delivers ``WatchMessage``s (multiprocTCPBase does)."""
     manager = getattr(actor, "_myRef", None)
     return hasattr(getattr(manager, "transport", None), "set_watch")
+
+
+def in_flight(actor: Any, target: Any) -> bool:
+    """Whether ``actor``'s TCP transport still holds a message for ``target`` (sent and
+    not yet acknowledged, or queued behind one): False where the transport cannot say.
+
+    Thespian keeps one message in flight per pair and queues the rest, and every pass of
+    its event loop walks that queue; a sender that holds its news back while one is on its
+    way sends fewer, larger messages instead of a backlog (measured: 13-19 notices queued
+    per session at 20 sessions' full load)."""
+    transport = getattr(getattr(actor, "_myRef", None), "transport", None)
+    intents = getattr(transport, "_transmitIntents", None)
+    waiting = getattr(transport, "_waitingTransmits", None)
+    if intents is None or waiting is None:
+        return False
+    return any(i.targetAddr == target for i in waiting) or any(
+        i.targetAddr == target for i in intents.values()
+    )
 
 
 class Mailslot:
@@ -59,6 +77,10 @@ class Mailslot:
             except BlockingIOError:
                 pass  # the pipe is full of wake-ups already: the actor will look
             return True
+
+    def pending(self) -> bool:
+        """Whether something is queued (the actor's thread, to drain without a wake)."""
+        return not self._queue.empty()
 
     def take(self) -> list[Any]:
         """Everything queued so far, oldest first (the actor's thread)."""

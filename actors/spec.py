@@ -8,7 +8,8 @@ events) reproduces every turn's exact model configuration.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import attrs
 
@@ -40,6 +41,32 @@ __all__ = [
 ]
 
 
+_T = TypeVar("_T")
+
+
+def per_metadata(
+    parse: Callable[[Any, Mapping[str, str]], _T],
+) -> Callable[[Any, Mapping[str, str]], _T]:
+    """Remember the last parse of a metadata mapping by identity.
+
+    A session's fold makes a new mapping whenever the metadata changes and never changes
+    one in place, so the same object means the same answer; a turn asked it several times
+    (its start, the gate, each model call). Failures are not remembered: they raise again.
+    """
+    last: tuple[Mapping[str, str], Any] | None = None
+
+    def parsed(cls: Any, metadata: Mapping[str, str]) -> _T:
+        nonlocal last
+        seen = last  # one read: a turn thread may replace it meanwhile
+        if seen is not None and seen[0] is metadata:
+            return seen[1]  # type: ignore[no-any-return]
+        out = parse(cls, metadata)
+        last = (metadata, out)
+        return out
+
+    return parsed
+
+
 @attrs.frozen(kw_only=True)
 class AgentSpec:
     """The model configuration of one turn, parsed once from session metadata."""
@@ -61,6 +88,7 @@ class AgentSpec:
     max_tool_rounds: int = 8
 
     @classmethod
+    @per_metadata
     def from_metadata(cls, metadata: Mapping[str, str]) -> AgentSpec:
         """The spec the metadata describes; `SettingsError` names a value that cannot be
         used (the turn then ends with that error, the session serves on)."""

@@ -72,3 +72,42 @@ def test_many_concurrent_turns_in_session_processes_all_end(
             assert list(pool.map(converse, range(24))) == [3] * 24
     finally:
         h.close()
+
+
+def test_pending_says_whether_something_waits_without_taking_it() -> None:
+    """`pending` lets the actor drain what its own handler handed back, with no wake."""
+    slot = Mailslot()
+    assert not slot.pending()
+    slot.put("finished")
+    assert slot.pending() and slot.pending()
+    assert slot.take() == ["finished"]
+    assert not slot.pending()
+    # take() also read the wake-up byte: the transport's select will not wake for it.
+    ready, _, _ = select.select([slot.fileno()], [], [], 0)
+    assert not ready
+
+
+def test_in_flight_is_false_where_the_transport_cannot_say() -> None:
+    """An actor without Thespian's TCP transport (the single-process base) always sends."""
+    from actors.mailslot import in_flight
+
+    class NoTransport:
+        pass
+
+    assert in_flight(NoTransport(), object()) is False
+
+
+def test_thespian_waits_with_poll_after_lean_select_and_the_switch_is_idempotent() -> None:
+    """Thespian's TCP loop builds a selector per pass: poll, not a fresh epoll each time."""
+    import selectors
+
+    from thespian.system.transport import TCPTransport as tt
+
+    from actors.system import lean_select
+
+    lean_select()
+    first = tt.selectors
+    lean_select()
+    assert tt.selectors is first
+    assert tt.selectors.DefaultSelector is selectors.PollSelector
+    assert tt.selectors.EVENT_READ == selectors.EVENT_READ

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 
 import attrs
 
+from ..spec import per_metadata
+
 __all__ = [
     "GOV_APPROVALS",
     "GOV_CAPABILITIES",
@@ -145,6 +147,7 @@ class Policy:
         ) / 1e6
 
     @classmethod
+    @per_metadata
     def from_metadata(cls, md: Mapping[str, str]) -> Policy:
         trust = md.get(GOV_TRUST) or "standard"
         if trust not in TRUST_LEVELS:

@@ -29,7 +29,7 @@ from spine.seal import KeyStore
 from .. import messages as m
 from ..agents import ModelFactory
 from ..logformat import set_context
-from ..mailslot import Mailslot, supports_watch
+from ..mailslot import Mailslot, in_flight, supports_watch
 from ..messages import Ping, Pong
 from ..shell import GuardedActor
 from ..system import configure_actor_logging
@@ -104,17 +104,28 @@ class SessionActor(GuardedActor):
 
     def receiveMessage(self, msg: Any, sender: Any) -> Any:
         super().receiveMessage(msg, sender)
-        # Asked again after every message: Thespian watches what the last handler returned.
         slot = self._slot
+        if slot is not None and slot.pending() and not self.exited:
+            # Handed back during this handler (an instant turn's end): taken now, which
+            # spares a pass of the transport's loop to be woken for it.
+            self._drain(slot)
+        if self.outbox and not self._notify_scheduled and not self.exited:
+            # News not sent at once goes out within the interval; armed here, once per
+            # message, so a turn that ends inside this handler arms no timer at all.
+            self._notify_scheduled = True
+            self.wakeupAfter(timedelta(seconds=NOTIFY_INTERVAL), "notify")
+        # Asked again after every message: Thespian watches what the last handler returned.
         return slot.watch if slot is not None and not self.exited else None
 
-    def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: Any) -> None:
-        if self._slot is None:
-            return
-        for handed in self._slot.take():
+    def _drain(self, slot: Mailslot) -> None:
+        for handed in slot.take():
             if self.exited:
                 return
             super().receiveMessage(handed, self.myAddress)
+
+    def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: Any) -> None:
+        if self._slot is not None:
+            self._drain(self._slot)
 
     def _failure(self, request_id: str, error: str, message: str) -> m.RequestFailed:
         sid = self.cfg.session_id if self.cfg else ""
@@ -459,9 +470,7 @@ class SessionActor(GuardedActor):
             # The first words after a quiet spell go out at once (a user waits for the first
             # token); what follows them is gathered as before.
             self._notify()
-        elif not self._notify_scheduled:
-            self._notify_scheduled = True
-            self.wakeupAfter(timedelta(seconds=NOTIFY_INTERVAL), "notify")
+        # Otherwise the timer armed at the end of the handler sends it.
 
     def _flush_if_idle(self) -> None:
         """An idle session tells the Runner at once: coalescing only pays while a turn
@@ -470,8 +479,12 @@ class SessionActor(GuardedActor):
         if st is not None and st.running is None and not st.stored.busy:
             self._notify()
 
-    def _notify(self) -> None:
+    def _notify(self, now: bool = False) -> None:
         if self.outbox is None or not self.outbox or self.state is None:
+            return
+        if not now and in_flight(self, self.runner):
+            # The last notice is still on its way: this news joins the next one, which
+            # the timer armed at the end of the handler sends.
             return
         busy = self.state.running is not None or self.state.stored.busy
         if self.outbox.live:
@@ -490,7 +503,7 @@ class SessionActor(GuardedActor):
         self.stopping_sent = True
         _log().info("session %s: stopping (%s)", self.cfg.session_id, reason)
         self.state = attrs.evolve(self.state, stopping=True)
-        self._notify()
+        self._notify(now=True)
         self.send(
             self.runner,
             SessionStopping(
@@ -651,7 +664,7 @@ class SessionActor(GuardedActor):
         self.wakeupAfter(timedelta(seconds=_ORPHAN_CHECK), "orphan-check")
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
-        self._notify()
+        self._notify(now=True)
         self.exited = True
         if self._warm is not None:
             self._warm[2].close()
