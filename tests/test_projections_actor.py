@@ -338,3 +338,38 @@ def test_a_handler_that_raises_runs_once_and_its_request_is_answered() -> None:
         assert "boom" in reply.reason and _Exploding.calls == 1
     finally:
         asys.shutdown()
+
+
+def test_queries_are_answered_between_rebuild_steps_with_a_widened_transmit_limit(
+    no_leftover_processes: None,
+    log: SqliteLog,
+    db_path: pathlib.Path,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Convention hosts widen Thespian's transmit limit; a rebuild must not starve queries."""
+    from thespian.system.transport import asyncTransportBase
+
+    # As a convention host does (actors/host/member.py), before the system forks.
+    monkeypatch.setattr(asyncTransportBase, "MAX_PENDING_TRANSMITS", 512)
+    fill(log, 6000, 10)
+    asys = ActorSystem(
+        "multiprocTCPBase", {"Admin Port": free_port()}, transientUnique=True, logDefs=LOGDEFS
+    )
+    try:
+        # Two events a step: three thousand steps, far longer than a query takes.
+        actor, _ = start(asys, db_path, tmp_path / "ck.db", batch=2, rebuild_commit_every=300)
+        reports: list[Any] = []
+        answers = []
+        for i in range(5):
+            r = ask_for(asys, actor, QueryProgress(request_id=f"q{i}"), ProgressReply, reports)
+            answers.append(r.progress)
+        # Answered while the first build was still folding, not after it.
+        assert any(not p.ready and p.rebuild_position < log.last_position() for p in answers), [
+            (p.ready, p.rebuild_position) for p in answers
+        ]
+        wait_for(lambda: caught_up(asys, actor, log), timeout=60)
+        assert_state_equals_fold_from_zero(asys, actor, log)
+        asys.tell(actor, ActorExitRequest())
+    finally:
+        asys.shutdown()
