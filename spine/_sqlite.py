@@ -14,6 +14,7 @@ from typing import Any
 from ._codec import SCHEMA_VERSION, decode_event
 from ._errors import ConflictError, InvalidArgumentError, StorageError
 from ._event import Event
+from ._filewatch import FileWrites, file_writes
 from ._log import (
     DEFAULT_PAGE,
     AppendResult,
@@ -77,6 +78,14 @@ _PRIOR_KEY = (
     "FROM idempotency WHERE stream=? AND key=?"
 )
 _MAX_POSITION = "SELECT COALESCE(MAX(position), 0) FROM events"
+#: Seconds the watcher polls every interval after a write or a change, before it sleeps
+#: until the next write again.
+_WATCH_HOT = 0.005
+#: The first pause of that polling; each pause doubles up to the watch interval.
+_WATCH_FIRST_PAUSE = 0.0001
+#: The longest an idle watcher sleeps without hearing of a write (a missed one is found then).
+_WATCH_IDLE = 0.25
+
 _MOVED = (
     "SELECT stream, kind, MAX(seq), MAX(position) FROM events WHERE position > ? "
     "GROUP BY stream, kind"
@@ -100,8 +109,10 @@ class SqliteLog:
     Appends take ``BEGIN IMMEDIATE``, so writers in several processes serialize on the file
     and global positions follow commit order without gaps. ``synchronous`` is SQLite's
     setting: ``NORMAL`` (default) survives a process crash, ``FULL`` also a power loss.
-    Appends by other processes wake local subscribers through a watcher that polls
-    ``PRAGMA data_version`` every ``watch_interval`` seconds while anyone subscribes.
+    Appends by other processes wake local subscribers through a watcher that asks
+    ``PRAGMA data_version`` while anyone subscribes: after the kernel reports a write to
+    the log's files (Linux), polling every ``watch_interval`` seconds for a few ms after
+    each; where it cannot report writes, every ``watch_interval`` seconds.
     ``single_connection`` makes reads share the writer's connection (serialized with
     appends) instead of one connection per reading thread: for a process with one user of
     the log, such as a session actor, it saves a connection's memory (about 0.3 MB).
@@ -135,6 +146,9 @@ class SqliteLog:
         self.wakeup = Wakeup()
         self._watchers = 0
         self._watch_lock = threading.Lock()
+        self._changes: FileWrites | None = None
+        #: Passes of the watcher's loop (each one asks SQLite whether anything changed).
+        self.watch_checks = 0
         self._watch_thread: threading.Thread | None = None
         if read_only and not os.path.exists(self.path):
             raise StorageError(f"spine database {self.path!r} does not exist")
@@ -395,6 +409,8 @@ class SqliteLog:
         with self._watch_lock:
             self._watchers += 1
             if self._watch_thread is None and not self._closed:
+                # Told of writes before the baseline is taken, so none falls between.
+                changes = self._file_writes()
                 # Take the baseline here, before returning: a subscriber reads the log after
                 # watch(), so every commit it has not read is one the watcher will notice.
                 # A baseline taken later in the thread could swallow a commit made between.
@@ -409,32 +425,64 @@ class SqliteLog:
                     last = c.execute("PRAGMA data_version").fetchone()[0]
                 except sqlite3.Error as exc:
                     c.close()
+                    if changes is not None:
+                        changes.close()
                     self._watchers -= 1
                     raise StorageError(f"cannot watch {self.path!r}: {exc}") from exc
                 # Marks from before this watcher may have missed commits made while
                 # nobody watched: forget them.
                 self.wakeup.bump(None)
+                self._changes = changes
                 t = threading.Thread(
-                    target=self._watch_loop, args=(c, last, pos), name="spine-watch", daemon=True
+                    target=self._watch_loop,
+                    args=(c, last, pos, changes),
+                    name="spine-watch",
+                    daemon=True,
                 )
                 self._watch_thread = t
                 t.start()
 
+    def _file_writes(self) -> FileWrites | None:
+        """Writes to this log's files, told by the kernel; None: poll every interval."""
+        if not os.path.isfile(self.path):
+            return None
+        base = os.path.basename(self.path)
+        return file_writes(os.path.dirname(os.path.abspath(self.path)), {base, base + "-wal"})
+
     def unwatch(self) -> None:
         with self._watch_lock:
             self._watchers = max(0, self._watchers - 1)
+            if self._watchers == 0 and self._changes is not None:
+                self._changes.interrupt()  # let the watcher see it is no longer wanted
 
-    def _watch_loop(self, c: sqlite3.Connection, last: int, pos: int) -> None:
+    def _watch_loop(
+        self, c: sqlite3.Connection, last: int, pos: int, changes: FileWrites | None
+    ) -> None:
         # data_version changes when another connection (another process, or this one's
         # writer) commits; that is the cross-process wake. It is only a hint: subscribers
-        # re-read the log and keep their poll floor.
+        # re-read the log and keep their poll floor. Where the kernel tells of writes to
+        # the log's files, an idle watcher sleeps until one (or `_WATCH_IDLE`); after a
+        # write or a change it polls every interval for `_WATCH_HOT`, because the write
+        # can come a moment before the commit is visible, and busy logs write again soon.
+        hot_until = time.monotonic() + _WATCH_HOT
+        pause = _WATCH_FIRST_PAUSE
         try:
             while True:
+                self.watch_checks += 1
                 with self._watch_lock:
                     if self._watchers == 0 or self._closed:
                         self._watch_thread = None
+                        self._changes = None
                         return
-                time.sleep(self._watch_interval)
+                if changes is None:
+                    time.sleep(self._watch_interval)
+                elif time.monotonic() < hot_until:
+                    # Soon after a write the commit is most likely just being published.
+                    time.sleep(min(pause, self._watch_interval))
+                    pause *= 2
+                elif changes.wait(_WATCH_IDLE):
+                    hot_until = time.monotonic() + _WATCH_HOT
+                    pause = _WATCH_FIRST_PAUSE
                 try:
                     v = c.execute("PRAGMA data_version").fetchone()[0]
                     if v == last:
@@ -445,11 +493,15 @@ class SqliteLog:
                 except sqlite3.Error:
                     continue
                 last = v
+                hot_until = time.monotonic() + _WATCH_HOT
+                pause = _WATCH_FIRST_PAUSE
                 if moved:
                     pos = max(row[3] for row in moved)
                 self.wakeup.bump([(stream, kind, seq) for stream, kind, seq, _ in moved])
         finally:
             c.close()
+            if changes is not None:
+                changes.close()
 
     def close(self) -> None:
         with self._wlock:
@@ -462,6 +514,9 @@ class SqliteLog:
                 with contextlib.suppress(sqlite3.Error):
                     c.close()
             self._readers.clear()
+        with self._watch_lock:
+            if self._changes is not None:
+                self._changes.interrupt()
         t = self._watch_thread
         if t is not None:
             t.join(timeout=1.0)

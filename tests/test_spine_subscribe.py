@@ -710,3 +710,43 @@ def test_notifications_wake_only_the_postgres_subscriber_whose_stream_moved(
     finally:
         reader.close()
         writer.close()
+
+
+def test_an_idle_watcher_sleeps_until_the_log_is_written_then_wakes_at_once(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Following an idle log costs no polling: the kernel says when its files are written."""
+    path = tmp_path / "spine.db"
+    with SqliteLog(path) as log, SqliteLog(path) as other:
+        log.watch()
+        try:
+            seen = log.wakeup.generation
+            other.append("s", [ev("first")])
+            seen = log.wakeup.wait(seen, WAIT)
+            before = log.watch_checks
+            # A quarter of a second idle: polling every millisecond would ask ~250 times.
+            threading.Event().wait(0.25)
+            assert log.watch_checks - before < 25, log.watch_checks - before
+            other.append("s", [ev("second")])
+            assert log.wakeup.wait(seen, WAIT) != seen
+        finally:
+            log.unwatch()
+
+
+def test_without_inotify_the_watcher_polls_and_still_wakes(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the kernel cannot tell of writes, the watcher polls every interval as before."""
+    from spine import _filewatch
+
+    monkeypatch.setattr(_filewatch, "_load_libc", lambda: None)
+    path = tmp_path / "spine.db"
+    with SqliteLog(path) as log, SqliteLog(path) as other:
+        for round_ in range(5):
+            seen = log.wakeup.generation
+            log.watch()
+            try:
+                other.append("s", [ev(str(round_))])
+                assert log.wakeup.wait(seen, WAIT) != seen, f"round {round_}: no wake"
+            finally:
+                log.unwatch()
