@@ -493,8 +493,9 @@ class SqliteLog:
                 except sqlite3.Error:
                     continue
                 last = v
+                # A busy log: look again every interval, as long as it keeps changing.
                 hot_until = time.monotonic() + _WATCH_HOT
-                pause = _WATCH_FIRST_PAUSE
+                pause = self._watch_interval
                 if moved:
                     pos = max(row[3] for row in moved)
                 self.wakeup.bump([(stream, kind, seq) for stream, kind, seq, _ in moved])
