@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import pathlib
 
 import pytest
 
@@ -214,3 +215,16 @@ def test_the_fan_out_is_drawn_as_a_tree_with_grandchildren_under_their_parent() 
         "          objective: deeper",
         "          result:    cancelled",
     ]
+
+
+def test_a_daemon_on_its_way_out_removes_only_its_own_daemon_file(tmp_path: pathlib.Path) -> None:
+    """A daemon exiting after another has started on the directory leaves the new file."""
+    from actors.cli._daemon import DAEMON_FILE, DaemonInfo, remove_daemon, write_daemon
+
+    data = str(tmp_path)
+    write_daemon(data, DaemonInfo(pid=4242, admin_port=1, version="x", system_session=0, spine=""))
+    remove_daemon(data, pid=1234)
+    assert (tmp_path / DAEMON_FILE).exists()
+    remove_daemon(data, pid=4242)
+    assert not (tmp_path / DAEMON_FILE).exists()
+    remove_daemon(data, pid=4242)  # already gone: nothing to do

@@ -496,7 +496,7 @@ def serve(args: argparse.Namespace, out: Out) -> int:
             gateway.stop()
         host.close()
         # Last, once the actor system is down: `vertebra stop` waits for this.
-        remove_daemon(args.data)
+        remove_daemon(args.data, pid=os.getpid())
     out.line("vertebra daemon: stopped")
     return 0
 

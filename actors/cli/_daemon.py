@@ -223,9 +223,19 @@ def write_daemon(data: str, info: DaemonInfo) -> None:
     os.replace(tmp, path)
 
 
-def remove_daemon(data: str) -> None:
+def remove_daemon(data: str, pid: int | None = None) -> None:
+    """Remove ``data``'s daemon file; with ``pid``, only if it names that process (a
+    daemon on its way out must not remove the file of one started after it)."""
+    path = os.path.join(data, DAEMON_FILE)
+    if pid is not None:
+        try:
+            with open(path) as f:
+                if int(json.load(f).get("pid", 0)) != pid:
+                    return
+        except (OSError, ValueError, TypeError, AttributeError):
+            return
     try:
-        os.unlink(os.path.join(data, DAEMON_FILE))
+        os.unlink(path)
     except FileNotFoundError:
         pass
 
