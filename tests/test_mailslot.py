@@ -111,3 +111,27 @@ def test_thespian_waits_with_poll_after_lean_select_and_the_switch_is_idempotent
     assert tt.selectors is first
     assert tt.selectors.DefaultSelector is selectors.PollSelector
     assert tt.selectors.EVENT_READ == selectors.EVENT_READ
+
+
+def test_thespian_describes_a_message_only_when_the_description_is_printed() -> None:
+    """Thespian's debug lines name every message; the text is built only if written."""
+    from thespian.system.transport import ReceiveEnvelope, TransmitIntent
+
+    from actors.system import lazy_descriptions
+
+    lazy_descriptions()
+    lazy_descriptions()
+    built: list[str] = []
+
+    class Loud:
+        def __str__(self) -> str:
+            built.append("built")
+            return "loud message"
+
+    env = ReceiveEnvelope("sender-address", Loud())
+    described = env.identify()
+    assert built == []
+    assert "loud message" in str(described) and "loud message" in str(env)
+    intent = TransmitIntent("target-address", Loud())
+    assert "loud message" in f"{intent.identify()}"
+    assert built
