@@ -92,6 +92,8 @@ class SessionActor(GuardedActor):
         #: The Runner has been asked to stop this incarnation; ingress now bounces to it.
         self.stopping_sent = False
         self._notify_scheduled = False
+        #: The news gathered in this handler goes to the Runner at its end, not later.
+        self._urgent = False
         #: Child creations asked of the Runner: request id -> (turn, tool use id, child).
         self._spawning: dict[str, tuple[int, str, str]] = {}
         #: How the turn's threads reach this actor (None: they send to its address).
@@ -109,11 +111,17 @@ class SessionActor(GuardedActor):
             # Handed back during this handler (an instant turn's end): taken now, which
             # spares a pass of the transport's loop to be woken for it.
             self._drain(slot)
-        if self.outbox and not self._notify_scheduled and not self.exited:
-            # News not sent at once goes out within the interval; armed here, once per
-            # message, so a turn that ends inside this handler arms no timer at all.
-            self._notify_scheduled = True
-            self.wakeupAfter(timedelta(seconds=NOTIFY_INTERVAL), "notify")
+        if self.outbox and not self.exited:
+            # News for the Runner goes out here, once per message: at once if it is
+            # urgent (first words, or the session has gone idle), else within the
+            # interval. A turn that starts and ends inside this handler sends one notice
+            # and arms no timer.
+            if self._urgent:
+                self._notify()
+            if self.outbox and not self._notify_scheduled:
+                self._notify_scheduled = True
+                self.wakeupAfter(timedelta(seconds=NOTIFY_INTERVAL), "notify")
+        self._urgent = False
         # Asked again after every message: Thespian watches what the last handler returned.
         return slot.watch if slot is not None and not self.exited else None
 
@@ -468,16 +476,16 @@ class SessionActor(GuardedActor):
             self._notify()
         elif live and time.monotonic() - self._notified_at >= NOTIFY_INTERVAL:
             # The first words after a quiet spell go out at once (a user waits for the first
-            # token); what follows them is gathered as before.
-            self._notify()
-        # Otherwise the timer armed at the end of the handler sends it.
+            # token), at the end of this handler; what follows them is gathered as before.
+            self._urgent = True
 
     def _flush_if_idle(self) -> None:
-        """An idle session tells the Runner at once: coalescing only pays while a turn
-        runs, and a late notice would meet the next request on its way in."""
+        """An idle session tells the Runner at once (at the end of this handler):
+        coalescing only pays while a turn runs, and a late notice would meet the next
+        request on its way in."""
         st = self.state
         if st is not None and st.running is None and not st.stored.busy:
-            self._notify()
+            self._urgent = True
 
     def _notify(self, now: bool = False) -> None:
         if self.outbox is None or not self.outbox or self.state is None:
