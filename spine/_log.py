@@ -8,7 +8,7 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import attrs
 
@@ -163,7 +163,7 @@ class Log(Protocol):
 
 
 class Wakeup:
-    """A generation counter with a condition: appends bump it, subscribers wait on it.
+    """A generation counter with conditions: appends bump it, subscribers wait on it.
 
     A bump may say which streams moved and up to which seq (``marks``), so that a
     subscriber of another stream need not re-read the log when woken: with many
@@ -171,12 +171,21 @@ class Wakeup:
     that cannot say forgets every mark, and subscribers read again. A wake is only a hint;
     readers always re-read the log when in doubt and on their poll floor, so a lost wake
     costs latency, never correctness.
+
+    A waiter may name its stream: it is then woken only by bumps that name that stream (or
+    that cannot say what moved), not by every commit. Fifty subscribers of fifty sessions
+    in one process were otherwise all woken, to find nothing, by each of the others'
+    commits: one thread switch and one look at the marks per subscriber per commit.
     """
 
-    __slots__ = ("_cond", "_marks", "epoch", "generation")
+    __slots__ = ("_cond", "_lock", "_marks", "_waiting", "epoch", "generation")
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        #: Waiters for any stream (a global tail) wait here.
+        self._cond = threading.Condition(self._lock)
+        #: stream -> [its condition (same lock), how many wait on it].
+        self._waiting: dict[str, list[Any]] = {}
         # stream -> kind -> the last seq of that kind a bump reported.
         self._marks: dict[str, dict[str, int]] = {}
         #: Bumped whenever the marks are forgotten: within one epoch every bump said which
@@ -185,19 +194,35 @@ class Wakeup:
         self.generation = 0
 
     def bump(self, marks: Iterable[tuple[str, str, int]] | None = None) -> None:
-        """Wake every waiter; ``marks`` are ``(stream, kind, seq)``: the last seq of each
-        kind that moved in each stream (None: unknown, every subscriber reads again)."""
-        with self._cond:
+        """Wake the waiters concerned; ``marks`` are ``(stream, kind, seq)``: the last seq
+        of each kind that moved in each stream (None: unknown, every waiter reads again)."""
+        with self._lock:
+            self.generation += 1
+            self._cond.notify_all()
             if marks is None:
                 self._marks.clear()
                 self.epoch += 1
-            else:
-                for stream, kind, seq in marks:
-                    kinds = self._marks.setdefault(stream, {})
-                    if seq > kinds.get(kind, 0):
-                        kinds[kind] = seq
+                for entry in self._waiting.values():
+                    entry[0].notify_all()
+                return
+            waiting = self._waiting
+            for stream, kind, seq in marks:
+                kinds = self._marks.setdefault(stream, {})
+                if seq > kinds.get(kind, 0):
+                    kinds[kind] = seq
+                moved = waiting.get(stream)
+                if moved is not None:
+                    moved[0].notify_all()
+
+    def poke(self, stream: str) -> None:
+        """Wake the waiters of ``stream`` (and global ones) without reporting a move: a
+        subscription being closed wakes its own reader this way."""
+        with self._lock:
             self.generation += 1
             self._cond.notify_all()
+            entry = self._waiting.get(stream)
+            if entry is not None:
+                entry[0].notify_all()
 
     def mark(self, stream: str, kinds: Iterable[str] | None = None) -> int | None:
         """The last seq of ``stream`` (of one of ``kinds``) a bump reported, None if none
@@ -209,11 +234,26 @@ class Wakeup:
             return max(seen.values())
         return max((seen.get(k, 0) for k in kinds), default=0) or None
 
-    def wait(self, seen: int, timeout: float | None) -> int:
-        """Block until the generation moves past ``seen`` or ``timeout`` passes."""
-        with self._cond:
-            if self.generation == seen:
+    def wait(self, seen: int, timeout: float | None, stream: str | None = None) -> int:
+        """Block until the generation moves past ``seen`` or ``timeout`` passes; with a
+        ``stream``, until a bump concerning that stream (a bump for another stream moves
+        the generation without waking this waiter)."""
+        with self._lock:
+            if self.generation != seen:
+                return self.generation
+            if stream is None:
                 self._cond.wait(timeout)
+                return self.generation
+            entry = self._waiting.get(stream)
+            if entry is None:
+                entry = self._waiting[stream] = [threading.Condition(self._lock), 0]
+            entry[1] += 1
+            try:
+                entry[0].wait(timeout)
+            finally:
+                entry[1] -= 1
+                if entry[1] == 0 and self._waiting.get(stream) is entry:
+                    del self._waiting[stream]
             return self.generation
 
 

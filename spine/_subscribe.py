@@ -67,6 +67,8 @@ class _Cursor(Generic[T]):
         self._closed = False
         self._lock = threading.Lock()
         self._read_at = 0.0
+        #: The stream whose bumps wake this cursor (None: every bump does).
+        self._wait_stream: str | None = None
         log.watch()
 
     def _fetch(self) -> list[Record]:
@@ -112,7 +114,7 @@ class _Cursor(Generic[T]):
                     return None
                 wait = left if wait is None else min(wait, left)
             # With the floor off and no deadline, only a wake (or a close) ends the wait.
-            woken = wake.wait(gen, wait) != gen
+            woken = wake.wait(gen, wait, self._wait_stream) != gen
 
     def get(self, timeout: float | None = None) -> T | None:
         """The next item, or ``None`` if none arrives within ``timeout`` seconds."""
@@ -151,7 +153,10 @@ class _Cursor(Generic[T]):
             self._closed = True
         self._log.unwatch()
         # Wake the reader blocked in this subscription; the marks stay good for the others.
-        self._log.wakeup.bump([])
+        if self._wait_stream is None:
+            self._log.wakeup.bump([])
+        else:
+            self._log.wakeup.poke(self._wait_stream)
 
     def __enter__(self) -> Self:
         return self
@@ -179,6 +184,7 @@ class StreamSubscription(_Cursor[Event]):
         self._checked = 0
         self._epoch = -1
         super().__init__(log, after_seq, kinds, poll_floor, page)
+        self._wait_stream = self.stream
 
     @property
     def last_seq(self) -> int:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from conftest import wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -240,9 +241,9 @@ class _WatchedDeafWakeup(_DeafWakeup):
         super().__init__()
         self.waiting = threading.Event()
 
-    def wait(self, seen: int, timeout: float | None) -> int:
+    def wait(self, seen: int, timeout: float | None, stream: str | None = None) -> int:
         self.waiting.set()
-        return super().wait(seen, timeout)
+        return super().wait(seen, timeout, stream)
 
 
 def test_without_a_floor_a_lost_wake_is_not_recovered_by_polling() -> None:
@@ -628,9 +629,9 @@ class _BlindToA(Wakeup):
     def bump(self, marks: Any = None) -> None:
         super().bump(None if marks is None else [m for m in marks if m[0] != "a"])
 
-    def wait(self, seen: int, timeout: float | None) -> int:
+    def wait(self, seen: int, timeout: float | None, stream: str | None = None) -> int:
         self.waiting.set()
-        return super().wait(seen, timeout)
+        return super().wait(seen, timeout, stream)
 
 
 def test_the_poll_floor_still_reads_while_wakes_for_other_streams_keep_coming() -> None:
@@ -750,3 +751,68 @@ def test_without_inotify_the_watcher_polls_and_still_wakes(
                 assert log.wakeup.wait(seen, WAIT) != seen, f"round {round_}: no wake"
             finally:
                 log.unwatch()
+
+
+class _CountingWakeup(Wakeup):
+    """Counts how often a waiter came back from a wait."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.returns = 0
+        self.waiting = threading.Event()
+
+    def wait(self, seen: int, timeout: float | None, stream: str | None = None) -> int:
+        self.waiting.set()
+        out = super().wait(seen, timeout, stream)
+        self.returns += 1
+        return out
+
+
+def test_a_subscriber_sleeps_through_other_streams_commits_and_wakes_for_its_own() -> None:
+    """Many sessions' subscribers in one process: one commit wakes only its stream's."""
+    log = MemoryLog()
+    wake = log.wakeup = _CountingWakeup()
+    try:
+        with subscribe(log, "a", poll_floor=NEVER) as sub:
+            got: list[Any] = []
+            reader = in_thread(lambda: got.append(sub.get(WAIT)))
+            assert wake.waiting.wait(WAIT)
+            before = wake.returns
+            for i in range(200):
+                log.append("b", [ev(f"b{i}")])
+            assert wake.returns == before  # not one of the 200 woke it
+            log.append("a", [ev("for a")])
+            reader.join(WAIT)
+            assert got and got[0] is not None and got[0].text == "for a"
+    finally:
+        log.close()
+
+
+def test_closing_a_stream_subscription_wakes_its_reader_without_waking_others() -> None:
+    """close() pokes only the closed subscription's stream."""
+    log = MemoryLog()
+    wake = log.wakeup = _CountingWakeup()
+    try:
+        other = subscribe(log, "b", poll_floor=NEVER)
+        other_got: list[Any] = []
+        other_reader = in_thread(lambda: other_got.append(other.get(WAIT)))
+        sub = subscribe(log, "a", poll_floor=NEVER)
+        ended: list[BaseException] = []
+
+        def read_a() -> None:
+            try:
+                sub.get(WAIT)
+            except BaseException as exc:  # the closed subscription raises
+                ended.append(exc)
+
+        reader = in_thread(read_a)
+        wait_for(lambda: wake.waiting.is_set() and len(wake._waiting) == 2)
+        sub.close()
+        reader.join(WAIT)
+        assert not reader.is_alive() and ended
+        log.append("b", [ev("for b")])
+        other_reader.join(WAIT)
+        assert other_got and other_got[0].text == "for b"
+        other.close()
+    finally:
+        log.close()
