@@ -382,3 +382,27 @@ def test_a_postgres_spine_made_before_one_call_appends_gains_the_function(pg_url
         assert [r.event().text for r in log.read("s")] == ["a", "b"]
     finally:
         log.close()
+
+
+def test_loading_a_backend_imports_its_modules_and_opens_nothing(tmp_path: pathlib.Path) -> None:
+    """`load_backend` imports what `open_log` would for that URL (psycopg for PostgreSQL,
+    not for SQLite) and connects to nothing: a forking host calls it before it forks."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, spine; spine.load_backend(sys.argv[1]); "
+        "print('psycopg' in sys.modules, 'spine._postgres' in sys.modules)"
+    )
+    # Nothing listens on port 9 of loopback: loading must not try to connect.
+    urls = {
+        "postgresql://nobody@127.0.0.1:9/none": "True True",
+        str(tmp_path / "s.db"): "False False",
+    }
+    for url, want in urls.items():
+        out = subprocess.run(
+            [sys.executable, "-c", probe, url], capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == want, (url, out.stdout)
+    assert not (tmp_path / "s.db").exists()
