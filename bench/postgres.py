@@ -1,10 +1,11 @@
 """PostgreSQL spine benchmark: `PostgresLog` against raw psycopg running the same statements.
 
 Every figure runs its baseline in this same process, on the same server, in alternating
-rounds, and is printed with its ratio to that baseline. The raw baseline runs the spine's
-own append statements (imported from the implementation, so they cannot drift) in the same
-transaction shape, and encodes each event as a plain dict with orjson; the ratio is
-therefore the spine's own cost: validation, the Event codec, records and results.
+rounds, and is printed with its ratio to that baseline. The raw baseline makes the spine's
+own append calls (the last-seq read and the server-side append function, imported from the
+implementation, so they cannot drift), and encodes each event as a plain dict with orjson;
+the ratio is therefore the spine's own cost: validation, the Event codec, records and
+results.
 
 - append: 1 and 100 events per commit (appends/s, events/s);
 - replay: decoding a whole stream into events (`read_events`) against fetching the same
@@ -38,15 +39,7 @@ import orjson  # noqa: E402
 import psycopg  # noqa: E402
 
 from spine import Event, Kind, open_log, subscribe  # noqa: E402
-from spine._postgres import (  # noqa: E402
-    INSERT,
-    LAST_SEQ,
-    LOCK_POSITION,
-    NOTIFY,
-    SET_POSITION,
-    UPSERT_STREAM,
-    PostgresLog,
-)
+from spine._postgres import APPEND, LAST_SEQ, PostgresLog  # noqa: E402
 from spine.testing import fresh_schema, postgres_cluster  # noqa: E402
 
 WAIT = 10.0
@@ -77,21 +70,27 @@ class RawAppender:
         self.channel = "spine_raw"
 
     def append(self, stream: str, events: list[Event]) -> None:
+        # The spine's own shape: the last seq read first (no expected seq is given), then
+        # the whole transaction as one call of the server-side function.
         c = self.c
-        with c.transaction():
-            pos0 = c.execute(LOCK_POSITION).fetchone()[0]  # type: ignore[index]
-            row = c.execute(LAST_SEQ, (stream,)).fetchone()
-            last = row[0] if row else 0
-            rows = [
-                (stream, last + i + 1, pos0 + i + 1, ev.kind, _raw_dict(ev, last + i + 1), 1)
-                for i, ev in enumerate(events)
-            ]
-            kinds = {str(ev.kind): last + i + 1 for i, ev in enumerate(events)}
-            with c.pipeline():
-                c.cursor().executemany(INSERT, rows)
-                c.execute(SET_POSITION, (pos0 + len(rows),))
-                c.execute(UPSERT_STREAM, (stream, last + len(rows), pos0 + len(rows), pos0 + 1))
-                c.execute(NOTIFY, (self.channel, orjson.dumps([stream, kinds]).decode()))
+        row = c.execute(LAST_SEQ, (stream,)).fetchone()
+        last = row[0] if row else 0
+        kinds = {str(ev.kind): last + i + 1 for i, ev in enumerate(events)}
+        out = c.execute(
+            APPEND,
+            (
+                stream,
+                last,
+                None,
+                None,
+                [str(ev.kind) for ev in events],
+                [_raw_dict(ev, last + i + 1) for i, ev in enumerate(events)],
+                1,
+                self.channel,
+                orjson.dumps([stream, kinds]).decode(),
+            ),
+        ).fetchone()
+        assert out is not None and out[0] == "ok", out
 
     def close(self) -> None:
         self.c.close()

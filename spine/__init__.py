@@ -31,7 +31,7 @@ from ._log import DEFAULT_PAGE, AppendResult, Log, Record, Row, StreamInfo, Wake
 from ._memory import MemoryLog
 from ._private import UnsafeDataDirError, private_dir, private_file, private_sqlite
 from ._recover import LOST_KIND, LostRow, RecoveryReport, recover_sqlite
-from ._spec import LogSpec, open_log
+from ._spec import LogSpec, load_backend, open_log
 from ._sqlite import SqliteLog
 from ._subscribe import (
     DEFAULT_POLL_FLOOR,
@@ -86,6 +86,7 @@ __all__ = [
     "event_to_dict",
     "format_time",
     "history",
+    "load_backend",
     "new_session_id",
     "open_log",
     "private_dir",

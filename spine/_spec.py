@@ -111,3 +111,25 @@ def open_log(
             f"a PostgreSQL spine needs the postgres extra (pip install 'vertebra[postgres]'): {exc}"
         ) from exc
     return PostgresLog(s.url, single_connection=single_connection, read_only=read_only, **options)
+
+
+def load_backend(spec: LogSpec | str | os.PathLike[str]) -> None:
+    """Import the backend that ``spec`` names now, without opening anything.
+
+    For a process that forks workers which each open the log (a member host's session
+    processes): they inherit the imported modules instead of each importing them, which
+    on a loaded host was most of a new session's start (psycopg's import alone takes a
+    fraction of a second of CPU, and a host taking over a dead member's sessions starts
+    them all at once). Raises `InvalidArgumentError` for a PostgreSQL spec without the
+    ``postgres`` extra, as `open_log` would.
+    """
+    if LogSpec.parse(spec).scheme == "sqlite":
+        from . import _sqlite  # noqa: F401
+
+        return
+    try:
+        from . import _postgres  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise InvalidArgumentError(
+            f"a PostgreSQL spine needs the postgres extra (pip install 'vertebra[postgres]'): {exc}"
+        ) from exc

@@ -36,6 +36,9 @@ LEADER_PORT = 7000
 MEMBER_PORT = 7100
 MEMBERS = ("m1", "m2", "m3")
 SESSIONS = 30
+#: Seconds within which a partitioned member's sessions resume on the others (the issue's
+#: target; met on a quiet machine, reported as an expected failure when missed under load).
+TARGET_S = 5.0
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -274,16 +277,20 @@ def test_sessions_survive_a_killed_member_and_move_off_a_partitioned_one(
     assert result["projections_mismatched"] == 0
     # Turns the kill cut off were closed as crashes by the incarnations that took over.
     assert result["turns_closed_as_crashes"] >= 1
-    if not cut["resumed_during_partition"]:
-        # Seen in about one run in three on the loaded 2-core machine: the creations of the
-        # moved sessions on the last member did not complete while the partition lasted
-        # (they did once the link was back, and every check above held).
-        pytest.xfail(
-            "known gap: sessions of a partitioned member did not all resume on the last "
-            f"member within {30:g}s of the cut (they resumed after the heal): {cut}"
-        )
+    # Every session of the cut-off member resumed on the last member while the link was
+    # still down (a partitioned writer holds no lock of the log that others need).
+    assert cut["resumed_during_partition"], cut
     assert cut["left_on_member"] == 0
     # The partitioned member's stale incarnations tried to append after the takeover and
     # were refused by the lease fence.
     stale = (tmp_path / "m2" / "vertebra.log").read_text(errors="replace")
     assert "stale incarnation" in stale
+    if cut["resume_max_s"] > TARGET_S:
+        # Everything above held; only the figure was missed. It is met on a quiet
+        # machine; on the loaded 2-core machine the time goes to starting the moved
+        # sessions all at once on the last member (their processes and connections
+        # compete with every other suite for the cores), see docs/performance.md.
+        pytest.xfail(
+            f"sessions of the partitioned member resumed within {cut['resume_max_s']:.1f}s, "
+            f"over the {TARGET_S:g}s target, at a load average of {cut['load']}: {cut}"
+        )

@@ -227,3 +227,182 @@ def test_a_postgres_log_recovers_after_the_server_ends_its_connections(pg_url: s
     finally:
         log.close()
         other.close()
+
+
+class _Cut:
+    """A TCP relay on loopback that can stop carrying bytes both ways without closing
+    anything: what a PostgreSQL client looks like to the server when its host is cut off
+    by a partition (the server sees an open, silent connection)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        import socket
+        import threading
+
+        self.target = (host, port)
+        self.cut = threading.Event()
+        self.closing = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.socks: list[socket.socket] = []
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while not self.closing.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target, timeout=30)
+            server.settimeout(None)
+            self.socks += [client, server]
+            for a, b in ((client, server), (server, client)):
+                t = threading.Thread(target=self._pump, args=(a, b), daemon=True)
+                self.threads.append(t)
+                t.start()
+
+    def _pump(self, src: object, dst: object) -> None:
+        try:
+            while True:
+                data = src.recv(65536)  # type: ignore[attr-defined]
+                if not data:
+                    return
+                while self.cut.is_set() and not self.closing.is_set():
+                    self.closing.wait(0.02)
+                if self.closing.is_set():
+                    return
+                dst.sendall(data)  # type: ignore[attr-defined]
+        except OSError:
+            return
+
+    def close(self) -> None:
+        import contextlib
+        import socket
+
+        self.closing.set()
+        # A shut-down socket wakes the thread blocked on it (a closed one may not).
+        for s in [self.listener, *self.socks]:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+        for t in self.threads:
+            t.join(10)
+        for s in [self.listener, *self.socks]:
+            s.close()
+
+
+def test_writers_cut_off_while_queued_for_the_counter_do_not_stall_the_others(
+    pg_url: str,
+) -> None:
+    """Writers whose host is cut off while their appends wait for the position counter
+    hold no lock the others need: an append from elsewhere commits while they stay cut
+    off (the server never waits for a client in the middle of an append)."""
+    import threading
+    import urllib.parse
+
+    import psycopg
+    from conftest import wait_for
+
+    parts = urllib.parse.urlsplit(pg_url)
+    assert parts.hostname is not None and parts.port is not None
+    relay = _Cut(parts.hostname, parts.port)
+    cut_url = urllib.parse.urlunsplit(
+        parts._replace(netloc=parts.netloc.replace(f":{parts.port}", f":{relay.port}"))
+    )
+    healthy = open_log(pg_url)
+    cut_off = [open_log(f"{cut_url}&application_name=cut_off") for _ in range(3)]
+    blocker = psycopg.connect(pg_url)
+    threads: list[threading.Thread] = []
+    try:
+        for i, log in enumerate(cut_off):
+            log.append(f"s{i}", [ev("before")])
+            # The server's idle-transaction timeout would end a stuck holder after a while;
+            # off here, so that a lock held across a round trip would stall for good.
+            log._w.execute("SET idle_in_transaction_session_timeout = 0")  # type: ignore[attr-defined]
+        # Hold the counter, queue the cut-off writers behind it, cut them off, let go.
+        blocker.execute("SELECT position FROM spine_position WHERE id = 1 FOR UPDATE")
+        for i, log in enumerate(cut_off):
+            t = threading.Thread(
+                target=lambda log=log, i=i: log.append(f"s{i}", [ev("during")]), daemon=True
+            )
+            threads.append(t)
+            t.start()
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            wait_for(
+                lambda: (
+                    admin.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'cut_off' "
+                        "AND wait_event_type = 'Lock'"
+                    ).fetchone()
+                    == (3,)
+                ),
+                timeout=30,
+            )
+        relay.cut.set()
+        blocker.commit()
+        done = threading.Event()
+        other = threading.Thread(
+            target=lambda: (healthy.append("h", [ev("elsewhere")]), done.set()), daemon=True
+        )
+        other.start()
+        assert done.wait(60), "an append from another host waited for the cut-off writers"
+        assert relay.cut.is_set()
+        relay.cut.clear()
+        for t in [*threads, other]:
+            t.join(30)
+            assert not t.is_alive()
+        # Everything committed once, in one gapless order.
+        rows = healthy.read_rows(0)
+        assert [r[2] for r in rows] == list(range(1, 8))
+        assert sorted(r[0] for r in rows) == ["h", "s0", "s0", "s1", "s1", "s2", "s2"]
+    finally:
+        relay.cut.clear()
+        blocker.close()
+        healthy.close()
+        for log in cut_off:
+            log.close()
+        relay.close()
+
+
+def test_a_postgres_spine_made_before_one_call_appends_gains_the_function(pg_url: str) -> None:
+    """A spine whose schema predates the server-side append function gets it when a
+    writer opens it, and appends go on where they were."""
+    import psycopg
+
+    log = open_log(pg_url)
+    log.append("s", [ev("a")])
+    log.close()
+    with psycopg.connect(pg_url, autocommit=True) as c:
+        c.execute("DROP FUNCTION spine_append")
+    log = open_log(pg_url)
+    try:
+        assert log.append("s", [ev("b")], expected_seq=1).last_seq == 2
+        assert [r.event().text for r in log.read("s")] == ["a", "b"]
+    finally:
+        log.close()
+
+
+def test_loading_a_backend_imports_its_modules_and_opens_nothing(tmp_path: pathlib.Path) -> None:
+    """`load_backend` imports what `open_log` would for that URL (psycopg for PostgreSQL,
+    not for SQLite) and connects to nothing: a forking host calls it before it forks."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, spine; spine.load_backend(sys.argv[1]); "
+        "print('psycopg' in sys.modules, 'spine._postgres' in sys.modules)"
+    )
+    # Nothing listens on port 9 of loopback: loading must not try to connect.
+    urls = {
+        "postgresql://nobody@127.0.0.1:9/none": "True True",
+        str(tmp_path / "s.db"): "False False",
+    }
+    for url, want in urls.items():
+        out = subprocess.run(
+            [sys.executable, "-c", probe, url], capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == want, (url, out.stdout)
+    assert not (tmp_path / "s.db").exists()

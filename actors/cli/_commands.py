@@ -380,6 +380,7 @@ def _serve_member(args: argparse.Namespace, out: Out, stop: threading.Event) -> 
             capacity=args.capacity or 10,
             bind=args.bind or "127.0.0.1",
             admin_port=args.port,
+            spine=getattr(args, "spine", None),
         )
     except InvalidRequest as exc:
         raise CliError(str(exc), EXIT_USAGE) from None

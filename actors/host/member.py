@@ -14,6 +14,8 @@ import ipaddress
 import os
 from typing import Any
 
+from spine import load_backend
+
 from ..errors import InvalidRequest
 from ..runner.cluster import CAPACITY, DATA, HOST
 from ..system import bind_only, free_port, log_defs, orphan_guard
@@ -68,7 +70,11 @@ def check_address(text: str) -> str:
 
 
 class MemberHost:
-    """The actor system of a member host, joined to ``leader`` (``ADDR:PORT``)."""
+    """The actor system of a member host, joined to ``leader`` (``ADDR:PORT``).
+
+    ``spine`` is the log the leader's sessions use (a URL); given, its backend is loaded
+    before the actor system starts (see `spine.load_backend`).
+    """
 
     def __init__(
         self,
@@ -79,6 +85,7 @@ class MemberHost:
         capacity: int,
         bind: str = "127.0.0.1",
         admin_port: int | None = None,
+        spine: str | None = None,
     ) -> None:
         if not name or any(c.isspace() for c in name):
             raise InvalidRequest(f"a host name is a non-empty word, got {name!r}")
@@ -91,6 +98,10 @@ class MemberHost:
         bind_only(self.bind)
         widen_transmits()
         orphan_guard()
+        if spine:
+            # Before the actor system forks: every session process placed here opens the
+            # log, and inherits its backend's modules instead of importing them.
+            load_backend(spine)
         self.admin_port = admin_port or free_port()
         from thespian.actors import ActorSystem
 
