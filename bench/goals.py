@@ -36,7 +36,11 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
 
 from actors.host import Host  # noqa: E402
+from actors.messages import RunnerConfig  # noqa: E402
 from spine import Event, Kind  # noqa: E402
+
+#: The Runner's default number of spare session processes.
+SPARES = RunnerConfig(data_dir="").spare_sessions
 
 INSTANT = ('!tool calculator {"expression": "6*7"}', '!tool calculator {"expression": "2+2"}')
 SLOW = ("!slow 0.05 a b c d e f g h", "!slow 0.05 i j k l m n o p")
@@ -65,7 +69,7 @@ def _settle(h: Host, sessions: list[str], spares: int) -> None:
         h.close_session(sid)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if all(map(_gone, pids)) and h.stats().get("spare_sessions", 0) >= spares:
+        if all(map(_gone, pids)) and h.stats().get("spare_sessions_ready", 0) >= spares:
             return
         time.sleep(0.01)
     raise RuntimeError("the round's sessions did not settle within 30 s")
@@ -148,9 +152,14 @@ def main() -> None:
     ap.add_argument(
         "--phases", action="store_true", help="also print where a fan-out round's time goes"
     )
+    ap.add_argument(
+        "--spares",
+        default=f"0,{SPARES}",
+        help=f"comma-separated spare session process counts to run (default: 0,{SPARES})",
+    )
     args = ap.parse_args()
     rounds = 3 if args.quick else 20
-    for spares in (0, 2):
+    for spares in (int(n) for n in args.spares.split(",")):
         print(f"-- spare session processes: {spares}")
         with tempfile.TemporaryDirectory() as tmp:
             h = Host(

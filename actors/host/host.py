@@ -126,7 +126,7 @@ class Host:
         spine: str | None = None,
         auto_seal: SealPolicy | None = None,
         convention_bind: str | None = None,
-        spare_sessions: int = 2,
+        spare_sessions: int = 3,
     ) -> None:
         if base not in BASES:
             raise InvalidRequest(f"base must be one of {BASES}, got {base!r}")
