@@ -439,7 +439,9 @@ class SessionActor(GuardedActor):
             self._send_to_self,
             effect.turn,
             cfg.flush_interval,
-            open_log=lambda: open_log(cfg.spine or cfg.db_path),
+            # Children are followed on a log of their own: reads only, so it never takes
+            # the write lock that opening a log for writing takes to check the schema.
+            open_log=lambda: open_log(cfg.spine or cfg.db_path, read_only=True),
         )
         self.worker.start(agent, effect.input)
 
