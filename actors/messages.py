@@ -393,9 +393,11 @@ class RunnerConfig:
     auto_seal: SealPolicy = attrs.field(factory=SealPolicy)
     # A convention leader: place sessions on member hosts and watch them by heartbeats.
     cluster: bool = False
-    # Session processes kept started and unconfigured, so that a new session (a goal's
-    # child above all) skips the process start: the Runner refills them after each use.
-    spare_sessions: int = 2
+    # Session processes kept started, warmed up and unconfigured, so that a new session (a
+    # goal's child above all) skips the process start: the Runner refills them 0.2 s after
+    # each use. Three: a new session whose first response spawns two children needs three
+    # within a few milliseconds, long before a refill (a spare costs about 6 MB of its own).
+    spare_sessions: int = 3
 
 
 @attrs.frozen(kw_only=True)

@@ -73,9 +73,17 @@ class SessionKit:
             self.log.append(session_id, [attrs.evolve(e, seq=0) for e in given])
         self.interceptors = list(interceptors) if interceptors is not None else [SlashCommands()]
         self.busy_policy = busy_policy
-        self.key = SigningKey.generate()
+        self._key: SigningKey | None = None
         self._n = 0
         self.state = self._fold()
+
+    @property
+    def key(self) -> SigningKey:
+        """The kit's signing key, made on first use: generating one costs a process that
+        has not used the crypto library yet about 2 MB (the spares' warm-up never seals)."""
+        if self._key is None:
+            self._key = SigningKey.generate()
+        return self._key
 
     def _fold(self) -> c.Session:
         stored = fold(SessionState(session_id=self.session_id), self.events)

@@ -14,7 +14,8 @@ Two model speeds: instant (the scripted model answers at once; the overhead of a
 session, its process, its stream and the fold-back is all there is; target: fan-out at
 most 1.5x the baseline's wall time) and slow (each child's answer streams over ~0.4 s, so
 running the children concurrently pays for the overhead). Rounds alternate, medians and
-ratios are printed.
+ratios are printed: the ratio of the medians and the median of each round's own ratio
+(the order of the two flips every round).
 
 Run ``python bench/goals.py`` (``--quick`` for a smoke run, ``--phases`` to also print
 where a fan-out round's time goes, read from the stored events' times). The actor system is shut
@@ -36,7 +37,11 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
 
 from actors.host import Host  # noqa: E402
+from actors.messages import RunnerConfig  # noqa: E402
 from spine import Event, Kind  # noqa: E402
+
+#: The Runner's default number of spare session processes.
+SPARES = RunnerConfig(data_dir="").spare_sessions
 
 INSTANT = ('!tool calculator {"expression": "6*7"}', '!tool calculator {"expression": "2+2"}')
 SLOW = ("!slow 0.05 a b c d e f g h", "!slow 0.05 i j k l m n o p")
@@ -65,7 +70,7 @@ def _settle(h: Host, sessions: list[str], spares: int) -> None:
         h.close_session(sid)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if all(map(_gone, pids)) and h.stats().get("spare_sessions", 0) >= spares:
+        if all(map(_gone, pids)) and h.stats().get("spare_sessions_ready", 0) >= spares:
             return
         time.sleep(0.01)
     raise RuntimeError("the round's sessions did not settle within 30 s")
@@ -98,15 +103,25 @@ def bench(h: Host, name: str, objectives: tuple[str, str], rounds: int, spares: 
     one: list[float] = []
     fanout(h, objectives, spares)  # warm up: the first child's process start is not typical
     single(h, objectives, spares)
-    for _ in range(rounds):
-        fan.append(fanout(h, objectives, spares))
-        one.append(single(h, objectives, spares))
+    for i in range(rounds):
+        # The order flips every round, so neither side always runs first after a settle.
+        if i % 2:
+            one.append(single(h, objectives, spares))
+            fan.append(fanout(h, objectives, spares))
+        else:
+            fan.append(fanout(h, objectives, spares))
+            one.append(single(h, objectives, spares))
     f = statistics.median(fan) * 1e3
     b = statistics.median(one) * 1e3
+    # Each round's own ratio too: a round that the machine's other work slowed as a whole
+    # then counts against neither side (the ratio of medians mixes different moments).
+    paired = sorted(x / y for x, y in zip(fan, one, strict=True))
+    q = len(paired) // 4
     print(
         f"{name:8s} fan-out (parent + 2 children) median {f:7.1f} ms | "
-        f"same turns in one session median {b:7.1f} ms | ratio {f / b:4.2f}x "
-        f"({rounds} rounds)"
+        f"same turns in one session median {b:7.1f} ms | ratio {f / b:4.2f}x | "
+        f"per-round ratio median {statistics.median(paired):4.2f}x "
+        f"(middle half {paired[q]:4.2f}-{paired[-q - 1]:4.2f}x) ({rounds} rounds)"
     )
     return f / b
 
@@ -148,9 +163,14 @@ def main() -> None:
     ap.add_argument(
         "--phases", action="store_true", help="also print where a fan-out round's time goes"
     )
+    ap.add_argument(
+        "--spares",
+        default=f"0,{SPARES}",
+        help=f"comma-separated spare session process counts to run (default: 0,{SPARES})",
+    )
     args = ap.parse_args()
     rounds = 3 if args.quick else 20
-    for spares in (0, 2):
+    for spares in (int(n) for n in args.spares.split(",")):
         print(f"-- spare session processes: {spares}")
         with tempfile.TemporaryDirectory() as tmp:
             h = Host(

@@ -389,15 +389,18 @@ def _children(pid: int) -> set[int]:
 def test_a_new_session_takes_a_spare_process_which_is_refilled_and_dies_with_its_runner(
     mp: Host,
 ) -> None:
-    """The Runner keeps two session processes started ahead of need: a new session is
-    served by one of them (no process start on the way), another is started after it,
-    and spares whose Runner is killed stop by themselves instead of lingering."""
+    """The Runner keeps three session processes started (and warmed up) ahead of need: a
+    new session is served by one of them (no process start on the way), another is
+    started after it, and spares whose Runner is killed stop by themselves instead of
+    lingering. The warm-up's goal run never reaches the spine."""
     runner = mp.runner_pid()
-    spares = wait_for(lambda: _children(runner) if len(_children(runner)) >= 2 else None, 20)
+    spares = wait_for(lambda: _children(runner) if len(_children(runner)) >= 3 else None, 20)
+    wait_for(lambda: mp.stats()["spare_sessions_ready"] >= 3, 20)  # warmed up, standing by
     sid = mp.create()
     pid = mp.session_pid(sid)
     assert pid in spares
-    wait_for(lambda: len(_children(runner) - {pid}) >= 2, 20)  # refilled
+    assert [s.session_id for s in mp.sessions()] == [sid]
+    wait_for(lambda: len(_children(runner) - {pid}) >= 3, 20)  # refilled
     standing = _children(runner) - {pid}
     os.kill(runner, signal.SIGKILL)
     wait_for(lambda: all(_zombie(p) for p in standing), 20)

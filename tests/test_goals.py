@@ -8,6 +8,7 @@ import pytest
 
 from actors import messages as m
 from actors.session import commands as c
+from actors.session.warmup import warm_up
 from actors.testing import Outcome, SessionKit
 from projections import project
 from spine import Event, Kind, Usage
@@ -455,3 +456,22 @@ def test_a_child_ends_its_run_as_its_parent_does() -> None:
     out = kit.run(c.Spawn(turn=run.turn, tool_use_id="t1", objective="sub"))
     (create,) = [e for e in out.effects if isinstance(e, c.CreateChild)]
     assert create.metadata["goal.finish"] == "tool"
+
+
+def test_a_spare_process_warm_up_runs_a_goal_run_with_a_tool_call_in_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The warm-up drives the decider, the gate, the turn worker and the tool loop through
+    one scripted goal run (a calculator call, then the answer) to convergence."""
+    seen: list[str] = []
+    run = SessionKit.run
+
+    def recording(kit: SessionKit, command: c.Command) -> Outcome:
+        out = run(kit, command)
+        seen.extend(out.kinds)
+        return out
+
+    monkeypatch.setattr(SessionKit, "run", recording)
+    assert warm_up()
+    assert seen.count("action.admitted") == 3  # two model calls and the tool call
+    assert "tool.result" in seen and seen[-1] == "session.converged"

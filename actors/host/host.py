@@ -104,8 +104,8 @@ class Host:
     SQLite file ``spine.db`` in the data directory. ``auto_seal`` makes sessions seal
     themselves (`SealPolicy`; the daemon's default is `DAEMON_SEAL_POLICY`); by default
     an embedding Host seals only when asked; ``spare_sessions``
-    session processes are kept started ahead of need (multiproc only), so that creating a
-    session (a goal's child above all) does not wait for a process to start.
+    session processes are kept started and warmed up ahead of need (multiproc only), so
+    that creating a session (a goal's child above all) does not wait for a process to start.
     """
 
     def __init__(
@@ -126,7 +126,7 @@ class Host:
         spine: str | None = None,
         auto_seal: SealPolicy | None = None,
         convention_bind: str | None = None,
-        spare_sessions: int = 2,
+        spare_sessions: int = 3,
     ) -> None:
         if base not in BASES:
             raise InvalidRequest(f"base must be one of {BASES}, got {base!r}")

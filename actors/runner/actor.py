@@ -107,6 +107,8 @@ class RunnerActor(GuardedActor):
         self._beat = 0
         #: Session processes started ahead of need (`RunnerConfig.spare_sessions`).
         self._spares: list[Any] = []
+        #: Those of `_spares` that have answered `Standby` (opened and warmed up).
+        self._standing: list[Any] = []
         self._refill_due = False
         self._no_spares = False
 
@@ -293,6 +295,7 @@ class RunnerActor(GuardedActor):
         counters = self.registry.stats() if self.registry is not None else {}
         counters.update(self.sinks.stats())
         counters["spare_sessions"] = len(self._spares)
+        counters["spare_sessions_ready"] = len(self._standing)
         stats = m.RunnerStats(
             request_id=msg.request_id,
             counters=counters,
@@ -309,6 +312,10 @@ class RunnerActor(GuardedActor):
     def receiveMsg_SessionReady(self, msg: sp.SessionReady, sender: Any) -> None:
         if self.registry is not None:
             self._do(self.registry.session_ready(msg, time.monotonic()))
+
+    def receiveMsg_SpareReady(self, msg: sp.SpareReady, sender: Any) -> None:
+        if sender in self._spares and sender not in self._standing:
+            self._standing.append(sender)
 
     def receiveMsg_Pong(self, msg: Pong, sender: Any) -> None:
         """Pongs to the Runner's own pings carry nothing it needs."""
@@ -331,6 +338,8 @@ class RunnerActor(GuardedActor):
         if msg.childAddress in self._spares:
             # Not refilled here: a spare that cannot stay up would be started in a loop.
             self._spares.remove(msg.childAddress)
+            if msg.childAddress in self._standing:
+                self._standing.remove(msg.childAddress)
             return
         if self.exiting or self.registry is None:
             return
@@ -528,7 +537,12 @@ class RunnerActor(GuardedActor):
         spare = False
         if member is None:
             spare = bool(self._spares)
-            address = self._spares.pop(0) if spare else self.createActor(SessionActor)
+            if spare:
+                # One that is ready if there is one: another may still be starting.
+                address = self._standing.pop(0) if self._standing else self._spares[0]
+                self._spares.remove(address)
+            else:
+                address = self.createActor(SessionActor)
             data_dir = self.cfg.data_dir
         else:
             # Thespian's capability-based placement creates it on that member's system.

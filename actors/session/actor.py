@@ -45,11 +45,13 @@ from .protocol import (
     SessionReady,
     SessionStopping,
     SessionUnreadable,
+    SpareReady,
     Standby,
 )
 from .snapshots import SNAPSHOT_EVERY, SnapshotStore
 from .state import SessionState, fold
 from .subscriptions import Subscriptions
+from .warmup import WARM_UP, warm_up
 from .worker import TurnWorker
 
 
@@ -150,9 +152,19 @@ class SessionActor(GuardedActor):
         if self.cfg is not None or self.exited:
             return
         self._watch_parent()
-        if not msg.db_path:
-            return
-        # What every session opens first, opened now while nothing waits for it.
+        if msg.db_path:
+            self._open_ahead(msg)
+        try:
+            # The first run of a session's paths, in memory: see `warmup`.
+            warm_up()
+        except Exception:
+            _log().warning("spare session process: warm-up failed", exc_info=True)
+        self.send(sender, SpareReady())
+
+    def _open_ahead(self, msg: Standby) -> None:
+        """Open what every session opens first, and read through it once, while nothing
+        waits for it. On failure the session opens them itself once configured, and
+        reports what fails."""
         try:
             configure_actor_logging(os.path.dirname(msg.db_path))
             log = open_log(msg.spine or msg.db_path, single_connection=True)
@@ -162,8 +174,16 @@ class SessionActor(GuardedActor):
                 log.close()
                 raise
         except Exception:
-            return  # the session opens them itself once configured, and reports what fails
+            return
         self._warm = (msg.db_path, msg.spine, log, snapshots)
+        try:
+            # A session's first reads (its stream, a snapshot, an idempotency key).
+            log.last_seq(WARM_UP)
+            log.find_key(WARM_UP, WARM_UP)
+            list(log.read_events(WARM_UP, 0))
+            snapshots.load(WARM_UP)
+        except Exception:
+            pass  # the session reads them again, and reports what fails
 
     def _opened(self, cfg: SessionConfig) -> tuple[Log, SnapshotStore]:
         """The log and snapshot store: those a spare opened ahead, or new ones."""
@@ -438,7 +458,9 @@ class SessionActor(GuardedActor):
             self._send_to_self,
             effect.turn,
             cfg.flush_interval,
-            open_log=lambda: open_log(cfg.spine or cfg.db_path),
+            # Children are followed on a log of their own: reads only, so it never takes
+            # the write lock that opening a log for writing takes to check the schema.
+            open_log=lambda: open_log(cfg.spine or cfg.db_path, read_only=True),
         )
         self.worker.start(agent, effect.input)
 

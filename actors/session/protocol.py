@@ -45,6 +45,12 @@ class Standby:
 
 
 @attrs.frozen(kw_only=True)
+class SpareReady:
+    """A spare's answer to `Standby` once it has opened what it could and warmed up: from
+    then on handing it a session costs no start-up work (`GetRunnerStats` counts these)."""
+
+
+@attrs.frozen(kw_only=True)
 class SessionReady:
     session_id: str
     incarnation: int

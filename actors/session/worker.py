@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from spine import Event, Kind, Log, Usage, history, subscribe
+from spine import Event, Kind, Log, StreamSubscription, Usage, history, subscribe
 
 from ..agents import Agent, TurnInput
 from ..agents.governance import Requirement
@@ -128,6 +128,11 @@ class TurnWorker:
         self._events: list[Event] = []
         self._events_lock = threading.Lock()
         self._waiting: dict[tuple[str, str], concurrent.futures.Future[tuple[str, int, str]]] = {}
+        # The log the turn's children are followed on: one for all of its delegations (one
+        # connection and one watcher thread polling the file, not one per child).
+        self._follow_lock = threading.Lock()
+        self._follow_log: Log | None = None
+        self._following = 0
 
     def govern(
         self, action: str, tool_use_id: str, input_json: str, need: Requirement
@@ -174,32 +179,50 @@ class TurnWorker:
             return f"the child session could not be created: {error}", True
         if self._open_log is None:
             return "no log to follow the child on", True
-        log = self._open_log()
+        log = self._follow()
         try:
-            end = self._child_end(log, child)
-            if end is None:
-                return "cancelled", True
-            mirrored = [mirror(e, child) for e in history(log, child) if e.kind in MIRRORED]
+            with subscribe(log, child, 0, (Kind.CONVERGED, Kind.STALLED)) as sub:
+                end = self._child_end(sub, child)
+                if end is None:
+                    return "cancelled", True
+                mirrored = [mirror(e, child) for e in history(log, child) if e.kind in MIRRORED]
+                failed = end.kind == Kind.STALLED
+                result = end.error if failed else end.text
+                done = Event(
+                    kind=Kind.CHILD_COMPLETED,
+                    goal=self.session_id,
+                    child=child,
+                    result=result,
+                    is_error=failed,
+                )
+                # Handed over before the subscription and the log are closed: closing the
+                # log waits for its watcher thread to notice (up to its poll interval).
+                self.flush((*mirrored, done))
         finally:
-            log.close()
-        failed = end.kind == Kind.STALLED
-        result = end.error if failed else end.text
-        done = Event(
-            kind=Kind.CHILD_COMPLETED,
-            goal=self.session_id,
-            child=child,
-            result=result,
-            is_error=failed,
-        )
-        self.flush((*mirrored, done))
+            self._unfollow()
         return (f"child {child} stalled: {result}" if failed else result), failed
 
-    def _child_end(self, log: Log, child: str) -> Event | None:
-        with subscribe(log, child, 0, (Kind.CONVERGED, Kind.STALLED)) as sub:
-            while not self.cancelled.is_set():
-                ev = sub.get(_POLL)
-                if ev is not None and ev.goal == child:
-                    return ev
+    def _follow(self) -> Log:
+        assert self._open_log is not None
+        with self._follow_lock:
+            if self._follow_log is None:
+                self._follow_log = self._open_log()
+            self._following += 1
+            return self._follow_log
+
+    def _unfollow(self) -> None:
+        with self._follow_lock:
+            self._following -= 1
+            if self._following or self._follow_log is None:
+                return
+            log, self._follow_log = self._follow_log, None
+        log.close()
+
+    def _child_end(self, sub: StreamSubscription, child: str) -> Event | None:
+        while not self.cancelled.is_set():
+            ev = sub.get(_POLL)
+            if ev is not None and ev.goal == child:
+                return ev
         return None
 
     def emit(self, event: Event) -> None:
