@@ -156,7 +156,7 @@ class Pipe:
                 message = {"type": "http.response.body", "body": body, "more_body": True}
                 try:
                     await asyncio.wait_for(self._send(message), self._timeout)
-                except TimeoutError:
+                except (TimeoutError, OSError):
                     self.failed = True
                 for _ in range(n):
                     self._queue.popleft()
@@ -231,9 +231,13 @@ class SseResponse(Response):
                     log.error("an SSE stream failed", exc_info=exc)
                     drop = False
             if isinstance(out, Pipe) and writer is not None:
+                # Through ASGI the response can only end, after what is queued; unless
+                # a send timed out: then returning unfinished makes the server close.
                 out.close()
                 await writer
-                drop = drop or out.failed
+                if out.failed:
+                    return
+                drop = False
             if not drop:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(
