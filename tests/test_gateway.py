@@ -737,6 +737,9 @@ def test_sse_bytes_on_the_wire_are_correct_chunked_http(
         assert json.loads(wire.buf)["state"] == "closed"
     finally:
         s.close()
+    head = http.head("/v1/sessions/wire-1/events")
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["content-type"].startswith("text/event-stream")
 
 
 def test_an_http_1_0_stream_is_unframed_and_ends_with_the_connection(

@@ -59,7 +59,7 @@ def state_before(log_: Log, stream: str, after: int) -> str:
     return state
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Batch:
     """Records a hub hands out at once, encoded once for every client."""
 
@@ -143,11 +143,14 @@ class Client:
             self.accept(r, data)
         self.flush()
 
-    def live_item(self, item: Live) -> None:
+    def live_item(self, item: Live, data: bytes | None = None, framed: bytes | None = None) -> None:
+        """A live item (``data``, ``framed``: its encoding and its chunk, made once)."""
         if self.ended or (self.kinds is not None and item[1] not in self.kinds):
             return
         if item[0] == self.cursor:
-            self.out.write(live_event(item))
+            if data is None:
+                data, framed = live_event(item), None
+            self.out.write(data, framed)
             self._check()
         elif item[0] > self.cursor:
             self._held.append(item)
@@ -224,8 +227,10 @@ class Hub:
         self.position = batch.last
 
     def live_item(self, item: Live) -> None:
+        data = live_event(item)
+        framed = chunk(data)
         for c in self.clients:
-            c.live_item(item)
+            c.live_item(item, data, framed)
 
     def stop(self) -> None:
         self._stopped.set()

@@ -217,13 +217,16 @@ class SseResponse(Response):
         tasks = [t for t in (body, gone, writer) if t is not None]
         try:
             while not any(t.done() for t in tasks):
-                await asyncio.wait(tasks, timeout=self._ping, return_when=asyncio.FIRST_COMPLETED)
+                # A ping of 0 turns heartbeats off.
+                await asyncio.wait(
+                    tasks, timeout=self._ping or None, return_when=asyncio.FIRST_COMPLETED
+                )
                 if not any(t.done() for t in tasks):
                     out.write(PING)
             if gone.done():
                 return  # the client went: nothing more to send
             drop = True
-            if body.done():
+            if body.done() and not body.cancelled():
                 exc = body.exception()
                 if exc is None:
                     drop = body.result()
