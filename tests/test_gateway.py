@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import pathlib
 import socket
 import stat
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,7 +28,7 @@ from actors.gateway import (
     start_gateway,
 )
 from actors.gateway._app import openapi_bytes
-from actors.gateway._hub import Client
+from actors.gateway._hub import Batch, Client
 from actors.gateway._tokens import ADMIN_FILE, TOKENS_FILE
 
 pytestmark = pytest.mark.timeout(120)
@@ -456,13 +458,25 @@ def _stream(http: httpx.Client, sid: str, **kw: Any) -> Any:
     return http.stream("GET", f"/v1/sessions/{sid}/events", **kw)
 
 
-def test_sse_sends_stored_events_with_their_seq_as_id_and_a_retry(http: httpx.Client) -> None:
+@pytest.fixture(params=[True, False], ids=["direct", "asgi"])
+def direct(request: pytest.FixtureRequest, gw: GatewayHandle) -> Iterator[bool]:
+    """SSE bodies written straight to the socket, and through ASGI (any other server)."""
+    gw.gateway.direct = request.param
+    try:
+        yield request.param
+    finally:
+        gw.gateway.direct = True
+
+
+def test_sse_sends_stored_events_with_their_seq_as_id_and_a_retry(
+    http: httpx.Client, direct: bool
+) -> None:
     """From seq 0: every stored event in order, id = seq, event = kind, data = stored JSON."""
-    _new(http, "sse-1")
-    ack = http.post("/v1/sessions/sse-1/messages", json={"text": "stream me"}).json()
-    _wait_turn_end(http, "sse-1", ack["seq"])
-    stored = http.get("/v1/sessions/sse-1/history").json()["events"]
-    with _stream(http, "sse-1") as r:
+    _new(http, f"sse-1-{direct}")
+    ack = http.post(f"/v1/sessions/sse-1-{direct}/messages", json={"text": "stream me"}).json()
+    _wait_turn_end(http, f"sse-1-{direct}", ack["seq"])
+    stored = http.get(f"/v1/sessions/sse-1-{direct}/history").json()["events"]
+    with _stream(http, f"sse-1-{direct}") as r:
         assert r.headers["content-type"].startswith("text/event-stream")
         reader = SseReader(r)
         got = [e for e in reader.until(lambda e: e["id"] == str(len(stored))) if e["id"]]
@@ -578,26 +592,232 @@ def test_a_stalled_client_does_not_hold_back_another(http: httpx.Client, gw: Gat
         stalled.close()
 
 
+class _Held:
+    """An `Out` whose client never reads: everything written stays buffered."""
+
+    closed = False
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, body: bytes, framed: bytes | None = None) -> None:
+        self.writes.append(body)
+
+    def buffered(self) -> int:
+        return sum(map(len, self.writes))
+
+    async def room(self, timeout: float) -> bool:
+        return True
+
+
 def test_a_live_client_too_far_behind_is_disconnected() -> None:
-    """Past its bound a live client's stream ends (it resumes from its last id); before
-    that, a record it already has is never offered twice."""
+    """Past its byte bound a live client's stream ends (it resumes from its last id);
+    before that, a record it already has is never offered twice."""
     from spine import Event, Kind, Record, encode_event
 
-    def rec(seq: int) -> tuple[Record, bytes]:
-        r = Record("s", seq, seq, Kind.USER_MESSAGE, encode_event(Event(kind=Kind.USER_MESSAGE)))
-        return r, b"x"
+    def rec(seq: int) -> Record:
+        return Record("s", seq, seq, Kind.USER_MESSAGE, encode_event(Event(kind=Kind.USER_MESSAGE)))
 
-    async def run() -> tuple[Client, list[bytes | None]]:
-        c = Client(2, None, capacity=3)
+    async def run() -> tuple[Client, _Held]:
+        out = _Held()
+        c = Client(2, None, out, limit=3000)
         c.live = True
-        c.offer([rec(2), rec(3)])  # seq 2 is the client's already
-        first = await c.take()
-        c.offer([rec(4), rec(5), rec(6), rec(7)])
-        return c, [first, await c.take(), await c.take()]
+        c.offer(Batch.of([rec(2), rec(3)]))  # seq 2 is the client's already
+        assert not c.ended and [w.startswith(b"id: 3\r\n") for w in out.writes] == [True]
+        while not c.ended:
+            c.offer(Batch.of([rec(c.cursor + 1), rec(c.cursor + 2)]))
+        return c, out
 
     c, out = asyncio.run(run())
-    assert out[0] == b"x" and c.overflowed and c.ended
-    assert out[1] == b"xxxx" and out[2] is None
+    assert c.overflowed and c.done.is_set() and out.buffered() > 3000
+    seqs = [int(line[4:]) for w in out.writes for line in w.split(b"\r\n") if line[:4] == b"id: "]
+    assert seqs == list(range(3, c.cursor + 1))
+
+
+def _raw_get(gw: GatewayHandle, path: str, version: str = "1.1", **sock: int) -> socket.socket:
+    """A bare socket that sent one GET (options: SO_RCVBUF before connecting)."""
+    host, port = gw.url.removeprefix("http://").split(":")
+    s = socket.socket()
+    for opt, value in sock.items():
+        s.setsockopt(socket.SOL_SOCKET, getattr(socket, opt), value)
+    s.settimeout(30)
+    s.connect((host, int(port)))
+    s.sendall(
+        f"GET {path} HTTP/{version}\r\nHost: x\r\nAuthorization: Bearer {gw.token}\r\n\r\n".encode()
+    )
+    return s
+
+
+class _Wire:
+    """Reads an HTTP/1.1 response off a socket, checking its chunked framing byte by byte."""
+
+    def __init__(self, s: socket.socket) -> None:
+        self.s, self.buf = s, b""
+
+    def _need(self, n: int) -> None:
+        while len(self.buf) < n:
+            data = self.s.recv(1 << 16)
+            if not data:
+                raise EOFError("the connection closed")
+            self.buf += data
+
+    def line(self) -> bytes:
+        while b"\r\n" not in self.buf:
+            self._need(len(self.buf) + 1)
+        line, _, self.buf = self.buf.partition(b"\r\n")
+        return line
+
+    def head(self) -> tuple[bytes, dict[bytes, bytes]]:
+        status, headers = self.line(), {}
+        while line := self.line():
+            name, _, value = line.partition(b":")
+            headers[name.strip().lower()] = value.strip()
+        return status, headers
+
+    def chunk(self) -> bytes:
+        """One chunk's data (b"" for the last chunk), its framing checked exactly."""
+        size = self.line()
+        assert size and all(c in b"0123456789abcdef" for c in size), size
+        n = int(size, 16)
+        self._need(n + 2)
+        data, crlf, self.buf = self.buf[:n], self.buf[n : n + 2], self.buf[n + 2 :]
+        assert crlf == b"\r\n", (size, data[-20:], crlf)
+        return data
+
+
+def _events(body: bytes) -> list[dict[str, str]]:
+    """The SSE events (with an id) in a body."""
+    out = []
+    for block in body.split(b"\r\n\r\n"):
+        fields = dict(
+            line.split(b": ", 1)
+            for line in block.split(b"\r\n")
+            if line[:1] != b":" and b": " in line
+        )
+        if b"id" in fields:
+            out.append({k.decode(): v.decode() for k, v in fields.items()})
+    return out
+
+
+def test_sse_bytes_on_the_wire_are_correct_chunked_http(
+    http: httpx.Client, gw: GatewayHandle
+) -> None:
+    """A session stream is chunked HTTP/1.1, written straight to the socket, every chunk
+    framed exactly; it ends with the last chunk, and the connection serves a next request."""
+    _new(http, "wire-1")
+    ack = http.post("/v1/sessions/wire-1/messages", json={"text": "on the wire"}).json()
+    _wait_turn_end(http, "wire-1", ack["seq"])
+    s = _raw_get(gw, "/v1/sessions/wire-1/events")
+    try:
+        wire = _Wire(s)
+        status, headers = wire.head()
+        assert status == b"HTTP/1.1 200 OK", status
+        assert headers[b"transfer-encoding"] == b"chunked" and b"content-length" not in headers
+        assert headers[b"content-type"].startswith(b"text/event-stream")
+        body = wire.chunk()
+        assert body.startswith(b": vertebra\r\nretry: 1000\r\n\r\n")
+        hub = gw.gateway.hubs._hubs["wire-1"]
+        assert wait_for(lambda: all(c.live for c in hub.clients), timeout=10)
+        assert {type(c.out).__name__ for c in hub.clients} == {"Wire"}
+        http.post("/v1/sessions/wire-1/messages", json={"text": "live now"})
+        http.delete("/v1/sessions/wire-1")
+        while data := wire.chunk():
+            body += data
+        assert wire.buf == b""
+        stored = http.get("/v1/sessions/wire-1/history").json()["events"]
+        got = _events(body)
+        assert [int(e["id"]) for e in got] == [e["seq"] for e in stored]
+        assert [json.loads(e["data"]) for e in got] == stored
+        # The server's own HTTP state followed: the connection takes a next request.
+        auth = f"Authorization: Bearer {gw.token}"
+        s.sendall(f"GET /v1/sessions/wire-1 HTTP/1.1\r\nHost: x\r\n{auth}\r\n\r\n".encode())
+        status, headers = wire.head()
+        assert status == b"HTTP/1.1 200 OK"
+        wire._need(int(headers[b"content-length"]))
+        assert json.loads(wire.buf)["state"] == "closed"
+    finally:
+        s.close()
+    head = http.head("/v1/sessions/wire-1/events")
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["content-type"].startswith("text/event-stream")
+
+
+def test_an_http_1_0_stream_is_unframed_and_ends_with_the_connection(
+    http: httpx.Client, gw: GatewayHandle
+) -> None:
+    """HTTP/1.0 has no chunks: the events go out as they are, and the end closes."""
+    _new(http, "wire-2")
+    s = _raw_get(gw, "/v1/sessions/wire-2/events", version="1.0")
+    try:
+        wire = _Wire(s)
+        status, headers = wire.head()
+        assert status.startswith(b"HTTP/1.1 200") and b"transfer-encoding" not in headers
+        wire._need(len(b": vertebra"))
+        http.delete("/v1/sessions/wire-2")
+        with contextlib.suppress(EOFError):
+            wire._need(1 << 30)
+        assert wire.buf.startswith(b": vertebra\r\nretry: 1000\r\n\r\nid: 1\r\n")
+        stored = http.get("/v1/sessions/wire-2/history").json()["events"]
+        assert [int(e["id"]) for e in _events(wire.buf)] == [e["seq"] for e in stored]
+    finally:
+        s.close()
+
+
+def test_a_client_that_stops_reading_is_dropped_and_the_others_get_everything(
+    gw: GatewayHandle, http: httpx.Client, direct: bool
+) -> None:
+    """A live client that stops reading is disconnected once its unread bytes pass the
+    bound; a reading client of the same stream meanwhile gets every event, in order."""
+    from actors.runner import spine_path
+    from spine import Event, Kind, SqliteLog
+
+    stream, n = f"wire-slow-{direct}", 300
+    log = SqliteLog(spine_path(gw.gateway.host.data_dir))
+    log.append(stream, [Event(kind=Kind.USER_MESSAGE, text="0")])
+    limit = gw.gateway.hubs.limit
+    gw.gateway.hubs.limit = 256 * 1024
+    stalled = _raw_get(gw, f"/v1/sessions/{stream}/events", SO_RCVBUF=4096)
+    try:
+        with _stream(http, stream) as r:
+            reader = SseReader(r)
+            reader.until(lambda e: e["id"] == "1")
+            hub = gw.gateway.hubs._hubs[stream]
+            assert wait_for(
+                lambda: len(hub.clients) == 2 and all(c.live for c in hub.clients), timeout=10
+            )
+            big = "x" * 20_000
+            seen = threading.Semaphore(5)
+
+            def append() -> None:
+                # At most 5 events (100 KB) ahead of the reading client, far below
+                # the bound: only the stalled client falls behind.
+                for i in range(2, n + 2):
+                    assert seen.acquire(timeout=30)
+                    log.append(stream, [Event(kind=Kind.USER_MESSAGE, text=f"{i} {big}")])
+
+            writer = threading.Thread(target=append)
+            writer.start()
+            got = []
+            try:
+                while len(got) < n:
+                    got.append(reader.next())
+                    seen.release()
+            finally:
+                writer.join(30)
+            assert [int(e["id"]) for e in got] == list(range(2, n + 2))
+            # ~6 MB went out; the stalled client could hold a small part of it.
+            assert wait_for(lambda: len(hub.clients) == 1, timeout=30)
+        # Dropped: the connection is reset (written straight to the socket), or, through
+        # ASGI, the response ends after what was queued for it.
+        received = b""
+        with contextlib.suppress(ConnectionResetError):
+            while not received.endswith(b"\r\n0\r\n\r\n") and (data := stalled.recv(1 << 16)):
+                received += data
+        assert received.count(b"\r\nid: ") < n
+    finally:
+        gw.gateway.hubs.limit = limit
+        stalled.close()
+        log.close()
 
 
 def test_the_global_stream_carries_every_session_with_positions(http: httpx.Client) -> None:

@@ -20,13 +20,12 @@ import logging
 import math
 import threading
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import anyio.to_thread
 import attrs
 import orjson
-from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
@@ -42,6 +41,7 @@ from ..session.goals import budget_problem
 from . import _sse
 from ._hub import Hubs
 from ._tokens import Grant, TokenStore
+from ._wire import SseResponse
 
 log = logging.getLogger("vertebra.gateway")
 
@@ -95,7 +95,12 @@ class Gateway:
     tokens: TokenStore
     ping: float = 15.0
     send_timeout: float = 30.0
+    #: Events the every-session stream holds for one client.
     buffer: int = 4096
+    #: Bytes a live session stream may leave unread before its client is disconnected.
+    buffer_bytes: int = 4 * 1024 * 1024
+    #: Write SSE bodies straight to the socket (False: through ASGI, as any server).
+    direct: bool = True
     hubs: Hubs = attrs.field()
     feeds: list[_sse.Feed] = attrs.field(factory=list)
     lock: threading.Lock = attrs.field(factory=threading.Lock)
@@ -104,7 +109,7 @@ class Gateway:
 
     @hubs.default
     def _hubs(self) -> Hubs:
-        return Hubs(self.log, self.buffer)
+        return Hubs(self.log, self.buffer_bytes, self.send_timeout)
 
     def on_sink(self, sid: str, ev: Any, live: Any) -> None:
         """The Host sink: remember each session's last stored seq, so that a live item
@@ -584,13 +589,8 @@ def _resume_point(request: Request, param: str) -> int:
     return int_param(request, param, 0)
 
 
-def _sse_response(gw: Gateway, content: Any) -> Response:
-    return EventSourceResponse(
-        content,
-        ping=gw.ping,
-        send_timeout=gw.send_timeout,
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+def _sse_response(gw: Gateway, body: Callable[[Any], Coroutine[Any, Any, bool]]) -> Response:
+    return SseResponse(body, ping=gw.ping, send_timeout=gw.send_timeout, direct=gw.direct)
 
 
 @route("GET", "/v1/sessions/{id}/events", "read")
@@ -601,7 +601,7 @@ async def session_events(gw: Gateway, request: Request) -> Response:
     await known(gw, sid)
     if gw.stopping:
         raise HttpError(503, "unavailable", "the gateway is stopping")
-    return _sse_response(gw, gw.hubs.stream(sid, after, kinds))
+    return _sse_response(gw, functools.partial(gw.hubs.serve, sid, after, kinds))
 
 
 @route("GET", "/v1/events", "admin")
@@ -614,7 +614,11 @@ async def all_events(gw: Gateway, request: Request) -> Response:
     sub = subscribe_all(gw.log, after, kinds)
     gw.attach(feed)
     _sse.start_pump(sub, feed, "sse-all")
-    return _sse_response(gw, _sse.global_stream(feed))
+
+    async def body(out: Any) -> bool:
+        return await _sse.global_body(feed, out, gw.send_timeout)
+
+    return _sse_response(gw, body)
 
 
 @route("GET", "/metrics", "admin")

@@ -5,8 +5,11 @@ A client first catches up on its own, reading pages of the stream from its resum
 itself). Once its cursor reaches what the stream's `Hub` has handed out, it joins the hub,
 which reads each new batch of records once and offers it to every client on the event
 loop. Both steps run on the loop, so the join cannot miss or repeat a record: a client
-takes from a hub batch only the seqs past its cursor. A client whose buffer passes its
-bound while live is disconnected; it resumes from its last id and loses nothing stored.
+takes from a hub batch only the seqs past its cursor. A batch is encoded and framed once;
+a client that takes all of it writes those same bytes to its connection (`_wire.Out`)
+right there, so one event reaches every client from one place, without a task switch per
+client. A live client whose connection holds more than its bound of unread bytes is
+disconnected; it resumes from its last id and loses nothing stored.
 
 Live items (text deltas, notices) come from the gateway's Host sink through the hub; each
 goes out after the stored event it follows (`after`), waits for it if that event was not
@@ -21,15 +24,15 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections import deque
-from collections.abc import AsyncIterator, Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
 
 import anyio.to_thread
+import attrs
 
 from spine import Kind, Log, Record, SubscriptionClosedError, subscribe, terminal_after
 
-from ._sse import hello, live_event, stored_event
+from ._sse import live_event, stored_event
+from ._wire import HELLO, Out, chunk
 
 log = logging.getLogger("vertebra.gateway")
 
@@ -56,89 +59,114 @@ def state_before(log_: Log, stream: str, after: int) -> str:
     return state
 
 
-class Client:
-    """One SSE client of a session: its cursor, its kinds, its pending output."""
+@attrs.frozen(kw_only=True)
+class Batch:
+    """Records a hub hands out at once, encoded once for every client."""
 
-    def __init__(self, after: int, kinds: Iterable[str] | None, capacity: int) -> None:
+    records: list[tuple[Record, bytes]]
+    #: Every record's event, joined; and the same as one HTTP/1.1 chunk.
+    body: bytes
+    frame: bytes
+    #: No lifecycle event: no client's state (and so its end) changes with this batch.
+    plain: bool
+
+    @classmethod
+    def of(cls, records: list[Record]) -> Batch:
+        encoded = [(r, stored_event(r)) for r in records]
+        body = b"".join(data for _, data in encoded)
+        plain = all(r.kind != Kind.LIFECYCLE for r in records)
+        return cls(records=encoded, body=body, frame=chunk(body), plain=plain)
+
+    @property
+    def first(self) -> int:
+        return self.records[0][0].seq
+
+    @property
+    def last(self) -> int:
+        return self.records[-1][0].seq
+
+
+class Client:
+    """One SSE client of a session: its cursor, its kinds, and where its bytes go."""
+
+    def __init__(self, after: int, kinds: Iterable[str] | None, out: Out, limit: int) -> None:
         self.cursor = after
         self.kinds = frozenset(kinds) if kinds else None
-        self.capacity = capacity
+        self.out = out
+        #: Bytes the client may leave unread while live before it is disconnected.
+        self.limit = limit
         self.state = ""
         self.live = False
         self.ended = False
         self.overflowed = False
-        self._out: deque[bytes] = deque()
+        self.done = asyncio.Event()
+        self._pending: list[bytes] = []
         self._held: list[Live] = []
-        self._ready = asyncio.Event()
-        self._room = asyncio.Event()
-        self._room.set()
 
     # -- fed on the loop --------------------------------------------------------------------
 
     def accept(self, r: Record, data: bytes | None = None) -> None:
-        """Take the stored record that follows the cursor."""
+        """Take the stored record that follows the cursor (written at the next `flush`)."""
         if self.ended or r.seq <= self.cursor:
             return
         self.cursor = r.seq
         if r.kind == Kind.LIFECYCLE:
             self.state = terminal_after(self.state, r.event().phase)
         if self.kinds is None or r.kind in self.kinds:
-            self._push(data if data is not None else stored_event(r))
+            self._pending.append(data if data is not None else stored_event(r))
         if self._held:
             for item in self._held:
                 if item[0] == self.cursor:
-                    self._push(live_event(item))
+                    self._pending.append(live_event(item))
             self._held = [item for item in self._held if item[0] > self.cursor]
         if self.state == "closed":
             self.end()
 
-    def offer(self, batch: list[tuple[Record, bytes]]) -> None:
-        """A hub batch: contiguous records; only those past the cursor are new here."""
-        if self.live:
-            for r, data in batch:
-                self.accept(r, data)
-            if self.live and len(self._out) > self.capacity:
-                # Too far behind: disconnect; the client resumes from its last id.
-                self.overflowed = True
-                self.end()
+    def flush(self) -> None:
+        """Write what `accept` took, as one write."""
+        if self._pending:
+            self.out.write(b"".join(self._pending))
+            self._pending.clear()
+            self._check()
 
-    def live_item(self, item: Live) -> None:
+    def offer(self, batch: Batch) -> None:
+        """A hub batch: contiguous records; only those past the cursor are new here."""
+        if not self.live or self.ended:
+            return
+        if batch.plain and self.kinds is None and not self._held and self.cursor == batch.first - 1:
+            # The common case: all of it, as it is: the bytes framed once for everyone.
+            self.cursor = batch.last
+            self.out.write(batch.body, batch.frame)
+            self._check()
+            return
+        for r, data in batch.records:
+            self.accept(r, data)
+        self.flush()
+
+    def live_item(self, item: Live, data: bytes | None = None, framed: bytes | None = None) -> None:
+        """A live item (``data``, ``framed``: its encoding and its chunk, made once)."""
         if self.ended or (self.kinds is not None and item[1] not in self.kinds):
             return
         if item[0] == self.cursor:
-            self._push(live_event(item))
+            if data is None:
+                data, framed = live_event(item), None
+            self.out.write(data, framed)
+            self._check()
         elif item[0] > self.cursor:
             self._held.append(item)
             if len(self._held) > HELD_MAX:
                 self.overflowed = True
                 self.end()
 
-    def _push(self, data: bytes) -> None:
-        self._out.append(data)
-        self._ready.set()
-        if len(self._out) >= self.capacity:
-            self._room.clear()
+    def _check(self) -> None:
+        if self.live and not self.ended and self.out.buffered() > self.limit:
+            # Too far behind: disconnect; the client resumes from its last id.
+            self.overflowed = True
+            self.end()
 
     def end(self) -> None:
         self.ended = True
-        self._ready.set()
-
-    # -- drained by the response ------------------------------------------------------------
-
-    async def take(self) -> bytes | None:
-        """Everything pending as one chunk (fewer writes under load); None at the end."""
-        while not self._out:
-            if self.ended:
-                return None
-            self._ready.clear()
-            await self._ready.wait()
-        chunk = b"".join(self._out)
-        self._out.clear()
-        self._room.set()
-        return chunk
-
-    async def room(self) -> None:
-        await self._room.wait()
+        self.done.set()
 
 
 class Waiter:
@@ -150,8 +178,8 @@ class Waiter:
         self.found: list[Record] = []
         self.changed = asyncio.Event()
 
-    def offer(self, batch: list[tuple[Record, bytes]]) -> None:
-        hits = [r for r, _ in batch if r.kind in self.kinds]
+    def offer(self, batch: Batch) -> None:
+        hits = [r for r, _ in batch.records if r.kind in self.kinds]
         if hits:
             self.found.extend(hits)
             self.changed.set()
@@ -185,23 +213,24 @@ class Hub:
                 batch = [r]
                 while len(batch) < PAGE and (more := self._sub.get_record(0)) is not None:
                     batch.append(more)
-                encoded = [(x, stored_event(x)) for x in batch]
-                self._loop.call_soon_threadsafe(self._dispatch, encoded)
+                self._loop.call_soon_threadsafe(self._dispatch, Batch.of(batch))
         except (SubscriptionClosedError, RuntimeError):
             pass
         except Exception:
             log.exception("SSE hub of %s failed", self.stream)
 
-    def _dispatch(self, batch: list[tuple[Record, bytes]]) -> None:
+    def _dispatch(self, batch: Batch) -> None:
         for c in list(self.clients):
             c.offer(batch)
         for w in list(self.waiters):
             w.offer(batch)
-        self.position = batch[-1][0].seq
+        self.position = batch.last
 
     def live_item(self, item: Live) -> None:
+        data = live_event(item)
+        framed = chunk(data)
         for c in self.clients:
-            c.live_item(item)
+            c.live_item(item, data, framed)
 
     def stop(self) -> None:
         self._stopped.set()
@@ -212,9 +241,11 @@ class Hubs:
     """Every stream's hub, made on a stream's first client and stopped after its last.
     Used on the event loop only (the sink hands live items over with `post_live`)."""
 
-    def __init__(self, log_: Log, capacity: int) -> None:
+    def __init__(self, log_: Log, limit: int, send_timeout: float) -> None:
         self._log = log_
-        self._capacity = capacity
+        #: Bytes a live client may leave unread before it is disconnected.
+        self.limit = limit
+        self._timeout = send_timeout
         self._hubs: dict[str, Hub] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self.last_seen: dict[str, int] = {}
@@ -264,44 +295,38 @@ class Hubs:
             hub.waiters.discard(waiter)
             self._leave(hub)
 
-    async def stream(
-        self, stream: str, after: int, kinds: Iterable[str] | None
-    ) -> AsyncIterator[Any]:
-        """The SSE body for one client: catch up alone, then follow with the hub."""
-        client = Client(after, kinds, self._capacity)
+    async def serve(self, stream: str, after: int, kinds: Iterable[str] | None, out: Out) -> bool:
+        """The SSE body for one client: catch up alone, then follow with the hub until
+        the stream ends. True if the client fell too far behind."""
+        client = Client(after, kinds, out, self.limit)
         hub = self._hub(stream)
         hub.clients.add(client)
         try:
-            yield hello()
+            out.write(HELLO)
             client.state = await anyio.to_thread.run_sync(state_before, self._log, stream, after)
-            catch_up = asyncio.create_task(self._catch_up(client, hub))
-            try:
-                while (chunk := await client.take()) is not None:
-                    yield chunk
-            finally:
-                catch_up.cancel()
+            await self._catch_up(client, hub)
+            await client.done.wait()
+            return client.overflowed
         finally:
             hub.clients.discard(client)
             self._leave(hub)
 
     async def _catch_up(self, client: Client, hub: Hub) -> None:
-        try:
-            while not client.ended:
-                await client.room()
-                page = await anyio.to_thread.run_sync(
-                    self._log.read, hub.stream, client.cursor, PAGE
-                )
-                for r in page:
-                    client.accept(r)
-                # On the loop, as the hub's dispatch: nothing can slip in between.
-                if len(page) < PAGE and client.cursor >= hub.position:
-                    client.live = True
-                    if client.state == "closed":
-                        client.end()
-                    return
-        except Exception:
-            log.exception("SSE catch-up of %s failed", hub.stream)
-            client.end()
+        while not client.ended:
+            page = await anyio.to_thread.run_sync(self._log.read, hub.stream, client.cursor, PAGE)
+            for r in page:
+                client.accept(r)
+            client.flush()
+            # On the loop, as the hub's dispatch: nothing can slip in between.
+            if len(page) < PAGE and client.cursor >= hub.position:
+                client.live = True
+                if client.state == "closed":
+                    client.end()
+                return
+            # A slow reader holds back only its own catch-up.
+            if not await client.out.room(self._timeout):
+                client.overflowed = True
+                client.end()
 
     def stop(self) -> None:
         for hub in list(self._hubs.values()):

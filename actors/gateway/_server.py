@@ -18,6 +18,7 @@ from ..host import Host
 from ..runner import spine_path
 from ._app import Gateway, create_app
 from ._tokens import TokenStore
+from ._wire import expose_transport
 
 
 class GatewayError(Exception):
@@ -140,7 +141,10 @@ def start_gateway(
             owned.close()
         raise
     config = uvicorn.Config(
-        create_app(gw),
+        expose_transport(create_app(gw)),
+        # h11 (the default without httptools), named so that the SSE bodies' direct
+        # writes know the framing they write into.
+        http="h11",
         log_level="warning",
         access_log=False,
         lifespan="off",

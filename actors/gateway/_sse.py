@@ -13,18 +13,17 @@ import asyncio
 import logging
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import orjson
-from sse_starlette.event import ServerSentEvent
 
 from spine import Record, SubscriptionClosedError
 
+from ._wire import HELLO, Out
+
 log = logging.getLogger("vertebra.gateway")
 
-#: Milliseconds a browser waits before reconnecting (the ``retry:`` field).
-RETRY_MS = 1000
 #: A live item: (after_seq, kind, severity, text).
 Live = tuple[int, str, str, str]
 _END = ("end", None)
@@ -140,17 +139,18 @@ def live_event(item: Live) -> bytes:
     return b"event: %s\r\ndata: %s\r\n\r\n" % (kind.encode(), orjson.dumps(data))
 
 
-def hello() -> ServerSentEvent:
-    return ServerSentEvent(comment="vertebra", retry=RETRY_MS)
-
-
-async def global_stream(feed: Feed) -> AsyncIterator[Any]:
+async def global_body(feed: Feed, out: Out, timeout: float) -> bool:
+    """The every-session stream's body; True if the client stopped taking data."""
     try:
-        yield hello()
+        out.write(HELLO)
         while True:
             kind, value = await feed.next()
             if kind == "end":
-                return
-            yield global_event(value)
+                return False
+            out.write(global_event(value))
+            # Its cursor thread waits while the feed is full: a slow reader holds back
+            # only itself, and one that takes nothing for ``timeout`` is dropped.
+            if not await out.room(timeout):
+                return True
     finally:
         feed.stop()
