@@ -88,6 +88,7 @@ def open_log(
     *,
     single_connection: bool = False,
     read_only: bool = False,
+    deferred_checkpoints: bool = False,
     **options: Any,
 ) -> Log:
     """Open the log ``spec`` names.
@@ -95,14 +96,21 @@ def open_log(
     ``single_connection``: the caller uses the log from one thread at a time, so reads may
     share the writer's connection (a session's setting). ``read_only``: the caller only
     reads (a projection); on SQLite the file is then opened read-only and never locked
-    for writing, and it must exist. Other keywords go to the backend's constructor.
+    for writing, and it must exist. ``deferred_checkpoints``: on SQLite this writer never
+    checkpoints the WAL itself, another process does (`SqliteLog.start_checkpoints`; a
+    session's setting); other backends ignore it. Other keywords go to the backend's
+    constructor.
     """
     s = LogSpec.parse(spec)
     if s.scheme == "sqlite":
         from ._sqlite import SqliteLog
 
         return SqliteLog(
-            s.path, single_connection=single_connection, read_only=read_only, **options
+            s.path,
+            single_connection=single_connection,
+            read_only=read_only,
+            autocheckpoint=not deferred_checkpoints,
+            **options,
         )
     try:
         from ._postgres import PostgresLog

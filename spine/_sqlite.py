@@ -81,6 +81,8 @@ _MAX_POSITION = "SELECT COALESCE(MAX(position), 0) FROM events"
 #: Seconds the watcher polls every interval after a write or a change, before it sleeps
 #: until the next write again.
 _WATCH_HOT = 0.005
+#: Seconds between the background checkpointer's looks at the log (`start_checkpoints`).
+_CHECKPOINT_EVERY = 0.25
 #: The first pause of that polling; each pause doubles up to the watch interval.
 _WATCH_FIRST_PAUSE = 0.0001
 #: The longest an idle watcher sleeps without hearing of a write (a missed one is found then).
@@ -129,6 +131,7 @@ class SqliteLog:
         watch_interval: float = 0.001,
         single_connection: bool = False,
         read_only: bool = False,
+        autocheckpoint: bool = True,
     ) -> None:
         if synchronous.upper() not in _SYNC_MODES:
             raise InvalidArgumentError(f"synchronous must be one of {_SYNC_MODES}")
@@ -138,6 +141,11 @@ class SqliteLog:
         self._watch_interval = watch_interval
         self._single = single_connection
         self._read_only = read_only
+        self._autocheckpoint = autocheckpoint
+        self._checkpoint_stop = threading.Event()
+        self._checkpoint_thread: threading.Thread | None = None
+        #: Checkpoints the background checkpointer has run (`start_checkpoints`).
+        self.checkpoints = 0
         self._wlock = threading.Lock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
@@ -170,6 +178,11 @@ class SqliteLog:
             )
             c.execute(f"PRAGMA busy_timeout = {int(self._busy * 1000)}")
             c.execute(f"PRAGMA synchronous = {self._sync}")
+            if not self._autocheckpoint:
+                # Left to a checkpointer elsewhere (`start_checkpoints`): the commit that
+                # crosses SQLite's threshold otherwise copies the WAL into the database
+                # and syncs it before it returns, a few milliseconds on that commit.
+                c.execute("PRAGMA wal_autocheckpoint = 0")
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open spine database {self.path!r}: {exc}") from exc
         return c
@@ -504,12 +517,49 @@ class SqliteLog:
             if changes is not None:
                 changes.close()
 
+    def start_checkpoints(self, every: float = _CHECKPOINT_EVERY) -> None:
+        """Checkpoint the WAL from a thread of this process every ``every`` seconds in
+        which something was committed, so that writers opened with
+        ``autocheckpoint=False`` (sessions, whose acknowledgements wait for their commits)
+        never pay for a checkpoint. Passive: it never waits for, nor blocks, a writer or a
+        reader. Idempotent; it stops when the log is closed. Start it in a process that
+        forks no more children (a thread holding SQLite's locks across a fork would leave
+        them held in the child)."""
+        with self._watch_lock:
+            if self._checkpoint_thread is not None or self._closed or self._read_only:
+                return
+            c = self._connect()
+            t = threading.Thread(
+                target=self._checkpoint_loop, args=(c, every), name="spine-checkpoint", daemon=True
+            )
+            self._checkpoint_thread = t
+            t.start()
+
+    def _checkpoint_loop(self, c: sqlite3.Connection, every: float) -> None:
+        last = None
+        try:
+            while not self._checkpoint_stop.wait(every):
+                try:
+                    v = c.execute("PRAGMA data_version").fetchone()[0]
+                    if v == last:
+                        continue
+                    c.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    last = v
+                    self.checkpoints += 1
+                except sqlite3.Error:
+                    continue  # busy or closing: the next round tries again
+        finally:
+            c.close()
+
     def close(self) -> None:
         with self._wlock:
             if self._closed:
                 return
             self._closed = True
             self._w.close()
+        self._checkpoint_stop.set()
+        if self._checkpoint_thread is not None:
+            self._checkpoint_thread.join(timeout=2.0)
         with self._readers_lock:
             for c in self._readers:
                 with contextlib.suppress(sqlite3.Error):

@@ -139,3 +139,17 @@ def test_closing_the_host_with_a_turn_running_raises_in_no_thread(
     finally:
         threading.excepthook = previous
     assert [f"{a.thread.name if a.thread else '?'}: {a.exc_value!r}" for a in raised] == []
+
+
+def test_the_host_checkpoints_the_wal_that_its_sessions_leave_alone(host: Host) -> None:
+    """Sessions defer the WAL's checkpoints (their acks never wait for one); the Host
+    that owns the system runs them in the background."""
+    from conftest import wait_for
+
+    from spine import SqliteLog
+
+    assert isinstance(host._log, SqliteLog)
+    sid = host.create()
+    ack = host.send(sid, "hello")
+    host.wait_turn(sid, ack.seq, timeout=20)
+    wait_for(lambda: host._log.checkpoints >= 1, timeout=20)

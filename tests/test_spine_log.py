@@ -406,3 +406,29 @@ def test_loading_a_backend_imports_its_modules_and_opens_nothing(tmp_path: pathl
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == want, (url, out.stdout)
     assert not (tmp_path / "s.db").exists()
+
+
+def test_a_writer_that_defers_checkpoints_leaves_them_to_the_background_checkpointer(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Sessions never checkpoint on a commit (their ack waits for it); the Host's
+    checkpointer copies the WAL into the database in the background."""
+    from conftest import wait_for
+
+    path = tmp_path / "spine.db"
+    with open_log(str(path), deferred_checkpoints=True) as writer:
+        assert isinstance(writer, SqliteLog)
+        assert writer._w.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        with SqliteLog(path) as keeper:
+            assert keeper._w.execute("PRAGMA wal_autocheckpoint").fetchone()[0] > 0
+            before = path.stat().st_size
+            for i in range(200):
+                writer.append("s", [ev(f"a fairly long message {i} " * 1000)])  # 5 MB in all
+            assert path.stat().st_size == before  # nothing copied by the writer's commits
+            keeper.start_checkpoints(every=0.01)
+            keeper.start_checkpoints(every=0.01)  # idempotent
+            wait_for(lambda: keeper.checkpoints >= 1 and path.stat().st_size > before)
+            writer.append("s", [ev("after")])
+            n = keeper.checkpoints
+            wait_for(lambda: keeper.checkpoints > n)
+        assert [e.text for e in writer.read_events("s")][-1] == "after"

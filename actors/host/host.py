@@ -40,6 +40,7 @@ from spine import (
     Event,
     Kind,
     Log,
+    SqliteLog,
     history,
     new_session_id,
     open_log,
@@ -199,6 +200,10 @@ class Host:
         # Keep the spine's cross-process watcher running for the Host's life, so that
         # every subscription (wait_turn opens one per call) is woken from its first read.
         self._log.watch()
+        if not self._attach and isinstance(self._log, SqliteLog):
+            # Sessions leave the WAL's checkpoints to this process, which forks no more
+            # actor processes from here on: an acknowledgement never waits for one.
+            self._log.start_checkpoints()
 
     @property
     def _asys(self) -> Any:

@@ -167,7 +167,9 @@ class SessionActor(GuardedActor):
         reports what fails."""
         try:
             configure_actor_logging(os.path.dirname(msg.db_path))
-            log = open_log(msg.spine or msg.db_path, single_connection=True)
+            log = open_log(
+                msg.spine or msg.db_path, single_connection=True, deferred_checkpoints=True
+            )
             try:
                 snapshots = SnapshotStore(os.path.dirname(msg.db_path))
             except Exception:
@@ -193,7 +195,7 @@ class SessionActor(GuardedActor):
         if warm is not None:
             warm[2].close()
             warm[3].close()
-        log = open_log(cfg.spine or cfg.db_path, single_connection=True)
+        log = open_log(cfg.spine or cfg.db_path, single_connection=True, deferred_checkpoints=True)
         try:
             return log, SnapshotStore(os.path.dirname(cfg.db_path))
         except Exception:
