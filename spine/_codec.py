@@ -159,6 +159,41 @@ def _make_fill() -> Callable[[Event, dict[str, Any]], dict[str, Any]]:
 _fill = _make_fill()
 
 
+def _make_plain() -> Callable[[Event], bool]:
+    """Generate ``plain(ev)``: whether every field the event sets is a plain scalar of
+    exactly its decoded type (a ``str`` where the decoder wants text, an ``int`` where it
+    wants a number, a ``bool`` for a flag), with no time of its own and nothing in the
+    structured fields (``input``, ``usage``, ``properties``, ``record``, ``extra``).
+
+    Such an event reads back as itself by construction: JSON carries those types exactly,
+    and the log stamps its time. The read-back check (`spine._log.check_readback`)
+    decodes and re-encodes only the others; a turn's words, starts and ends are plain.
+    """
+    lines = ["def plain(ev):", "    if ev.time is not None or ev.extra: return False"]
+    for attr, key in _FIELDS[2:]:
+        if attr == "kind":
+            lines.append("    if not isinstance(ev.kind, str): return False")
+        elif key in _STR_FIELDS:
+            lines.append(f"    v = ev.{attr}")
+            lines.append("    if v is not None and type(v) is not str: return False")
+        elif key in _INT_FIELDS:
+            lines.append(f"    v = ev.{attr}")
+            lines.append("    if v is not None and type(v) is not int: return False")
+        elif key in _BOOL_FIELDS:
+            lines.append(f"    v = ev.{attr}")
+            lines.append("    if v is not None and type(v) is not bool: return False")
+        else:
+            lines.append(f"    if ev.{attr}: return False")
+    lines.append("    return True")
+    ns: dict[str, Any] = {}
+    exec("\n".join(lines), ns)
+    plain: Callable[[Event], bool] = ns["plain"]
+    return plain
+
+
+plain_event = _make_plain()
+
+
 def event_to_dict(ev: Event, *, seq: int | None = None, time: str | None = None) -> dict[str, Any]:
     """The event as a JSON-ready dict with the seed's names, empty fields omitted.
 

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import attrs
 
-from ._codec import SCHEMA_VERSION, decode_event, encode_event, encode_events
+from ._codec import SCHEMA_VERSION, decode_event, encode_event, encode_events, plain_event
 from ._errors import DecodeError, InvalidArgumentError
 from ._event import EPHEMERAL_KINDS, Event
 from ._ids import validate_session_id
@@ -357,20 +357,29 @@ def encode_batch(
     """Encode a batch with its seqs assigned and unset times stamped now, and check that
     every payload reads back as the same event (see `check_readback`)."""
     out = encode_events(events, first_seq, _now)
-    check_readback(out, stream)
+    check_readback(out, stream, events)
     return out
 
 
-def check_readback(encoded: Sequence[tuple[int, str, bytes]], stream: str | None) -> None:
+def check_readback(
+    encoded: Sequence[tuple[int, str, bytes]],
+    stream: str | None,
+    events: Sequence[Event] | None = None,
+) -> None:
     """Refuse a batch of which any payload does not decode to the event that made it.
 
     Events are attrs classes without validators, so a wrongly typed field (a number as a
     metadata value, a string as a turn) encodes fine and only fails when read back: the
-    whole stream would then be unreadable. Decoding and encoding again costs about 8 us
-    an event, a few percent of a commit, and keeps that out of storage.
+    whole stream would then be unreadable. Decoding and encoding again costs about 4.6 us
+    an event, as much as the rest of a batched append, so with ``events`` (what made
+    ``encoded``) an event whose fields are all plain scalars of their decoded types
+    (`spine._codec.plain_event`, about 1 us) is not decoded again: it cannot read back
+    differently. Every other event is.
     """
     where = f" to {stream!r}" if stream is not None else ""
     for i, (_seq, kind, payload) in enumerate(encoded):
+        if events is not None and plain_event(events[i]):
+            continue
         try:
             back = encode_event(decode_event(payload))
         except (DecodeError, InvalidArgumentError, TypeError, ValueError, AttributeError) as exc:

@@ -476,3 +476,48 @@ def test_replay_leaves_the_garbage_collector_as_it_found_it(
                 gc.enable()
             else:
                 gc.disable()
+
+
+@pytest.mark.parametrize(
+    ("fields", "plain"),
+    [
+        ({"kind": Kind.USER_MESSAGE, "text": "hello"}, True),
+        ({"kind": Kind.TURN_COMPLETED, "turn": 3, "stop_reason": "end_turn"}, True),
+        ({"kind": Kind.TOOL_RESULT, "tool": "t", "result": "r", "is_error": True}, True),
+        ({"kind": Kind.TURN_STARTED, "turn": "3"}, False),
+        ({"kind": Kind.USER_MESSAGE, "text": 5}, False),
+        ({"kind": Kind.TOOL_RESULT, "is_error": "yes"}, False),
+        ({"kind": Kind.TURN_STARTED, "turn": True}, False),
+        ({"kind": Kind.PROPERTIES, "properties": {"k": "v"}}, False),
+        ({"kind": Kind.TOOL_CALL, "tool": "t", "input": '{"a": 1}'}, False),
+    ],
+)
+def test_only_events_of_plain_scalars_skip_the_read_back_decode(
+    fields: dict[str, Any], plain: bool
+) -> None:
+    """The read-back check decodes again every event that could read back differently."""
+    from spine._codec import plain_event
+
+    assert plain_event(Event(**fields)) is plain
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"kind": Kind.TURN_STARTED, "turn": "3"},
+        {"kind": Kind.USER_MESSAGE, "text": 5},
+        {"kind": Kind.TOOL_RESULT, "is_error": "yes"},
+        {"kind": Kind.PROPERTIES, "properties": {"k": 1}},
+    ],
+)
+def test_an_event_that_would_not_read_back_is_refused_and_nothing_is_written(
+    fields: dict[str, Any], tmp_path: pathlib.Path
+) -> None:
+    """A wrongly typed field fails the append, naming the event; the stream is untouched."""
+    from spine import InvalidArgumentError, SqliteLog
+
+    with SqliteLog(tmp_path / "spine.db") as log:
+        log.append("s", [Event(kind=Kind.USER_MESSAGE, text="before")])
+        with pytest.raises(InvalidArgumentError, match="read back"):
+            log.append("s", [Event(kind=Kind.USER_MESSAGE, text="fine"), Event(**fields)])
+        assert [e.text for e in log.read_events("s")] == ["before"]
