@@ -519,9 +519,13 @@ def test_any_interleaving_reaches_each_subscriber_exactly_once_in_order(
 def test_a_commit_right_after_watch_returns_is_noticed(tmp_path: pathlib.Path) -> None:
     """watch() has its baseline before returning: a commit by another writer right after
     it (here another connection, whose own wakes go elsewhere) still raises a wake."""
-    path = tmp_path / "spine.db"
+    _commits_by_another_connection_wake(tmp_path / "spine.db", 20)
+
+
+def _commits_by_another_connection_wake(path: pathlib.Path, rounds: int) -> None:
+    """Each round: watch, commit through another connection, expect a wake."""
     with SqliteLog(path) as log, SqliteLog(path) as other:
-        for round_ in range(20):
+        for round_ in range(rounds):
             seen = log.wakeup.generation
             log.watch()
             try:
@@ -741,16 +745,7 @@ def test_without_inotify_the_watcher_polls_and_still_wakes(
     from spine import _filewatch
 
     monkeypatch.setattr(_filewatch, "_load_libc", lambda: None)
-    path = tmp_path / "spine.db"
-    with SqliteLog(path) as log, SqliteLog(path) as other:
-        for round_ in range(5):
-            seen = log.wakeup.generation
-            log.watch()
-            try:
-                other.append("s", [ev(str(round_))])
-                assert log.wakeup.wait(seen, WAIT) != seen, f"round {round_}: no wake"
-            finally:
-                log.unwatch()
+    _commits_by_another_connection_wake(tmp_path / "spine.db", 5)
 
 
 class _CountingWakeup(Wakeup):
