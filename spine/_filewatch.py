@@ -69,8 +69,13 @@ class FileWrites:
         """Block up to ``timeout`` seconds; True if a watched file was written meanwhile
         (or the kernel's queue overflowed, so it may have been), False on timeout or
         interrupt."""
+        # poll, not select: a daemon with many connections has descriptors past select's
+        # limit of 1024.
+        waiter = select.poll()
         try:
-            ready, _, _ = select.select([self._fd, self._r], [], [], timeout)
+            waiter.register(self._fd, select.POLLIN)
+            waiter.register(self._r, select.POLLIN)
+            ready = [fd for fd, _ in waiter.poll(timeout * 1000)]
         except (OSError, ValueError):
             return True  # closed under us: the caller checks whether to stop
         if self._r in ready:

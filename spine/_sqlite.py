@@ -81,12 +81,12 @@ _MAX_POSITION = "SELECT COALESCE(MAX(position), 0) FROM events"
 #: Seconds the watcher polls every interval after a write or a change, before it sleeps
 #: until the next write again.
 _WATCH_HOT = 0.005
-#: Seconds between the background checkpointer's looks at the log (`start_checkpoints`).
-_CHECKPOINT_EVERY = 0.25
 #: The first pause of that polling; each pause doubles up to the watch interval.
 _WATCH_FIRST_PAUSE = 0.0001
 #: The longest an idle watcher sleeps without hearing of a write (a missed one is found then).
 _WATCH_IDLE = 0.25
+#: Seconds between the background checkpointer's looks at the log (`start_checkpoints`).
+_CHECKPOINT_EVERY = 0.25
 
 _MOVED = (
     "SELECT stream, kind, MAX(seq), MAX(position) FROM events WHERE position > ? "
