@@ -84,7 +84,10 @@ def test_check_reports_integrity_and_names_a_tampered_seq_in_every_session(
     c = sqlite3.connect(db, isolation_level=None)
     try:
         c.execute("DROP TRIGGER IF EXISTS events_append_only_update")
-        c.execute("UPDATE events SET payload=replace(payload, 'm2', 'mX') WHERE stream='c-1'")
+        # Only the message's row: the seal's signature is base64 and may hold "m2" too.
+        c.execute(
+            "UPDATE events SET payload=replace(payload, 'm2', 'mX') WHERE stream='c-1' AND seq=3"
+        )
         c.execute("UPDATE events SET kind='turn.completed' WHERE stream='c-2' AND seq=2")
     finally:
         c.close()
