@@ -66,6 +66,7 @@ PURE = [
     "actors/interceptors.py",
     "actors/session/state.py",
     "actors/session/commands.py",
+    "actors/session/translation.py",
     "actors/session/decide.py",
     "actors/session/gate.py",
     "actors/agents/governance.py",

@@ -9,10 +9,9 @@ from typing import Any
 
 import attrs
 
-from spine import Event, Kind, Usage
+from spine import Event, Usage
 from spine.seal import Seal, VerifyReport
 
-from .. import messages as m
 from ..agents.governance import Requirement
 from ..interceptors import Ingress, NoticeItem
 from ..policy import BusyPolicy
@@ -371,56 +370,6 @@ class Decision:
     reply: Any = None
     live: tuple[Live, ...] = ()
     effects: tuple[Effect, ...] = ()
-
-
-def command_of(msg: Any) -> Command | None:
-    """The command a protocol request carries (None for requests the shell answers itself:
-    reads, subscriptions, pings)."""
-    if isinstance(msg, m.SendMessage):
-        ingress = Ingress(kind=Kind.USER_MESSAGE, key=msg.key, text=msg.text)
-    elif isinstance(msg, m.SetMetadata):
-        ingress = Ingress(kind=Kind.PROPERTIES, key=msg.key, properties=dict(msg.properties))
-    elif isinstance(msg, m.SwitchSession):
-        ingress = Ingress(kind=Kind.SESSION_SWITCH, key=msg.key, target=msg.target)
-    elif isinstance(msg, m.Interrupt):
-        ingress = Ingress(kind=Kind.INTERRUPT, key=msg.key, text=msg.reason)
-    elif isinstance(msg, m.CloseSession):
-        return Close(request_id=msg.request_id)
-    elif isinstance(msg, m.DecideAction):
-        return Decide(
-            request_id=msg.request_id,
-            key=msg.key,
-            call=msg.call,
-            approve=msg.approve,
-            note=msg.note,
-        )
-    elif isinstance(msg, m.SubmitGoal):
-        return Submit(
-            request_id=msg.request_id,
-            key=msg.key,
-            objective=msg.objective,
-            budget=dict(msg.budget),
-        )
-    elif isinstance(msg, m.ResumeGoal):
-        return Resume(request_id=msg.request_id, key=msg.key)
-    elif isinstance(msg, m.SealSession):
-        return SealStream(request_id=msg.request_id)
-    elif isinstance(msg, m.VerifySession):
-        return VerifyStream(request_id=msg.request_id)
-    else:
-        return None
-    return Receive(request_id=msg.request_id, ingress=ingress)
-
-
-def session_info(stored: SessionState, restarts: int) -> m.SessionInfo:
-    """Where the session stands, as the protocol's `SessionInfo`."""
-    return m.SessionInfo(
-        session_id=stored.session_id,
-        state=stored.terminal or "live",
-        last_seq=stored.last_seq,
-        restarts=restarts,
-        metadata=dict(stored.metadata),
-    )
 
 
 # Thespian formats every message it moves; keep that cheap (see `actors.terse`).

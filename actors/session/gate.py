@@ -19,7 +19,7 @@ from ..agents.governance import Fault, Policy, PolicyError, Spent, Verdict, gate
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
 from .goals import goal_gate
 from .refusals import failed
-from .state import SessionState, action_key, depth_of, unfinished
+from .state import PendingAction, SessionState, action_key, depth_of, unfinished
 
 
 def _answer(cmd: Govern, verdict: str, call: int, fault: str = "") -> AnswerWorker:
@@ -51,22 +51,9 @@ def govern(s: Session, cmd: Govern) -> Decision:
     if run is None or run.turn != cmd.turn:
         return Decision(state=s)  # a worker of a turn already closed
     st = s.stored
-    # A tool call is asked about again when its turn resumes after a restart; a model
-    # call never is (each is a new one).
-    known = (
-        None
-        if cmd.action == "model"
-        else st.turn_actions.get(action_key(cmd.action, cmd.tool_use_id))
-    )
-    if known is not None:
-        # Asked again (a resumed turn): answer from the stream, store nothing.
-        call, status = known
-        if status in ("admitted", "completed"):
-            return Decision(state=s, effects=(_answer(cmd, Verdict.ADMIT, call),))
-        if status == "rejected":
-            why = Fault.APPROVAL_REJECTED if st.decided.get(call) is False else ""
-            return Decision(state=s, effects=(_answer(cmd, Verdict.REJECT, call, why),))
-        return Decision(state=s)  # still waiting for a human
+    again = _asked_again(s, cmd)
+    if again is not None:
+        return again
     fault: Fault | None
     try:
         policy = Policy.from_metadata(st.metadata)
@@ -99,6 +86,28 @@ def govern(s: Session, cmd: Govern) -> Decision:
     return Decision(state=s, events=(ev,), effects=(_answer(cmd, verdict, call, fault_text),))
 
 
+def _asked_again(s: Session, cmd: Govern) -> Decision | None:
+    """The answer to an action the stream already holds a verdict for, or None."""
+    st = s.stored
+    # A tool call is asked about again when its turn resumes after a restart; a model
+    # call never is (each is a new one).
+    known = (
+        None
+        if cmd.action == "model"
+        else st.turn_actions.get(action_key(cmd.action, cmd.tool_use_id))
+    )
+    if known is None:
+        return None
+    # Asked again (a resumed turn): answer from the stream, store nothing.
+    call, status = known
+    if status in ("admitted", "completed"):
+        return Decision(state=s, effects=(_answer(cmd, Verdict.ADMIT, call),))
+    if status == "rejected":
+        why = Fault.APPROVAL_REJECTED if st.decided.get(call) is False else ""
+        return Decision(state=s, effects=(_answer(cmd, Verdict.REJECT, call, why),))
+    return Decision(state=s)  # still waiting for a human
+
+
 def decide_action(s: Session, cmd: Decide) -> Decision:
     st = s.stored
     ack = m.Ack(request_id=cmd.request_id, session_id=s.session_id, key=cmd.key)
@@ -113,24 +122,7 @@ def decide_action(s: Session, cmd: Decide) -> Decision:
     if pending is None:
         text = f"no action {cmd.call} waits for approval in session {s.session_id}"
         return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", text))
-    try:
-        trust = Policy.from_metadata(st.metadata).trust
-    except PolicyError:
-        trust = ""
-    base: dict[str, Any] = {
-        "turn": pending.turn,
-        "action": pending.action,
-        "call": cmd.call,
-        "trust": trust,
-        "tool": pending.action,
-        "tool_use_id": pending.tool_use_id,
-    }
-    events = [
-        Event(kind=Kind.ACTION_APPROVAL, allowed=cmd.approve, reason=cmd.note, **base),
-        Event(kind=Kind.ACTION_ADMITTED, **base)
-        if cmd.approve
-        else Event(kind=Kind.ACTION_REJECTED, fault=Fault.APPROVAL_REJECTED, **base),
-    ]
+    events = _decided(st, pending, cmd)
     ack = attrs.evolve(ack, seq=st.last_seq + len(events))
     verdict = Verdict.ADMIT if cmd.approve else Verdict.REJECT
     answer = AnswerWorker(
@@ -143,11 +135,45 @@ def decide_action(s: Session, cmd: Decide) -> Decision:
     )
     run = s.running
     if run is not None and run.turn == pending.turn:
-        return Decision(state=s, events=tuple(events), key=cmd.key, reply=ack, effects=(answer,))
+        return Decision(state=s, events=events, key=cmd.key, reply=ack, effects=(answer,))
     ot = st.open_turn
     if ot is None or ot.turn != pending.turn or s.stopping or st.terminal:
-        return Decision(state=s, events=tuple(events), key=cmd.key, reply=ack)
+        return Decision(state=s, events=events, key=cmd.key, reply=ack)
     # The turn waited through a restart: run it on from where it paused.
+    turn = _resumed(st, ot.turn)
+    return Decision(
+        state=attrs.evolve(s, running=Running(turn=ot.turn)),
+        events=events,
+        key=cmd.key,
+        reply=ack,
+        effects=(turn,),
+    )
+
+
+def _decided(st: SessionState, pending: PendingAction, cmd: Decide) -> tuple[Event, ...]:
+    """The human's decision on a waiting action and the verdict it gives, as events."""
+    try:
+        trust = Policy.from_metadata(st.metadata).trust
+    except PolicyError:
+        trust = ""
+    base: dict[str, Any] = {
+        "turn": pending.turn,
+        "action": pending.action,
+        "call": cmd.call,
+        "trust": trust,
+        "tool": pending.action,
+        "tool_use_id": pending.tool_use_id,
+    }
+    return (
+        Event(kind=Kind.ACTION_APPROVAL, allowed=cmd.approve, reason=cmd.note, **base),
+        Event(kind=Kind.ACTION_ADMITTED, **base)
+        if cmd.approve
+        else Event(kind=Kind.ACTION_REJECTED, fault=Fault.APPROVAL_REJECTED, **base),
+    )
+
+
+def _resumed(st: SessionState, turn: int) -> StartTurn:
+    """The effect that runs on ``turn``, left open by a restart, from where it paused."""
     from ..spec import AgentSpec, SettingsError, TurnInput
     from .turns import history_before
 
@@ -158,20 +184,14 @@ def decide_action(s: Session, cmd: Decide) -> Decision:
         spec, allow = AgentSpec(), ()
     turn_input = TurnInput(
         session_id=st.session_id,
-        turn=ot.turn,
+        turn=turn,
         text="",
         history=history_before(st),
         spec=spec,
         resume=True,
         egress_allow=allow,
     )
-    return Decision(
-        state=attrs.evolve(s, running=Running(turn=ot.turn)),
-        events=tuple(events),
-        key=cmd.key,
-        reply=ack,
-        effects=(StartTurn(turn=ot.turn, spec=spec, input=turn_input),),
-    )
+    return StartTurn(turn=turn, spec=spec, input=turn_input)
 
 
 def paused(s: Session) -> Running | None:

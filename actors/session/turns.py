@@ -79,52 +79,17 @@ def settle(s: Session, cmd: Settle) -> Decision:
         policy = Policy.from_metadata(st.metadata)
     except (SettingsError, PolicyError) as exc:
         # A setting no agent can use fails this turn, never the session.
-        ended = Event(
-            kind=Kind.TURN_COMPLETED,
-            turn=n,
-            stop_reason="error",
-            error=f"cannot start the turn: {exc}",
-        )
-        events = [started, ended, done_event(n)]
-        if st.running_goal is not None:
-            events.extend(goals.ended(fold(st, events, st.last_seq + 1), "error", ""))
-        return Decision(state=s, events=tuple(events))
+        return Decision(state=s, events=_cannot_start(st, n, started, exc))
     call = 0
     admitted: tuple[Event, ...] = ()
     if st.running_goal is None:
         # The turn's first model call passes the gate here, in the turn's own append: no
         # round trip from the worker and no commit of its own (later calls ask the
         # session). A goal run's turns ask, since its budget counts wall time.
-        used = st.usage
-        spent = Spent(
-            tokens=used.input_tokens + used.output_tokens,
-            tool_calls=st.tool_calls,
-            turns=n,
-            input_tokens=used.input_tokens,
-            output_tokens=used.output_tokens,
-        )
-        verdict, fault = gate(policy, "model", Requirement(), spent)
-        call = st.last_seq + 2
-        if verdict != Verdict.ADMIT:
-            why = str(fault or "rejected")
-            refused = Event(
-                kind=Kind.ACTION_REJECTED,
-                turn=n,
-                action="model",
-                call=call,
-                trust=policy.trust,
-                fault=why,
-            )
-            ended = Event(
-                kind=Kind.TURN_COMPLETED,
-                turn=n,
-                stop_reason=why,
-                error=f"governance refused the model call: {why}",
-            )
-            return Decision(state=s, events=(started, refused, ended, done_event(n)))
-        admitted = (
-            Event(kind=Kind.ACTION_ADMITTED, turn=n, action="model", call=call, trust=policy.trust),
-        )
+        admitted = _first_model_call(st, n, policy)
+        if admitted[0].kind != Kind.ACTION_ADMITTED:
+            return Decision(state=s, events=(started, *admitted))
+        call = admitted[0].call
     turn_input = TurnInput(
         session_id=st.session_id,
         turn=n,
@@ -141,6 +106,55 @@ def settle(s: Session, cmd: Settle) -> Decision:
         events=(started, *admitted),
         effects=(StartTurn(turn=n, spec=spec, input=turn_input),),
     )
+
+
+def _cannot_start(st: SessionState, n: int, started: Event, exc: Exception) -> tuple[Event, ...]:
+    """Turn ``n`` started and ended at once: its settings cannot be read."""
+    ended = Event(
+        kind=Kind.TURN_COMPLETED,
+        turn=n,
+        stop_reason="error",
+        error=f"cannot start the turn: {exc}",
+    )
+    events = [started, ended, done_event(n)]
+    if st.running_goal is not None:
+        events.extend(goals.ended(fold(st, events, st.last_seq + 1), "error", ""))
+    return tuple(events)
+
+
+def _first_model_call(st: SessionState, n: int, policy: Policy) -> tuple[Event, ...]:
+    """The gate's verdict on turn ``n``'s first model call, as the events recording it:
+    its admission, or its refusal followed by the turn's end."""
+    used = st.usage
+    spent = Spent(
+        tokens=used.input_tokens + used.output_tokens,
+        tool_calls=st.tool_calls,
+        turns=n,
+        input_tokens=used.input_tokens,
+        output_tokens=used.output_tokens,
+    )
+    verdict, fault = gate(policy, "model", Requirement(), spent)
+    call = st.last_seq + 2
+    if verdict == Verdict.ADMIT:
+        return (
+            Event(kind=Kind.ACTION_ADMITTED, turn=n, action="model", call=call, trust=policy.trust),
+        )
+    why = str(fault or "rejected")
+    refused = Event(
+        kind=Kind.ACTION_REJECTED,
+        turn=n,
+        action="model",
+        call=call,
+        trust=policy.trust,
+        fault=why,
+    )
+    ended = Event(
+        kind=Kind.TURN_COMPLETED,
+        turn=n,
+        stop_reason=why,
+        error=f"governance refused the model call: {why}",
+    )
+    return (refused, ended, done_event(n))
 
 
 def current(s: Session, turn: int) -> Running | None:

@@ -1,0 +1,230 @@
+"""`DecisionExecution`: the session actor's mixin that carries out the decider's decisions:
+append their events, fold and publish what was stored, reply, and run their effects."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+import attrs
+
+from spine import AppendResult, ConflictError, Event, StorageError, open_log
+from spine.seal import KeyStore
+
+from .. import messages as m
+from ..agents import ModelFactory
+from ..logformat import set_context
+from . import commands as c
+from . import effects
+from .decide import decide, ingress_seq
+from .incarnation import SessionIncarnation, session_log
+from .protocol import SessionReady
+from .snapshots import SNAPSHOT_EVERY
+from .state import fold
+from .worker import TurnWorker
+
+
+class DecisionExecution(SessionIncarnation):
+    """Runs commands through `decide` and carries each decision out."""
+
+    # -- running decisions ---------------------------------------------------------------
+
+    def _run(self, command: c.Command, reply_to: Any) -> None:
+        """Decide ``command`` and carry the decision out."""
+        assert self.state is not None
+        self._apply(decide(self.state, command), reply_to)
+
+    def _apply(self, d: c.Decision, reply_to: Any) -> None:
+        reply = d.reply
+        if d.events:
+            res = self._append(d.events, d.key)
+            if res.duplicate:
+                # Stored by an earlier delivery: answer as then, change nothing.
+                self._reply(reply_to, self._as_then(reply, res))
+                return
+            if isinstance(reply, m.SealReply | m.VerifyReply):
+                reply = attrs.evolve(reply, seq=res.first_seq)
+            if isinstance(reply, SessionReady):
+                reply = attrs.evolve(reply, last_seq=res.last_seq)
+        assert self.state is not None
+        self.state = attrs.evolve(d.state, stored=self.state.stored)
+        if d.live:
+            self._tell_runner(live=[x.as_tuple() for x in d.live])
+        self._reply(reply_to, reply)
+        for effect in d.effects:
+            self._effect(effect, reply_to)
+
+    def _as_then(self, reply: Any, res: AppendResult) -> Any:
+        """The ack of a redelivered key names what the first delivery stored."""
+        if not isinstance(reply, m.Ack):
+            return reply
+        seq = ingress_seq([(r.seq, r.kind) for r in res.records]) or res.last_seq
+        return attrs.evolve(reply, seq=seq, duplicate=True)
+
+    def _append(self, events: tuple[Event, ...], key: str | None) -> AppendResult:
+        assert self.log is not None and self.state is not None and self.cfg is not None
+        st = self.state.stored
+        started = time.perf_counter()
+        try:
+            res = self.log.append(
+                st.session_id, events, expected_seq=st.last_seq, idempotency_key=key
+            )
+        except ConflictError:
+            session_log().error("session %s: stale incarnation, stopping", st.session_id)
+            self._stop_self("stale incarnation")
+            raise
+        except StorageError:
+            # What this incarnation holds may no longer match the log (a turn it thinks
+            # running, say): a new one rebuilds from the log and closes what is open.
+            session_log().exception("session %s: append failed, stopping", st.session_id)
+            self._stop_self("storage error")
+            raise
+        if self.outbox is not None:
+            self.outbox.appends.observe(time.perf_counter() - started)
+        if not res.duplicate:
+            self._absorb(res, events)
+        return res
+
+    def _absorb(self, res: AppendResult, events: tuple[Event, ...]) -> None:
+        """Fold newly stored events into the state, snapshot if due, and publish them.
+
+        The events folded are the objects just appended, numbered from the append's first
+        seq: decoding the stored rows back would give the same state at several times the
+        cost."""
+        assert self.state is not None and self.subs is not None
+        st = fold(self.state.stored, events, res.first_seq)
+        self.state = attrs.evolve(self.state, stored=st)
+        if res.records:
+            set_context(seq=res.records[-1].seq, kind=res.records[-1].kind)
+        if self.snapshots is not None and st.last_seq - self.snap_seq >= SNAPSHOT_EVERY:
+            self.snapshots.save(st)
+            self.snap_seq = st.last_seq
+        self.subs.publish(res.records)
+        self._tell_runner(records=[(r.seq, r.kind, r.payload) for r in res.records])
+        if self.sealer is not None:
+            due = self.sealer.appended(events, res.first_seq, st.last_seq, st.metadata)
+            if due is not None:
+                self.wakeupAfter(timedelta(seconds=due[0]), due[1])
+
+    def _auto_seal(self, payload: str) -> None:
+        """A seal is due by the policy: seal what is new, as an asked-for seal would."""
+        s = self.state
+        if self.sealer is None or s is None or self.stopping_sent or s.stopping:
+            return
+        if s.stored.closed or s.stored.failed:
+            return
+        cmd = self.sealer.due(payload, s.stored.last_seq)
+        if cmd is None:
+            return
+        try:
+            self._run(cmd, None)
+        except (ConflictError, StorageError):
+            pass  # this incarnation has asked to be stopped; the next one seals
+
+    def _settle(self) -> None:
+        """Start the next turn (or fail it at once) while one is due."""
+        while self.state is not None and not self.state.stopping:
+            d = decide(self.state, c.Settle())
+            if not d.events and not d.effects:
+                return
+            self._apply(d, None)
+
+    # -- effects -------------------------------------------------------------------------
+
+    def _effect(self, effect: c.Effect, reply_to: Any) -> None:
+        if isinstance(effect, c.RunInterceptors):
+            self._intercept(effect, reply_to)
+        elif isinstance(effect, c.StartTurn):
+            self._start_turn(effect)
+        elif isinstance(effect, c.AnswerWorker):
+            if self.worker is not None and self.worker.turn == effect.turn:
+                self.worker.answer(
+                    effect.action, effect.tool_use_id, effect.verdict, effect.call, effect.fault
+                )
+        elif isinstance(effect, c.CreateChild):
+            rid = f"spawn-{effect.child}-{time.monotonic_ns()}"
+            self._spawning[rid] = (effect.turn, effect.tool_use_id, effect.child)
+            create = m.CreateSession(
+                request_id=rid, session_id=effect.child, metadata=dict(effect.metadata)
+            )
+            self.send(self.runner, create)
+        elif isinstance(effect, c.CancelChildren):
+            for child in effect.children:
+                stop = m.Interrupt(
+                    request_id=f"cancel-{child}",
+                    session_id=child,
+                    key=f"cancel-{child}",
+                    reason="cancelled",
+                )
+                self.send(self.runner, stop)
+        elif isinstance(effect, c.CancelTurn):
+            if self.worker is not None and self.worker.turn == effect.turn:
+                self.worker.cancel()
+                self.worker = None
+        elif isinstance(effect, c.EndSubscriptions):
+            assert self.subs is not None
+            self.subs.end_all()
+        elif isinstance(effect, c.StopSelf):
+            self._stop_self(effect.reason)
+        elif isinstance(effect, c.ComputeSeal):
+            assert self.log is not None and self.cfg is not None
+            key = self._keys().signing_key()
+            self._run(effects.seal(self.log, self.cfg.session_id, key, effect.request_id), reply_to)
+        elif isinstance(effect, c.ComputeVerification):
+            assert self.log is not None and self.cfg is not None
+            ring = self._keys().keyring()
+            cmd = effects.verification(self.log, self.cfg.session_id, ring, effect.request_id)
+            self._run(cmd, reply_to)
+
+    def _intercept(self, effect: c.RunInterceptors, reply_to: Any) -> None:
+        assert self.cfg is not None and self.state is not None
+        try:
+            cmd = effects.intercept(self.cfg.interceptors, effect, self.state)
+        except Exception as exc:
+            # Called once, answered once: the caller gets the interceptor's own error.
+            session_log().warning("session %s: interceptor raised: %r", self.cfg.session_id, exc)
+            text = f"interceptor failed: {type(exc).__name__}: {exc}"
+            self._reply(reply_to, self._failure(effect.request_id, "InterceptorError", text))
+            return
+        self._run(cmd, reply_to)
+
+    def _start_turn(self, effect: c.StartTurn) -> None:
+        assert self.cfg is not None
+        factory = self.cfg.factory or ModelFactory()
+        try:
+            agent = factory.build(effect.spec, effect.input.session_id)
+        except Exception as exc:  # a factory failure fails the turn, not the session
+            self._run(c.StartFailed(turn=effect.turn, error=f"{type(exc).__name__}: {exc}"), None)
+            return
+        cfg = self.cfg
+        self.worker = TurnWorker(
+            self._send_to_self,
+            effect.turn,
+            cfg.flush_interval,
+            # Children are followed on a log of their own: reads only, so it never takes
+            # the write lock that opening a log for writing takes to check the schema.
+            open_log=lambda: open_log(cfg.spine or cfg.db_path, read_only=True),
+        )
+        self.worker.start(agent, effect.input)
+
+    def _send_to_self(self, msg: Any) -> None:
+        """The worker's only way back in (from the turn's threads); quiet once this
+        incarnation has exited (the turn's output then has nowhere to go)."""
+        if self.exited:
+            return
+        if self._slot is not None:
+            self._slot.put(msg)
+            return
+        try:
+            self.send(self.myAddress, msg)
+        except Exception as exc:
+            # No traceback: this runs on the turn's threads, and formatting one there races
+            # with the main thread's parser on CPython 3.11 (see tests/test_layering.py).
+            if not self.exited:
+                session_log().error("turn worker could not reach its session: %r", exc)
+
+    def _keys(self) -> KeyStore:
+        assert self.cfg is not None
+        return KeyStore(os.path.join(os.path.dirname(self.cfg.db_path), "keys"))
