@@ -1,0 +1,202 @@
+"""`SessionCommands`: the `Host` methods that ask a session to do or record something
+(create, send, interrupt, metadata, approvals, goals, switch, seal, verify, close, revive)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from projections import secret_problem
+from spine import Log, new_session_id, validate_session_id
+
+from .. import messages as m
+from ..errors import ActorsError, InvalidRequest
+from ..session.goals import budget_problem
+from .goals import runs_in_flight
+from .replies import request_id
+
+log = logging.getLogger("vertebra.host")
+
+
+class SessionCommands:
+    """Requests to the Runner that change a session; each returns once it is answered.
+
+    A mixin of `Host`, which provides the spine and the Runner round trip.
+    """
+
+    _log: Log
+
+    if TYPE_CHECKING:
+
+        def _request(self, msg: Any, *, timeout: float | None = None) -> Any: ...
+
+    def create(
+        self, session_id: str | None = None, metadata: Mapping[str, str] | None = None
+    ) -> str:
+        """Create a session and return its id (a fresh UUIDv7 unless given).
+
+        Raises `SessionAlreadyExists` if the id is taken; the existing session is untouched.
+        """
+        sid = session_id if session_id is not None else new_session_id()
+        try:
+            validate_session_id(sid)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), session_id=str(sid)) from None
+        problem = secret_problem(metadata or {})
+        if problem is not None:
+            raise InvalidRequest(problem, session_id=sid)
+        self._request(
+            m.CreateSession(request_id=request_id(), session_id=sid, metadata=dict(metadata or {}))
+        )
+        return sid
+
+    def send(self, session_id: str, text: str, *, key: str | None = None) -> m.Ack:
+        """Send a user message; returns once its event is committed (or the interceptors
+        consumed it). Retrying with the same ``key`` never stores it twice."""
+        if not isinstance(text, str):
+            raise InvalidRequest("a message's text must be a string")
+        msg = m.SendMessage(
+            request_id=request_id(), session_id=session_id, key=key or request_id(), text=text
+        )
+        return self._request(msg)  # type: ignore[no-any-return]
+
+    def interrupt(
+        self, session_id: str, *, reason: str = "interrupted", key: str | None = None
+    ) -> m.Ack:
+        """Cut the running turn off; it closes with ``turn.cancelled`` keeping partial output."""
+        msg = m.Interrupt(
+            request_id=request_id(), session_id=session_id, key=key or request_id(), reason=reason
+        )
+        return self._request(msg)  # type: ignore[no-any-return]
+
+    def set_metadata(
+        self, session_id: str, properties: Mapping[str, str | None], *, key: str | None = None
+    ) -> m.Ack:
+        """Change metadata (``None`` deletes a key); stored as a properties event."""
+        for k, v in properties.items():
+            if not isinstance(k, str) or not k or (v is not None and not isinstance(v, str)):
+                raise InvalidRequest(
+                    f"metadata must map non-empty string keys to strings or None, got {k!r}: {v!r}"
+                )
+        problem = secret_problem(properties)
+        if problem is not None:
+            raise InvalidRequest(problem, session_id=session_id)
+        msg = m.SetMetadata(
+            request_id=request_id(),
+            session_id=session_id,
+            key=key or request_id(),
+            properties=dict(properties),
+        )
+        return self._request(msg)  # type: ignore[no-any-return]
+
+    def approve(
+        self, session_id: str, call: int, note: str = "", *, key: str | None = None
+    ) -> m.Ack:
+        """Approve the governed action ``call`` that waits for a human (see `pending`): it
+        runs once, even if the session restarted while waiting. Approving it again is
+        acknowledged as a duplicate; an unknown or already rejected call is
+        `InvalidRequest`."""
+        return self._decide(session_id, call, True, note, key)
+
+    def reject(
+        self, session_id: str, call: int, reason: str = "", *, key: str | None = None
+    ) -> m.Ack:
+        """Refuse the waiting action ``call``: ``action.rejected`` with fault
+        ``approval_rejected``, and the model is told why."""
+        return self._decide(session_id, call, False, reason, key)
+
+    def _decide(
+        self, session_id: str, call: int, approve: bool, note: str, key: str | None
+    ) -> m.Ack:
+        if not isinstance(call, int) or isinstance(call, bool) or call <= 0:
+            raise InvalidRequest(f"call must be a positive integer, got {call!r}")
+        if not isinstance(note, str):
+            raise InvalidRequest("the note must be a string")
+        msg = m.DecideAction(
+            request_id=request_id(),
+            session_id=session_id,
+            key=key or request_id(),
+            call=call,
+            approve=approve,
+            note=note,
+        )
+        return self._request(msg)  # type: ignore[no-any-return]
+
+    def submit(
+        self,
+        session_id: str,
+        objective: str,
+        *,
+        budget: Mapping[str, int] | None = None,
+        key: str | None = None,
+    ) -> m.Ack:
+        """Open a goal run on ``session_id``: the session drives turns on its own until it
+        converges or stalls (`wait`). ``budget`` limits ``max_turns``, ``max_tokens``,
+        ``max_tool_calls`` and ``max_seconds`` from the run's start; exhausting one is an
+        ``action.rejected`` (``budget_exceeded``), then ``session.stalled``."""
+        if not isinstance(objective, str) or not objective.strip():
+            raise InvalidRequest("a goal's objective must be a non-empty string")
+        problem = budget_problem(budget or {})
+        if problem:
+            raise InvalidRequest(problem, session_id=session_id)
+        msg = m.SubmitGoal(
+            request_id=request_id(),
+            session_id=session_id,
+            key=key or request_id(),
+            objective=objective,
+            budget=dict(budget or {}),
+        )
+        return self._request(msg)  # type: ignore[no-any-return]
+
+    def resume(self, session_id: str, *, key: str | None = None) -> m.Ack:
+        """Continue a goal run cut off by a crash or a daemon restart, on the same stream
+        (no second ``session.started``). The Ack is ``consumed`` when no run was in flight."""
+        msg = m.ResumeGoal(request_id=request_id(), session_id=session_id, key=key or request_id())
+        return self._request(msg)  # type: ignore[no-any-return]
+
+    def resume_all(self) -> list[str]:
+        """Resume every goal run still in flight in the spine (after a daemon restart);
+        returns the sessions resumed. Reads every stream once."""
+        resumed = []
+        for sid in runs_in_flight(self._log):
+            try:
+                if not self.resume(sid).consumed:
+                    resumed.append(sid)
+            except ActorsError as exc:  # one session that cannot come back stops no other
+                log.warning("goal run of %s not resumed: %s", sid, exc)
+        return resumed
+
+    def switch(self, session_id: str, target: str, *, key: str | None = None) -> m.Ack:
+        """Record that the conduit moves to ``target`` (a session switch event)."""
+        msg = m.SwitchSession(
+            request_id=request_id(), session_id=session_id, key=key or request_id(), target=target
+        )
+        return self._request(msg)  # type: ignore[no-any-return]
+
+    def seal(self, session_id: str) -> m.SealReply:
+        """Seal what is new in the session's stream: a signed Merkle root over the stored
+        bytes, appended as ``record.sealed`` by the session itself. ``seq`` 0: nothing new."""
+        return self._request(m.SealSession(request_id=request_id(), session_id=session_id))  # type: ignore[no-any-return]
+
+    def verify(self, session_id: str) -> m.VerifyReply:
+        """Verify every seal of the session; ``record.verified`` records the outcome, pass
+        or failure (``ok`` and ``summary`` say which)."""
+        return self._request(m.VerifySession(request_id=request_id(), session_id=session_id))  # type: ignore[no-any-return]
+
+    def close_session(self, session_id: str) -> None:
+        """Close one session: it records a "closed" lifecycle event and its actor stops."""
+        self._request(m.CloseSession(request_id=request_id(), session_id=session_id))
+
+    def revive(self, session_id: str, reason: str = "") -> int:
+        """Bring back a session that failed past its restart budget; the decision is
+        stored as a ``recovered`` lifecycle event naming ``reason``, whose seq is returned.
+        The next request starts the session. `InvalidRequest` if it is not failed."""
+        reply = self._request(
+            m.ReviveSession(request_id=request_id(), session_id=session_id, reason=reason)
+        )
+        return int(reply.seq)
+
+    def close_all(self) -> None:
+        """Close every session; the Runner takes no more ingress afterwards."""
+        self._request(m.CloseAll(request_id=request_id()))
