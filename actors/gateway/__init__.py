@@ -4,7 +4,9 @@
 program; ``vertebra serve --http 127.0.0.1:8080`` does the same from the command line.
 """
 
-from ._app import ROUTES, Gateway, create_app, route
+from ._app import create_app
+from ._gateway import Gateway
+from ._routing import ROUTES, route
 from ._server import GatewayError, GatewayHandle, is_loopback, parse_bind, start_gateway
 from ._tokens import Grant, TokenStore, admin_token, create_token
 

@@ -16,7 +16,8 @@ from spine import SqliteLog
 
 from ..host import Host
 from ..runner import spine_path
-from ._app import Gateway, create_app
+from ._app import create_app
+from ._gateway import Gateway
 from ._tokens import TokenStore
 from ._wire import expose_transport
 
@@ -118,15 +119,7 @@ def start_gateway(
         )
     data = os.path.abspath(os.fspath(data_dir))
     tokens = TokenStore(data)
-    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((addr, port))
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        raise GatewayError(f"cannot bind {bind}: {exc}") from None
+    family, sock = _listen(addr, port, bind)
     owned = None
     try:
         if host is None:
@@ -140,6 +133,31 @@ def start_gateway(
         if owned is not None:
             owned.close()
         raise
+    server, thread = _serve(gw, sock, owned)
+    shown = f"[{addr}]" if family == socket.AF_INET6 else addr
+    url = f"http://{shown}:{sock.getsockname()[1]}"
+    return GatewayHandle(server, thread, gw, url, owned, sink_id)
+
+
+def _listen(addr: str, port: int, bind: str) -> tuple[socket.AddressFamily, socket.socket]:
+    """A socket listening on ``addr:port`` (``bind`` as the caller wrote it, for the error)."""
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((addr, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise GatewayError(f"cannot bind {bind}: {exc}") from None
+    return family, sock
+
+
+def _serve(
+    gw: Gateway, sock: socket.socket, owned: Host | None
+) -> tuple[uvicorn.Server, threading.Thread]:
+    """Run uvicorn on ``sock`` on a thread of its own and wait until it serves; if it
+    does not, close the socket and ``owned`` (the Host the gateway started)."""
     config = uvicorn.Config(
         expose_transport(create_app(gw)),
         # h11 (the default without httptools), named so that the SSE bodies' direct
@@ -164,6 +182,4 @@ def start_gateway(
                 owned.close()
             raise GatewayError("the HTTP server did not start")
         time.sleep(0.01)
-    shown = f"[{addr}]" if family == socket.AF_INET6 else addr
-    url = f"http://{shown}:{sock.getsockname()[1]}"
-    return GatewayHandle(server, thread, gw, url, owned, sink_id)
+    return server, thread

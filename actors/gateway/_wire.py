@@ -205,57 +205,81 @@ class SseResponse(Response):
         if scope["method"] == "HEAD":
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
-        cycle = scope.get("extensions", {}).get(CYCLE_KEY) if self._direct else None
-        out: Wire | Pipe
-        if cycle is not None:
-            out = Wire(cycle, chunked=scope.get("http_version") == "1.1")
-        else:
-            out = Pipe(send, self._timeout)
+        out = self._out(scope, send)
         body = asyncio.create_task(self._body(out))
         gone = asyncio.create_task(_disconnect(receive))
         writer = asyncio.create_task(out.run()) if isinstance(out, Pipe) else None
         tasks = [t for t in (body, gone, writer) if t is not None]
         try:
-            while not any(t.done() for t in tasks):
-                # A ping of 0 turns heartbeats off.
-                await asyncio.wait(
-                    tasks, timeout=self._ping or None, return_when=asyncio.FIRST_COMPLETED
-                )
-                if not any(t.done() for t in tasks):
-                    out.write(PING)
+            await self._beat(out, tasks)
             if gone.done():
                 return  # the client went: nothing more to send
-            drop = True
-            if body.done() and not body.cancelled():
-                exc = body.exception()
-                if exc is None:
-                    drop = body.result()
-                else:
-                    log.error("an SSE stream failed", exc_info=exc)
-                    drop = False
-            if isinstance(out, Pipe) and writer is not None:
-                # Through ASGI the response can only end, after what is queued; unless
-                # a send timed out: then returning unfinished makes the server close.
-                out.close()
-                await writer
-                if out.failed:
-                    return
-                drop = False
-            if not drop:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        send({"type": "http.response.body", "body": b"", "more_body": False}),
-                        self._timeout,
-                    )
-                    return
-            # Too far behind (or not taking the end): drop what it has not read; the
-            # client resumes from its last id.
-            if isinstance(out, Wire):
-                out.abort()
+            await self._end(out, send, body, writer)
         finally:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _out(self, scope: Scope, send: Send) -> Wire | Pipe:
+        """The socket itself when uvicorn's request cycle is at hand, else ASGI."""
+        cycle = scope.get("extensions", {}).get(CYCLE_KEY) if self._direct else None
+        if cycle is not None:
+            return Wire(cycle, chunked=scope.get("http_version") == "1.1")
+        return Pipe(send, self._timeout)
+
+    async def _beat(self, out: Wire | Pipe, tasks: list[asyncio.Task[Any]]) -> None:
+        """Heartbeats until the body returns, the client goes or the ASGI writer stops."""
+        while not any(t.done() for t in tasks):
+            # A ping of 0 turns heartbeats off.
+            await asyncio.wait(
+                tasks, timeout=self._ping or None, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not any(t.done() for t in tasks):
+                out.write(PING)
+
+    async def _end(
+        self,
+        out: Wire | Pipe,
+        send: Send,
+        body: asyncio.Task[bool],
+        writer: asyncio.Task[None] | None,
+    ) -> None:
+        """End the response after what is queued, or drop the connection of a client
+        that fell too far behind."""
+        drop = _dropped(body)
+        if isinstance(out, Pipe) and writer is not None:
+            # Through ASGI the response can only end, after what is queued; unless
+            # a send timed out: then returning unfinished makes the server close.
+            out.close()
+            await writer
+            if out.failed:
+                return
+            drop = False
+        if not drop:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    send({"type": "http.response.body", "body": b"", "more_body": False}),
+                    self._timeout,
+                )
+                return
+        # Too far behind (or not taking the end): drop what it has not read; the
+        # client resumes from its last id.
+        if isinstance(out, Wire):
+            out.abort()
+
+
+def _dropped(body: asyncio.Task[bool]) -> bool:
+    """Whether the body asked for its client's connection to be dropped (also when it
+    did not finish); a body that failed is logged and its response ended normally."""
+    drop = True
+    if body.done() and not body.cancelled():
+        exc = body.exception()
+        if exc is None:
+            drop = body.result()
+        else:
+            log.error("an SSE stream failed", exc_info=exc)
+            drop = False
+    return drop
 
 
 async def _disconnect(receive: Receive) -> None:

@@ -6,7 +6,7 @@ exporters (`readable_spans`), and exports them live with `TraceExporter`, an act
 the Runner's sink (`start_trace_export`). See docs/operations.md.
 """
 
-from ._exporter import (
+from ._export_messages import (
     DEFAULT_BATCH,
     DEFAULT_INTERVAL,
     DEFAULT_MAX_QUEUE,
@@ -17,6 +17,8 @@ from ._exporter import (
     GetExportStats,
     StartExport,
     StopExport,
+)
+from ._exporter import (
     TraceExporter,
     export_stats,
     start_trace_export,

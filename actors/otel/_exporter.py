@@ -13,14 +13,11 @@ exactly from its log.
 
 from __future__ import annotations
 
-import collections
 import logging
-import threading
 import time
 from datetime import timedelta
 from typing import Any
 
-import attrs
 from thespian.actors import ActorExitRequest, ActorTypeDispatcher, WakeupMessage
 
 from projections import SpanFolder, SpanRecord, spawn_links
@@ -29,219 +26,30 @@ from spine import Event, Kind, Phase, decode_event, open_log
 from .. import messages as m
 from ..host.replies import request_id
 from ..session.state import GOAL_PARENT
+from ._export_messages import (
+    DEFAULT_BATCH,
+    DEFAULT_INTERVAL,
+    DEFAULT_MAX_QUEUE,
+    DEFAULT_TIMEOUT,
+    ExportStarted,
+    ExportStats,
+    ExportStopped,
+    GetExportStats,
+    StartExport,
+    StopExport,
+)
+from ._export_pump import ExportPump
 
 log = logging.getLogger("actors.otel")
 
-#: Spans held for export at most; past it new spans are dropped and counted.
-DEFAULT_MAX_QUEUE = 4096
-#: Spans per OTLP request at most.
-DEFAULT_BATCH = 512
-#: Seconds between two exports when fewer than a batch are waiting.
-DEFAULT_INTERVAL = 0.5
 #: Events read back to prime the fold of a session first seen mid-stream.
 PRIME_EVENTS = 2000
-#: Seconds an OTLP request may take before it counts as failed.
-DEFAULT_TIMEOUT = 5.0
 #: Seconds without a batch after which the exporter asks the guardian whether its Runner
 #: is still the Runner (the Host's sink pump does the same).
 SINK_CHECK = 0.5
 
 
-@attrs.frozen(kw_only=True)
-class StartExport:
-    """Start exporting: register with ``runner`` as a sink, send spans to ``endpoint`` (the
-    collector's OTLP/HTTP traces URL, e.g. ``http://127.0.0.1:4318/v1/traces``)."""
-
-    request_id: str
-    runner: Any
-    #: Who replaces a dead Runner: asked after a quiet spell where the Runner is now, so
-    #: the sink is registered again with a new one (None: never asked).
-    guardian: Any = None
-    #: Empty: fold only, export nothing (spans are counted as queued and discarded), the
-    #: baseline of the exporter's benchmark.
-    endpoint: str
-    capture_content: bool = False
-    #: Where the spine is (``spine_spec(data_dir, spine)``): a gap in what the sink
-    #: delivers is read back from it, so a batch the sink lost loses no span. Empty
-    #: ``data_dir``: no read-back.
-    data_dir: str = ""
-    spine: str = ""
-    max_queue: int = DEFAULT_MAX_QUEUE
-    batch: int = DEFAULT_BATCH
-    interval: float = DEFAULT_INTERVAL
-    timeout: float = DEFAULT_TIMEOUT
-    #: ``json`` (OTLP/JSON, the default: about a quarter of the CPU per span) or
-    #: ``protobuf`` (the SDK's OTLP exporter).
-    encoding: str = "json"
-
-
-@attrs.frozen(kw_only=True)
-class ExportStarted:
-    request_id: str
-    sink_id: str
-
-
-@attrs.frozen(kw_only=True)
-class StopExport:
-    """Leave the Runner's sinks and send what is queued; answered `ExportStopped` once the
-    Runner has removed the sink, so no batch is sent to an exporter that has exited."""
-
-    request_id: str
-
-
-@attrs.frozen(kw_only=True)
-class ExportStopped:
-    request_id: str
-    counters: dict[str, int]
-
-
-@attrs.frozen(kw_only=True)
-class GetExportStats:
-    request_id: str
-
-
-@attrs.frozen(kw_only=True)
-class ExportStats:
-    """``folded`` events, spans ``queued``, ``exported``, ``dropped`` (queue full) and
-    ``failed`` (the collector refused or did not answer), ``requests`` sent, the queue's
-    current ``depth``, and how often the sink was ``reregistered`` with a new Runner."""
-
-    request_id: str
-    counters: dict[str, int]
-
-
 _FINAL = frozenset({Phase.CLOSED, Phase.FAILED})
-
-
-ENCODINGS = ("json", "protobuf")
-
-
-class _JsonExporter:
-    """POSTs OTLP/JSON (``application/json``, one of OTLP/HTTP's two encodings).
-
-    Measured against the SDK's protobuf path it costs about a quarter of the CPU per span
-    (the SDK builds a ReadableSpan, then a protobuf object per attribute); that CPU is
-    taken from the sessions on a small machine (docs/performance.md)."""
-
-    def __init__(self, endpoint: str, timeout: float) -> None:
-        self.endpoint = endpoint
-        self.timeout = timeout
-
-    def export(self, batch: list[SpanRecord]) -> bool:
-        import urllib.request
-
-        import orjson
-
-        from ._otlp import otlp_json
-
-        req = urllib.request.Request(
-            self.endpoint,
-            data=orjson.dumps(otlp_json(batch)),
-            method="POST",
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-            resp.read()
-            return 200 <= int(resp.status) < 300
-
-    def shutdown(self) -> None:
-        pass
-
-
-class _SdkExporter:
-    """The SDK's OTLP/HTTP exporter (protobuf)."""
-
-    def __init__(self, endpoint: str, timeout: float) -> None:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        self.sdk = OTLPSpanExporter(endpoint=endpoint, timeout=timeout)
-
-    def export(self, batch: list[SpanRecord]) -> bool:
-        from opentelemetry.sdk.trace.export import SpanExportResult
-
-        from ._otlp import readable_spans
-
-        return bool(self.sdk.export(readable_spans(batch)) == SpanExportResult.SUCCESS)
-
-    def shutdown(self) -> None:
-        self.sdk.shutdown()  # type: ignore[no-untyped-call]
-
-
-class _Pump:
-    """The queue and the thread that empties it; the only part that touches the network."""
-
-    def __init__(self, cfg: StartExport) -> None:
-        self.cfg = cfg
-        self.exporter: Any = None
-        if cfg.encoding not in ENCODINGS:
-            raise ValueError(f"unknown OTLP encoding {cfg.encoding!r}: use json or protobuf")
-        if cfg.endpoint:
-            kind = _JsonExporter if cfg.encoding == "json" else _SdkExporter
-            self.exporter = kind(cfg.endpoint, cfg.timeout)
-        self.queue: collections.deque[SpanRecord] = collections.deque()
-        self.lock = threading.Lock()
-        self.wake = threading.Event()
-        self.stopping = threading.Event()
-        self.counters = dict.fromkeys(
-            ("folded", "queued", "exported", "dropped", "failed", "requests"), 0
-        )
-        self.thread = threading.Thread(target=self._run, name="vertebra-otel", daemon=True)
-        if self.exporter is not None:
-            self.thread.start()
-
-    def offer(self, spans: list[SpanRecord]) -> None:
-        if self.exporter is None:
-            with self.lock:
-                self.counters["queued"] += len(spans)
-            return
-        with self.lock:
-            room = self.cfg.max_queue - len(self.queue)
-            take = spans[: max(room, 0)]
-            self.queue.extend(take)
-            self.counters["queued"] += len(take)
-            self.counters["dropped"] += len(spans) - len(take)
-            full = len(self.queue) >= self.cfg.batch
-        if full:
-            self.wake.set()
-
-    def stats(self) -> dict[str, int]:
-        with self.lock:
-            return {**self.counters, "depth": len(self.queue)}
-
-    def _take(self) -> list[SpanRecord]:
-        with self.lock:
-            n = min(len(self.queue), self.cfg.batch)
-            return [self.queue.popleft() for _ in range(n)]
-
-    def _run(self) -> None:
-        while True:
-            self.wake.wait(self.cfg.interval)
-            self.wake.clear()
-            while batch := self._take():
-                try:
-                    ok = self.exporter.export(batch)
-                except Exception:
-                    log.exception("span export failed")
-                    ok = False
-                with self.lock:
-                    self.counters["requests"] += 1
-                    self.counters["exported" if ok else "failed"] += len(batch)
-                if self.stopping.is_set():
-                    break
-            if self.stopping.is_set():
-                return
-
-    def stop(self, timeout: float) -> None:
-        # One last drain, bounded: a down collector must not hold the shutdown up.
-        if self.exporter is None:
-            return
-        self.stopping.set()
-        self.wake.set()
-        self.thread.join(timeout)
-        try:
-            self.exporter.shutdown()
-        except Exception:
-            log.exception("span exporter shutdown failed")
 
 
 class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
@@ -250,7 +58,7 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._cfg: StartExport | None = None
-        self._pump: _Pump | None = None
+        self._pump: ExportPump | None = None
         self._folders: dict[str, SpanFolder] = {}
         self._sink_id = ""
         self._starter: Any = None
@@ -271,7 +79,7 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
             self.send(sender, ExportStarted(request_id=msg.request_id, sink_id=self._sink_id))
             return
         try:
-            self._pump = _Pump(msg)
+            self._pump = ExportPump(msg)
         except Exception as exc:
             log.exception("cannot start the span exporter")
             self.send(

@@ -148,6 +148,19 @@ def prometheus_text(
     ``runtime`` the Runner's `RunnerStats` (`Host.runner_stats`: queue depths per session
     and sink, the spine append latency histogram)."""
     t = _Text()
+    _runner_metrics(t, runner, states)
+    if runtime is not None:
+        _runtime_gauges(t, runtime)
+    _log_metrics(t, folder)
+    if exporter is not None:
+        _exporter_metrics(t, exporter)
+    return "\n".join(t.lines) + "\n"
+
+
+def _runner_metrics(
+    t: _Text, runner: Mapping[str, int] | None, states: Mapping[str, int] | None
+) -> None:
+    """The sessions by state and the Runner's counters and queue gauges."""
     if states is not None:
         t.metric(
             "vertebra_sessions",
@@ -169,8 +182,11 @@ def prometheus_text(
             "Batches sent to sinks and not acknowledged yet, all sinks.",
             [({}, runner["sink_pending"])],
         )
-    if runtime is not None:
-        _runtime_gauges(t, runtime)
+
+
+def _log_metrics(t: _Text, folder: MetricsFolder) -> None:
+    """The figures folded from the log: events, turns and their latency, tokens, model
+    and tool calls, governance and egress decisions, lifecycle phases."""
     t.metric(
         "vertebra_log_events_total", "counter", "Events folded from the log.", [({}, folder.events)]
     )
@@ -180,6 +196,36 @@ def prometheus_text(
         "The last global log position folded.",
         [({}, folder.position)],
     )
+    _turn_metrics(t, folder)
+    t.metric(
+        "vertebra_tokens_total",
+        "counter",
+        "Tokens spent, by type (input includes the cached part).",
+        [({"type": k}, folder.tokens[k]) for k in TOKEN_TYPES],
+    )
+    _call_metrics(t, folder)
+    t.metric(
+        "vertebra_actions_total",
+        "counter",
+        "Governance decisions, by decision.",
+        [({"decision": k}, v) for k, v in folder.actions.items()],
+    )
+    t.metric(
+        "vertebra_egress_total",
+        "counter",
+        "Egress decisions, by decision.",
+        [({"decision": k}, v) for k, v in folder.egress.items()],
+    )
+    t.metric(
+        "vertebra_lifecycle_total",
+        "counter",
+        "Session lifecycle events, by phase.",
+        [({"phase": k}, v) for k, v in sorted(folder.lifecycle.items())],
+    )
+
+
+def _turn_metrics(t: _Text, folder: MetricsFolder) -> None:
+    """Turns ended by outcome, turns running, and the turn latency histogram."""
     t.metric(
         "vertebra_turns_total",
         "counter",
@@ -200,12 +246,10 @@ def prometheus_text(
     t.raw(f'{name}_bucket{{le="+Inf"}} {folder.latency_count}')
     t.raw(f"{name}_sum {_num(round(folder.latency_sum, 6))}")
     t.raw(f"{name}_count {folder.latency_count}")
-    t.metric(
-        "vertebra_tokens_total",
-        "counter",
-        "Tokens spent, by type (input includes the cached part).",
-        [({"type": k}, folder.tokens[k]) for k in TOKEN_TYPES],
-    )
+
+
+def _call_metrics(t: _Text, folder: MetricsFolder) -> None:
+    """Model calls and their faults, tool calls and their errors."""
     t.metric(
         "vertebra_model_calls_total", "counter", "Model calls admitted.", [({}, folder.model_calls)]
     )
@@ -224,39 +268,23 @@ def prometheus_text(
         "Tool results that were errors.",
         [({}, folder.tool_errors)],
     )
-    t.metric(
-        "vertebra_actions_total",
-        "counter",
-        "Governance decisions, by decision.",
-        [({"decision": k}, v) for k, v in folder.actions.items()],
-    )
-    t.metric(
-        "vertebra_egress_total",
-        "counter",
-        "Egress decisions, by decision.",
-        [({"decision": k}, v) for k, v in folder.egress.items()],
-    )
-    t.metric(
-        "vertebra_lifecycle_total",
-        "counter",
-        "Session lifecycle events, by phase.",
-        [({"phase": k}, v) for k, v in sorted(folder.lifecycle.items())],
-    )
-    if exporter is not None:
-        for key in ("exported", "dropped", "failed"):
-            t.metric(
-                f"vertebra_otel_spans_{key}_total",
-                "counter",
-                f"Spans {key}.",
-                [({}, exporter.get(key, 0))],
-            )
+
+
+def _exporter_metrics(t: _Text, exporter: Mapping[str, int]) -> None:
+    """The span exporter's counters and its queue depth."""
+    for key in ("exported", "dropped", "failed"):
         t.metric(
-            "vertebra_otel_queue_depth",
-            "gauge",
-            "Spans waiting for export.",
-            [({}, exporter.get("depth", 0))],
+            f"vertebra_otel_spans_{key}_total",
+            "counter",
+            f"Spans {key}.",
+            [({}, exporter.get(key, 0))],
         )
-    return "\n".join(t.lines) + "\n"
+    t.metric(
+        "vertebra_otel_queue_depth",
+        "gauge",
+        "Spans waiting for export.",
+        [({}, exporter.get("depth", 0))],
+    )
 
 
 def _runtime_gauges(t: _Text, runtime: Any) -> None:

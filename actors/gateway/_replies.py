@@ -1,0 +1,79 @@
+"""The gateway's replies: JSON responses, the error reply (`HttpError` is what a handler
+raises to send one) and the JSON shapes of a session's info, an ack and its status."""
+
+from __future__ import annotations
+
+import math
+import urllib.parse
+from typing import Any
+
+import attrs
+import orjson
+from starlette.responses import Response
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(body), status, headers, media_type="application/json")
+
+
+def error_response(status: int, code: str, message: str) -> Response:
+    headers = {"Retry-After": "1"} if status in (429, 503) else None
+    if status == 401:
+        headers = {"WWW-Authenticate": 'Bearer realm="vertebra"'}
+    return json_response({"error": code, "message": message}, status, headers)
+
+
+def session_path(sid: str) -> str:
+    """The session's address, its id percent-encoded (headers carry Latin-1 only)."""
+    return f"/v1/sessions/{urllib.parse.quote(sid, safe='')}"
+
+
+def info_json(info: Any) -> dict[str, Any]:
+    return {
+        "id": info.session_id,
+        "state": info.state,
+        "last_seq": info.last_seq,
+        "restarts": info.restarts,
+        "metadata": dict(info.metadata),
+    }
+
+
+def ack_json(ack: Any) -> dict[str, Any]:
+    return {
+        "seq": ack.seq,
+        "duplicate": ack.duplicate,
+        "consumed": ack.consumed,
+        "notices": [{"severity": s, "text": t} for s, t in ack.notices],
+    }
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def _plain(value: Any) -> Any:
+    if attrs.has(type(value)):
+        return {_camel(a.name): _plain(getattr(value, a.name)) for a in attrs.fields(type(value))}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def status_json(p: Any) -> dict[str, Any]:
+    """The status projection with the seed's field names (camelCase), plus the cache
+    hit rate the page shows (cached input tokens over all input tokens)."""
+    out: dict[str, Any] = _plain(p)
+    u = p.usage
+    total = u.input_tokens + u.cache_read_tokens
+    rate = u.cache_read_tokens / total if total else 0.0
+    out["cacheHitRate"] = rate if math.isfinite(rate) else 0.0
+    return out

@@ -1,0 +1,97 @@
+"""The route registry (`route`, `ROUTES`) and the wrapper every registered route runs in:
+it checks the bearer token against the session in the path and turns the actor layer's
+errors into JSON error replies."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .. import errors as e
+from ._gateway import Gateway
+from ._replies import HttpError, error_response
+from ._requests import session_id
+from ._tokens import Grant
+
+log = logging.getLogger("vertebra.gateway")
+
+# Errors of the actor layer and the status each gets.
+STATUS: dict[type[e.ActorsError], tuple[int, str]] = {
+    e.SessionNotFound: (404, "not_found"),
+    e.SessionAlreadyExists: (409, "exists"),
+    e.SessionClosed: (409, "closed"),
+    e.SessionFailed: (409, "failed"),
+    e.Rejected: (429, "busy"),
+    e.InterceptorError: (422, "interceptor_failed"),
+    e.PoisonMessageError: (422, "poison_message"),
+    e.InvalidRequest: (422, "invalid_field"),
+    e.RunnerClosed: (503, "unavailable"),
+    e.HostTimeout: (503, "unavailable"),
+}
+
+Handler = Callable[[Gateway, Request], Awaitable[Response]]
+ROUTES: list[tuple[str, str, str, Handler]] = []
+
+
+def route(method: str, path: str, access: str) -> Callable[[Handler], Handler]:
+    """Register ``fn`` for ``method path``; ``access`` is what the token needs on the
+    session in the path (``read`` or ``write``), or ``admin`` for the whole daemon."""
+
+    def register(fn: Handler) -> Handler:
+        ROUTES.append((method, path, access, fn))
+        return fn
+
+    return register
+
+
+def _grant(gw: Gateway, request: Request) -> Grant:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise HttpError(401, "unauthorized", "send Authorization: Bearer <token>")
+    g = gw.tokens.grant(token.strip())
+    if g is None:
+        raise HttpError(401, "unauthorized", "unknown token")
+    return g
+
+
+def _check_access(g: Grant, access: str, sid: str | None) -> None:
+    if access == "admin" and not g.admin:
+        raise HttpError(403, "forbidden", "this route needs the admin token")
+    if sid is None:
+        if access == "write" and g.read_only:
+            raise HttpError(403, "forbidden", "this token is read-only")
+        return
+    if not g.may_read(sid):
+        raise HttpError(403, "forbidden", f"this token is not valid for session {sid!r}")
+    if access == "write" and not g.may_write(sid):
+        raise HttpError(403, "forbidden", "this token is read-only")
+
+
+def endpoint(gw: Gateway, access: str, fn: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """``fn`` as a Starlette endpoint serving ``gw``, behind the token check."""
+
+    @functools.wraps(fn)
+    async def guarded(request: Request) -> Response:
+        try:
+            g = _grant(gw, request)
+            sid = session_id(request) if "id" in request.path_params else None
+            _check_access(g, access, sid)
+            request.state.grant = g
+            return await fn(gw, request)
+        except HttpError as exc:
+            return error_response(exc.status, exc.code, exc.message)
+        except e.ActorsError as exc:
+            status, code = STATUS.get(type(exc), (503, "unavailable"))
+            if str(exc) == "the host is closed":
+                status, code = 503, "unavailable"
+            return error_response(status, code, str(exc))
+        except Exception as exc:
+            log.exception("%s %s failed", request.method, request.url.path)
+            return error_response(500, "internal", f"{type(exc).__name__}: {exc}")
+
+    return guarded

@@ -1,0 +1,207 @@
+"""The routes of sessions and what goes into them: create, list, read and close a
+session, send a message, run a goal and wait for its end, interrupt, change the
+metadata, and decide the actions waiting for approval."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from spine import InvalidArgumentError, Kind, validate_session_id
+from spine import history as stream_history
+
+from .. import errors as e
+from ..session.goals import budget_problem
+from ._gateway import Gateway, call, known
+from ._replies import HttpError, ack_json, info_json, json_response, session_path
+from ._requests import (
+    field,
+    float_param,
+    idempotency_key,
+    json_body,
+    session_id,
+    string_map,
+)
+from ._routing import route
+from ._tokens import Grant
+
+#: How long ``GET .../goals/wait`` waits without a ``timeout``, and at most (seconds).
+WAIT_DEFAULT = 30.0
+WAIT_MAX = 300.0
+
+
+@route("GET", "/v1/sessions", "read")
+async def list_sessions(gw: Gateway, request: Request) -> Response:
+    g: Grant = request.state.grant
+    infos = await call(gw.host.sessions)
+    return json_response({"sessions": [info_json(i) for i in infos if g.may_read(i.session_id)]})
+
+
+@route("POST", "/v1/sessions", "write")
+async def create_session(gw: Gateway, request: Request) -> Response:
+    body = await json_body(request, required=False)
+    sid = field(body, "id", str, None)
+    metadata = string_map(field(body, "metadata", dict, {}), "metadata", nulls=False)
+    if sid is not None:
+        try:
+            validate_session_id(sid)
+        except (ValueError, InvalidArgumentError) as exc:
+            raise HttpError(400, "bad_id", str(exc)) from None
+    g: Grant = request.state.grant
+    if not g.admin and (sid is None or not g.may_write(sid)):
+        raise HttpError(403, "forbidden", "this token may only create its own sessions")
+    sid = await call(gw.host.create, sid, metadata)
+    info = await call(gw.host.get, sid)
+    # A header is Latin-1 on the wire and an id need not be: percent-encode it (RFC 3986).
+    return json_response(info_json(info), 201, {"Location": session_path(sid)})
+
+
+@route("GET", "/v1/sessions/{id}", "read")
+async def get_session(gw: Gateway, request: Request) -> Response:
+    info = await call(gw.host.get, session_id(request))
+    return json_response(info_json(info))
+
+
+@route("DELETE", "/v1/sessions/{id}", "write")
+async def close_session(gw: Gateway, request: Request) -> Response:
+    sid = session_id(request)
+    await call(gw.host.close_session, sid)
+    info = await call(gw.host.get, sid)
+    return json_response(info_json(info))
+
+
+@route("POST", "/v1/sessions/{id}/messages", "write")
+async def send_message(gw: Gateway, request: Request) -> Response:
+    sid = session_id(request)
+    body = await json_body(request)
+    text = body.get("text")
+    if not isinstance(text, str):
+        raise HttpError(422, "invalid_field", "'text' must be a string")
+    key = idempotency_key(request)
+    ack = await call(gw.host.send, sid, text, key=f"http:{key}" if key else None)
+    return json_response(ack_json(ack), 201)
+
+
+@route("POST", "/v1/sessions/{id}/goals", "write")
+async def submit_goal(gw: Gateway, request: Request) -> Response:
+    """Open a goal run: ``{"objective": ..., "budget": {"max_turns": N, ...}}``; 201 with
+    the Ack (``seq`` of the objective's user message). ``Idempotency-Key`` makes a retry
+    return the same Ack, also while the run goes on; another run in flight is 409."""
+    sid = session_id(request)
+    body = await json_body(request)
+    objective = body.get("objective")
+    if not isinstance(objective, str) or not objective.strip():
+        raise HttpError(422, "invalid_field", "'objective' must be a non-empty string")
+    budget = field(body, "budget", dict, {})
+    problem = budget_problem(budget)
+    if problem:
+        raise HttpError(422, "invalid_field", problem)
+    key = idempotency_key(request)
+    try:
+        ack = await call(
+            gw.host.submit, sid, objective, budget=budget, key=f"http-goal:{key}" if key else None
+        )
+    except e.InvalidRequest as exc:
+        if "already runs a goal" in str(exc):
+            raise HttpError(409, "running", str(exc)) from None
+        raise
+    return json_response(ack_json(ack), 201)
+
+
+@route("GET", "/v1/sessions/{id}/goals/wait", "read")
+async def wait_goal(gw: Gateway, request: Request) -> Response:
+    """The end of the session's latest goal run, waiting up to ``timeout`` seconds
+    (default `WAIT_DEFAULT`, at most `WAIT_MAX`): ``{"state": "converged", "answer": ...}``,
+    ``{"state": "stalled", "reason": ...}``, or ``{"state": "running"}`` if it has not
+    ended by then (ask again). Read from the stream, so it answers for a run that ended
+    before the call and across daemon restarts. 409 if the session has run no goal."""
+    sid = session_id(request)
+    timeout = float_param(request, "timeout", WAIT_DEFAULT, high=WAIT_MAX)
+    await known(gw, sid)
+    if gw.stopping:
+        raise HttpError(503, "unavailable", "the gateway is stopping")
+    ends = (Kind.CONVERGED, Kind.STALLED)
+    with gw.hubs.waiting(sid, ends) as waiter:
+        # Joined first, read second: an end stored meanwhile is in one or the other.
+        events = await call(stream_history, gw.log, sid)
+        start = next(
+            (ev for ev in reversed(events) if ev.kind == Kind.SESSION_STARTED and ev.goal), None
+        )
+        if start is None:
+            raise HttpError(409, "no_goal", f"session {sid!r} has run no goal")
+        end = next((ev for ev in events if ev.seq > start.seq and ev.kind in ends), None)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while end is None:
+            hit = next((r for r in waiter.found if r.seq > start.seq), None)
+            if hit is not None:
+                end = hit.event()
+                break
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0 or gw.stopping:
+                return json_response({"state": "running", "goal": start.goal, "seq": start.seq})
+            waiter.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter.changed.wait(), left)
+    if end.kind == Kind.CONVERGED:
+        return json_response(
+            {"state": "converged", "answer": end.text, "goal": end.goal, "seq": end.seq}
+        )
+    reason = end.error or "stalled"
+    return json_response({"state": "stalled", "reason": reason, "goal": end.goal, "seq": end.seq})
+
+
+@route("POST", "/v1/sessions/{id}/interrupt", "write")
+async def interrupt(gw: Gateway, request: Request) -> Response:
+    sid = session_id(request)
+    body = await json_body(request, required=False)
+    reason = field(body, "reason", str, "interrupted")
+    ack = await call(gw.host.interrupt, sid, reason=reason)
+    return json_response(ack_json(ack))
+
+
+@route("PATCH", "/v1/sessions/{id}/metadata", "write")
+async def set_metadata(gw: Gateway, request: Request) -> Response:
+    sid = session_id(request)
+    changes = string_map(await json_body(request), "body", nulls=True)
+    await known(gw, sid)
+    ack = await call(gw.host.set_metadata, sid, changes)
+    return json_response(ack_json(ack))
+
+
+@route("GET", "/v1/sessions/{id}/approvals", "read")
+async def approvals(gw: Gateway, request: Request) -> Response:
+    """The session's actions waiting for a human's approval, oldest first."""
+    sid = session_id(request)
+    await known(gw, sid)
+    waiting = await call(gw.host.pending, sid)
+    return json_response(
+        {
+            "pending": [
+                {"call": e.call, "action": e.action, "turn": e.turn, "input": e.input}
+                for e in waiting
+            ]
+        }
+    )
+
+
+@route("POST", "/v1/sessions/{id}/approvals/{call}", "write")
+async def decide(gw: Gateway, request: Request) -> Response:
+    """Approve or reject a waiting action: ``{"decision": "approve"|"reject", "note": ...}``.
+    Deciding again the same way answers ``duplicate: true``; a contrary or unknown
+    decision is 422."""
+    sid = session_id(request)
+    raw = str(request.path_params["call"])
+    if not raw.isdigit() or int(raw) <= 0:
+        raise HttpError(400, "bad_call", f"a call is a positive integer, got {raw!r}")
+    body = await json_body(request)
+    decision = field(body, "decision", str, None)
+    if decision not in ("approve", "reject"):
+        raise HttpError(422, "invalid_field", '\'decision\' must be "approve" or "reject"')
+    note = field(body, "note", str, "")
+    await known(gw, sid)
+    fn = gw.host.approve if decision == "approve" else gw.host.reject
+    ack = await call(fn, sid, int(raw), note)
+    return json_response(ack_json(ack))
