@@ -76,78 +76,18 @@ def run_demo(data: str, out: Any) -> int:
     an interrupt, a session killed and brought back, a late subscriber replaying from seq
     0, a seal and its verification, and each session's status projection."""
     os.makedirs(data, exist_ok=True)
-    style = out.style
     host = Host(data)
     try:
         sid = host.create(metadata={"objective": "show the runtime"})
         out.line(f"session {sid} (its own process, pid {host.session_pid(sid)})")
-
-        def say(text: str) -> None:
-            out.line(f"\n> {text}")
-            ack = host.send(sid, text)
-            for severity, notice in ack.notices:
-                out.line(f"  [{severity}] {notice}")
-            if not ack.consumed:
-                ended = host.wait_turn(sid, ack.seq)
-                for ev in host.history(sid)[ack.seq : ended.seq]:
-                    out.line("  " + event_line(ev, style, sid))
-
-        say("/model scripted-large")
-        say("What is the spine?")
-        say('!tool calculator {"expression": "17 * 23"}')
-
-        # Governance: a sandboxed session's fetch waits for a human, who approves it; the
-        # egress guard then refuses the cloud metadata address it points at.
-        gid = host.create("guarded", metadata={"governance.trust": "sandboxed"})
-        fetch = '!tool http_get {"url": "http://169.254.169.254/latest/meta-data/"}'
-        out.line(f"\n[{gid}, trust sandboxed] > {fetch}")
-        ack = host.send(gid, fetch)
-        deadline = time.monotonic() + 20
-        while not (waiting := host.pending(gid)) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        for w in waiting:
-            out.line(f"  approval needed: action {w.call} ({w.action} {w.input})")
-            host.approve(gid, w.call, note="approved by the demo")
-            out.line(f"  approved action {w.call}")
-        ended = host.wait_turn(gid, ack.seq)
-        for ev in host.history(gid)[ack.seq : ended.seq]:
-            out.line("  " + event_line(ev, style, gid))
-        status = host.status(gid)
-        out.line(
-            f"  governance: admitted {status.admitted}, rejected {status.rejected}, "
-            f"egress blocked {status.egress_blocked}, containment {status.containment}"
-        )
+        _say(host, sid, out, "/model scripted-large")
+        _say(host, sid, out, "What is the spine?")
+        _say(host, sid, out, '!tool calculator {"expression": "17 * 23"}')
+        gid = _governed_fetch(host, out)
         planner = _goal_run(host, out)
-
-        slow = "!slow 0.05 a long answer that the user cuts off halfway through"
-        out.line(f"\n> {slow}")
-        ack = host.send(sid, slow)
-        with host.subscribe(sid, ack.seq, kinds=[Kind.TURN_STARTED]) as sub:
-            sub.get(10)
-        time.sleep(0.3)  # let some of the answer stream before the user interrupts
-        host.interrupt(sid, reason="user pressed stop")
-        ended = host.wait_turn(sid, ack.seq)
-        out.line("  " + event_line(ended, style, sid))
-
-        pid = host.session_pid(sid)
-        os.kill(pid, signal.SIGKILL)
-        out.line(f"\nkilled the session's process (pid {pid}) with SIGKILL")
-        say("Are you still there?")
-        out.line(f"back in pid {host.session_pid(sid)}, restarts: {host.get(sid).restarts}")
-        evs = host.history(sid)
-        gapless = [e.seq for e in evs] == list(range(1, len(evs) + 1))
-        out.line(f"\n{len(evs)} events in {sid}, seqs gapless: {gapless}, data in {data}")
-
-        # A subscriber that comes late replays the stream from seq 0, then goes live.
-        replayed: list[int] = []
-        with host.subscribe(planner, 0) as sub:
-            while len(replayed) < host.history(planner)[-1].seq:
-                got = sub.get(10)
-                if got is None:
-                    break
-                replayed.append(got.seq)
-        out.line(f"a late subscriber to {planner} replayed seqs {replayed[0]}..{replayed[-1]}")
-
+        _interrupted_turn(host, sid, out)
+        _killed_and_back(host, sid, out, data)
+        _late_replay(host, planner, out)
         # Sealing the parent covers what its children did (mirrored onto its stream).
         sealed = host.seal(planner)
         out.line(f"sealed {planner} seqs {sealed.first}..{sealed.last} (key {sealed.key_id})")
@@ -159,6 +99,81 @@ def run_demo(data: str, out: Any) -> int:
     finally:
         host.close()
     return 0
+
+
+def _say(host: Host, sid: str, out: Any, text: str) -> None:
+    """Send ``text`` and print the notices, then the turn it started (if any)."""
+    out.line(f"\n> {text}")
+    ack = host.send(sid, text)
+    for severity, notice in ack.notices:
+        out.line(f"  [{severity}] {notice}")
+    if not ack.consumed:
+        ended = host.wait_turn(sid, ack.seq)
+        for ev in host.history(sid)[ack.seq : ended.seq]:
+            out.line("  " + event_line(ev, out.style, sid))
+
+
+def _governed_fetch(host: Host, out: Any) -> str:
+    """Governance: a sandboxed session's fetch waits for a human, who approves it; the
+    egress guard then refuses the cloud metadata address it points at."""
+    style = out.style
+    gid = host.create("guarded", metadata={"governance.trust": "sandboxed"})
+    fetch = '!tool http_get {"url": "http://169.254.169.254/latest/meta-data/"}'
+    out.line(f"\n[{gid}, trust sandboxed] > {fetch}")
+    ack = host.send(gid, fetch)
+    deadline = time.monotonic() + 20
+    while not (waiting := host.pending(gid)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for w in waiting:
+        out.line(f"  approval needed: action {w.call} ({w.action} {w.input})")
+        host.approve(gid, w.call, note="approved by the demo")
+        out.line(f"  approved action {w.call}")
+    ended = host.wait_turn(gid, ack.seq)
+    for ev in host.history(gid)[ack.seq : ended.seq]:
+        out.line("  " + event_line(ev, style, gid))
+    status = host.status(gid)
+    out.line(
+        f"  governance: admitted {status.admitted}, rejected {status.rejected}, "
+        f"egress blocked {status.egress_blocked}, containment {status.containment}"
+    )
+    return gid
+
+
+def _interrupted_turn(host: Host, sid: str, out: Any) -> None:
+    """A streamed answer cut off halfway by an interrupt."""
+    slow = "!slow 0.05 a long answer that the user cuts off halfway through"
+    out.line(f"\n> {slow}")
+    ack = host.send(sid, slow)
+    with host.subscribe(sid, ack.seq, kinds=[Kind.TURN_STARTED]) as sub:
+        sub.get(10)
+    time.sleep(0.3)  # let some of the answer stream before the user interrupts
+    host.interrupt(sid, reason="user pressed stop")
+    ended = host.wait_turn(sid, ack.seq)
+    out.line("  " + event_line(ended, out.style, sid))
+
+
+def _killed_and_back(host: Host, sid: str, out: Any, data: str) -> None:
+    """The session's process killed, the session answering again from a new one."""
+    pid = host.session_pid(sid)
+    os.kill(pid, signal.SIGKILL)
+    out.line(f"\nkilled the session's process (pid {pid}) with SIGKILL")
+    _say(host, sid, out, "Are you still there?")
+    out.line(f"back in pid {host.session_pid(sid)}, restarts: {host.get(sid).restarts}")
+    evs = host.history(sid)
+    gapless = [e.seq for e in evs] == list(range(1, len(evs) + 1))
+    out.line(f"\n{len(evs)} events in {sid}, seqs gapless: {gapless}, data in {data}")
+
+
+def _late_replay(host: Host, planner: str, out: Any) -> None:
+    """A subscriber that comes late replays the stream from seq 0, then goes live."""
+    replayed: list[int] = []
+    with host.subscribe(planner, 0) as sub:
+        while len(replayed) < host.history(planner)[-1].seq:
+            got = sub.get(10)
+            if got is None:
+                break
+            replayed.append(got.seq)
+    out.line(f"a late subscriber to {planner} replayed seqs {replayed[0]}..{replayed[-1]}")
 
 
 __all__ = ["run_demo"]

@@ -14,9 +14,10 @@ from ..errors import (
     SessionClosed,
     SessionNotFound,
 )
-from ._commands import COMMANDS, Out
+from ._commands import COMMANDS
 from ._daemon import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_UNKNOWN_SESSION, EXIT_USAGE, CliError
 from ._format import Style, use_color
+from ._output import Out
 from ._parser import build_parser, data_dir
 
 

@@ -1,0 +1,195 @@
+"""The maintenance commands: revive a failed session, rebuild the projections, export a
+session's stream and import one, and mint HTTP tokens."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from typing import Any
+
+from ._access import (
+    add_json,
+    attach,
+    open_spine,
+    payload_line,
+    session_id,
+    spine_log,
+    unknown_session,
+)
+from ._daemon import EXIT_USAGE, CliError
+from ._format import Rate, json_line, progress_line
+from ._output import Out
+from ._parser import positive
+
+
+def revive_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("--reason", default="", help="why, recorded with the decision")
+    add_json(p)
+
+
+def revive(args: argparse.Namespace, out: Out) -> int:
+    """Bring back a session that failed past its restart budget."""
+    sid = session_id(args.session)
+    with attach(args) as host:
+        seq = host.revive(sid, args.reason)
+    out.line(json_line({"revived": sid, "seq": seq}) if args.json else f"revived {sid} (seq {seq})")
+    return 0
+
+
+def rebuild_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--timeout", type=positive, default=3600.0, metavar="S", help="give up after S seconds"
+    )
+    add_json(p)
+
+
+def rebuild(args: argparse.Namespace, out: Out) -> int:
+    """Rebuild the projections from position 0 in the daemon, showing progress on stderr
+    when it is a terminal."""
+    show = out.stderr.isatty() and not args.json
+    rate = Rate()
+    started = time.monotonic()
+
+    def progress(p: Any) -> None:
+        # Once the rebuild is done, its state is the queryable one: count that.
+        done, total = (p.rebuild_position, p.target) if p.rebuilding else (p.position, p.position)
+        rate.add(time.monotonic(), done)
+        if show:
+            line = progress_line(done, total, rate.per_second(), rate.eta(total))
+            out.stderr.write("\r" + line)
+            out.stderr.flush()
+
+    with attach(args) as host:
+        done = host.rebuild(progress, timeout=args.timeout)
+    if show:
+        out.stderr.write("\n")
+    events = done.progress.position
+    seconds = max(done.seconds, 1e-9)
+    if args.json:
+        out.line(json_line({"events": events, "seconds": round(done.seconds, 3)}))
+    else:
+        out.line(
+            f"rebuilt the projections: {events:,} events in {done.seconds:.2f}s "
+            f"({events / seconds:,.0f} events/s, {time.monotonic() - started:.2f}s in all)"
+        )
+    return 0
+
+
+#: The first line of an export names the format, the session and the count.
+EXPORT_FORMAT = "vertebra.export/1"
+
+
+def export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("file", metavar="FILE", help="where to write (- for stdout)")
+    p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    add_json(p)
+
+
+def export(args: argparse.Namespace, out: Out) -> int:
+    """A header line, then each stored event's bytes as they are (seq and time included),
+    so seals over them stay valid in the copy."""
+    sid = session_id(args.session)
+    with open_spine(args) as log:
+        last = log.last_seq(sid)
+        if last == 0:
+            raise unknown_session(sid)
+        to_stdout = args.file == "-"
+        if not to_stdout and os.path.exists(args.file) and not args.force:
+            raise CliError(f"{args.file!r} exists: pass --force to overwrite it")
+        tmp = args.file + ".tmp"
+        with contextlib.ExitStack() as stack:
+            f = out.stdout if to_stdout else stack.enter_context(open(tmp, "w"))
+            f.write(json_line({"format": EXPORT_FORMAT, "session": sid, "events": last}) + "\n")
+            after = 0
+            while after < last and (page := log.read(sid, after, 1000)):
+                for rec in page:
+                    if rec.seq > last:
+                        break
+                    f.write(payload_line(rec.payload) + "\n")
+                after = page[-1].seq
+        if not to_stdout:
+            os.replace(tmp, args.file)
+            out.line(
+                json_line({"session": sid, "events": last, "file": args.file})
+                if args.json
+                else f"exported {sid}: {last} events to {args.file}"
+            )
+    return 0
+
+
+def import_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="an export (- for stdin)")
+    p.add_argument("--session", default=None, metavar="ID", help="store under ID instead")
+    add_json(p)
+
+
+def import_(args: argparse.Namespace, out: Out) -> int:
+    """Append an export as a new stream, seqs as they were; an existing stream is refused
+    (the log's expected-seq check makes that atomic even against a concurrent writer)."""
+    from ._transfer import read_export
+
+    try:
+        if args.file == "-":
+            sid, events = read_export(sys.stdin, EXPORT_FORMAT)
+        else:
+            with open(args.file) as f:
+                sid, events = read_export(f, EXPORT_FORMAT)
+    except FileNotFoundError:
+        raise CliError(f"no such file: {args.file!r}", EXIT_USAGE) from None
+    except ValueError as exc:
+        raise CliError(f"{args.file}: {exc}") from None
+    sid = session_id(args.session or sid)
+    from spine import ConflictError, private_dir
+
+    private_dir(args.data)
+    with spine_log(args) as log:
+        existing = log.last_seq(sid)
+        if existing:
+            raise CliError(
+                f"session {sid!r} already has {existing} events: import never overwrites a "
+                "stream (pass --session ID to import under another id)"
+            )
+        try:
+            log.append(sid, events, expected_seq=0)
+        except ConflictError:
+            raise CliError(f"session {sid!r} was written meanwhile: nothing imported") from None
+    if args.json:
+        out.line(json_line({"session": sid, "events": len(events)}))
+    else:
+        out.line(f"imported {sid}: {len(events)} events")
+    return 0
+
+
+def token_args(p: argparse.ArgumentParser) -> None:
+    tsub = p.add_subparsers(dest="token_command", required=True, metavar="create")
+    c = tsub.add_parser("create", help="a token scoped to sessions (printed once)")
+    c.add_argument("--session", action="append", required=True, help="a session (repeatable)")
+    c.add_argument("--read-only", action="store_true", help="may read but not write")
+
+
+def token(args: argparse.Namespace, out: Out) -> int:
+    """Mint a bearer token limited to the given sessions (read-only if asked)."""
+    from ..gateway._tokens import create_token
+
+    out.line(create_token(args.data, args.session, read_only=args.read_only))
+    return 0
+
+
+__all__ = [
+    "EXPORT_FORMAT",
+    "export",
+    "export_args",
+    "import_",
+    "import_args",
+    "rebuild",
+    "rebuild_args",
+    "revive",
+    "revive_args",
+    "token",
+    "token_args",
+]

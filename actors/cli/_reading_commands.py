@@ -1,0 +1,312 @@
+"""The commands that read and inspect: the daemon's sessions, and from the spine a
+session's history, its live tail, its status projection, its trace, and the log's figures."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from ._access import add_json, attach, open_spine, payload_line, session_id, unknown_session
+from ._daemon import EXIT_USAGE, CliError, read_daemon
+from ._format import event_line, fanout_tree, json_line, parse_kinds, table
+from ._output import Out
+from ._parser import positive, seq_number
+
+if TYPE_CHECKING:
+    from spine import Log
+
+
+def sessions_args(p: argparse.ArgumentParser) -> None:
+    add_json(p)
+
+
+def sessions(args: argparse.Namespace, out: Out) -> int:
+    with attach(args) as host:
+        infos = host.sessions()
+    if args.json:
+        for i in infos:
+            d = {"session": i.session_id, "state": i.state, "seq": i.last_seq}
+            out.line(json_line({**d, "error": i.error} if i.error else d))
+        return 0
+    rows = [
+        (i.session_id, f"{i.state}: {i.error}" if i.error else i.state, i.last_seq) for i in infos
+    ]
+    for line in table(("SESSION", "STATE", "SEQ"), rows, out.style):
+        out.line(line)
+    return 0
+
+
+def history_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    add_json(p)
+
+
+def history(args: argparse.Namespace, out: Out) -> int:
+    sid = session_id(args.session)
+    with open_spine(args) as log:
+        after = 0
+        while page := log.read(sid, after, 1000):
+            for rec in page:
+                out.line(
+                    payload_line(rec.payload) if args.json else event_line(rec.event(), out.style)
+                )
+            after = page[-1].seq
+        if after == 0:
+            raise unknown_session(sid)
+    return 0
+
+
+def tail_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "--from",
+        dest="start",
+        type=seq_number,
+        default=1,
+        metavar="SEQ",
+        help="first seq to print (default 1)",
+    )
+    where.add_argument(
+        "--after",
+        dest="after",
+        type=int,
+        default=None,
+        metavar="SEQ",
+        help="print what comes after SEQ",
+    )
+    p.add_argument("--kinds", default=None, metavar="A,B", help="only these kinds")
+    add_json(p)
+    p.add_argument("--for-seconds", type=positive, default=None, help=argparse.SUPPRESS)
+
+
+def tail(args: argparse.Namespace, out: Out) -> int:
+    """Follow a session: backlog then live, exactly once, until it closes or Ctrl-C.
+
+    It reads the spine, not the daemon, so a daemon restart does not disturb it.
+    """
+    sid = session_id(args.session)
+    from spine import Kind
+
+    try:
+        kinds = None if args.kinds is None else parse_kinds(args.kinds, (k.value for k in Kind))
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    after = args.after if args.after is not None else args.start - 1
+    if after < 0:
+        raise CliError(f"--after takes a seq of 0 or more, got {after}", EXIT_USAGE)
+    from ..host import SessionSubscription
+
+    with open_spine(args) as log:
+        if log.last_seq(sid) == 0:
+            raise unknown_session(sid)
+        log.watch()
+        deadline = None if args.for_seconds is None else time.monotonic() + args.for_seconds
+        with SessionSubscription(log, sid, after, kinds) as sub:
+            try:
+                while deadline is None or time.monotonic() < deadline:
+                    rec = sub.get_record(0.5)
+                    if rec is not None:
+                        out.line(
+                            payload_line(rec.payload)
+                            if args.json
+                            else event_line(rec.event(), out.style)
+                        )
+                    elif sub.closed:
+                        break
+            except KeyboardInterrupt:
+                pass
+            finally:
+                log.unwatch()
+    return 0
+
+
+def status_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    add_json(p)
+
+
+def status(args: argparse.Namespace, out: Out) -> int:
+    sid = session_id(args.session)
+    import attrs
+
+    from projections import project_stored
+
+    with open_spine(args) as log:
+        # Folded from the stored rows: a row that does not decode makes the session
+        # failed, naming its seq, instead of failing the command.
+        count = log.last_seq(sid)
+        p = project_stored(log, sid)
+    if not count:
+        raise unknown_session(sid)
+    fields: dict[str, Any] = {"session": sid, "events": count}
+    for k in ("objective", "result", "turns", "record", "terminal", "error"):
+        if hasattr(p, k):
+            fields[k] = getattr(p, k)
+    u = getattr(p, "usage", None)
+    if u is not None:
+        fields["input_tokens"] = u.input_tokens
+        fields["output_tokens"] = u.output_tokens
+    fanout = getattr(p, "fanout", ())
+    if args.json:
+        if fanout:
+            fields["fanout"] = [
+                {k: str(v) if k in ("state", "seal") else v for k, v in attrs.asdict(c).items()}
+                for c in fanout
+            ]
+        out.line(json_line(fields))
+        return 0
+    width = max(len(k) for k in fields)
+    for k, v in fields.items():
+        out.line(f"{out.style.paint('bold', k.ljust(width))}  {v}")
+    if fanout:
+        out.line(out.style.paint("bold", "fanout"))
+        for line in fanout_tree(sid, fanout, out.style):
+            out.line("  " + line)
+    return 0
+
+
+def trace_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument(
+        "--otlp-json", default=None, metavar="FILE", help="write the spans as OTLP/JSON (- stdout)"
+    )
+    p.add_argument(
+        "--otlp-endpoint",
+        default=None,
+        metavar="URL",
+        help="POST the spans as OTLP/JSON to a collector (e.g. http://127.0.0.1:4318/v1/traces)",
+    )
+    p.add_argument(
+        "--capture-content",
+        action="store_true",
+        help="include message text, tool arguments and results (also on when "
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)",
+    )
+    add_json(p)
+
+
+def _trace_streams(log: Log, sid: str) -> dict[str, list[Any]]:
+    """The session's events and those of every descendant stored in the same spine."""
+    from projections import spawn_links
+    from spine import history as read_history
+    from spine import validate_session_id
+
+    streams: dict[str, list[Any]] = {}
+    todo = [sid]
+    while todo:
+        s = todo.pop(0)
+        if s in streams:
+            continue
+        try:
+            validate_session_id(s)
+        except ValueError:
+            continue
+        streams[s] = read_history(log, s)
+        todo.extend(spawn_links(streams[s], s))
+    return streams
+
+
+def _post_otlp(url: str, body: bytes, timeout: float = 10.0) -> None:
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(
+        url, data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            resp.read()
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise CliError(f"the collector at {url} refused the spans: {exc}") from None
+
+
+def trace(args: argparse.Namespace, out: Out) -> int:
+    """The session's spans, folded from its log (the same log always gives the same ids)."""
+    sid = session_id(args.session)
+    from projections import spans_of_tree
+
+    from ..otel import capture_content, nanos, otlp_json
+
+    with open_spine(args) as log:
+        streams = _trace_streams(log, sid)
+    if not streams.get(sid):
+        raise unknown_session(sid)
+    spans = spans_of_tree(streams, sid, capture_content=args.capture_content or capture_content())
+    body = json.dumps(otlp_json(spans), separators=(",", ":")).encode()
+    if args.otlp_json == "-":
+        out.line(body.decode())
+    elif args.otlp_json:
+        tmp = f"{args.otlp_json}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(body)
+        os.replace(tmp, args.otlp_json)
+    if args.otlp_endpoint:
+        _post_otlp(args.otlp_endpoint, body)
+    if args.otlp_json == "-":
+        return 0
+    traces = len({s.trace_id for s in spans})
+    if args.json:
+        out.line(json_line({"session": sid, "spans": len(spans), "traces": traces}))
+        return 0
+    names = {s.span_id: s for s in spans}
+    first = {t: i for i, t in reversed(list(enumerate(s.trace_id for s in spans)))}
+    for s in sorted(spans, key=lambda s: (first[s.trace_id], nanos(s.start))):
+        depth, p = 0, s.parent_span_id
+        while p in names:
+            depth, p = depth + 1, names[p].parent_span_id
+        ms = (s.end - s.start).total_seconds() * 1000 if s.start and s.end else 0.0
+        tokens = s.attribute("gen_ai.usage.input_tokens")
+        extra = f"  in={tokens} out={s.attribute('gen_ai.usage.output_tokens')}" if tokens else ""
+        status = "  ERROR " + s.status_message if s.status == "ERROR" else ""
+        out.line(f"{s.trace_id[:8]} {'  ' * depth}{s.name}  {ms:.1f} ms{extra}{status}")
+    out.note(f"{len(spans)} spans in {traces} traces")
+    return 0
+
+
+def stats_args(p: argparse.ArgumentParser) -> None:
+    add_json(p)
+
+
+def stats(args: argparse.Namespace, out: Out) -> int:
+    """The log's figures (no daemon needed) plus, when a daemon runs, its Runner's counters
+    and the sessions by state, in the Prometheus text format (or JSON)."""
+    from ..otel import LogMetrics, metrics_figures, prometheus_text, session_states
+
+    with open_spine(args) as log:
+        folder = LogMetrics().update(log)
+    runner = states = runtime = None
+    try:
+        read_daemon(args.data)
+    except CliError:
+        out.note("no daemon runs: figures from the log only")
+    else:
+        with attach(args) as host:
+            runtime = host.runner_stats()
+            runner = dict(runtime.counters)
+            states = session_states(host.sessions())
+    if args.json:
+        out.line(json_line(metrics_figures(folder, runner, states, runtime)))
+    else:
+        out.stdout.write(prometheus_text(folder, runner, states, runtime=runtime))
+        out.stdout.flush()
+    return 0
+
+
+__all__ = [
+    "history",
+    "history_args",
+    "sessions",
+    "sessions_args",
+    "stats",
+    "stats_args",
+    "status",
+    "status_args",
+    "tail",
+    "tail_args",
+    "trace",
+    "trace_args",
+]

@@ -1,0 +1,144 @@
+"""The options of ``vertebra serve`` and the checks on how they combine (one host, a
+convention's leader, or a member joining one)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._daemon import EXIT_USAGE, CliError
+from ._parser import positive, tcp_port
+
+#: `actors.policy.DAEMON_SEAL_POLICY`, spelled out so that `--help` imports no attrs (a
+#: test keeps the two equal).
+SEAL_EVERY = 1000
+SEAL_INTERVAL = 60.0
+
+
+def serve_args(p: argparse.ArgumentParser) -> None:
+    # Declared in this order, which is the order `serve --help` lists them in.
+    _daemon_options(p)
+    _output_options(p)
+    _convention_options(p)
+
+
+def _daemon_options(p: argparse.ArgumentParser) -> None:
+    """The admin port, passivation, auto-sealing and printing of events."""
+    p.add_argument("--port", type=tcp_port, default=None, help="admin port (default: a free one)")
+    p.add_argument(
+        "--idle-timeout",
+        type=positive,
+        default=300.0,
+        metavar="S",
+        help="passivate a session idle for S seconds (default 300)",
+    )
+    p.add_argument(
+        "--seal-every",
+        type=int,
+        default=SEAL_EVERY,
+        metavar="N",
+        help=f"sessions seal themselves every N events (default {SEAL_EVERY}; 0: not by count)",
+    )
+    p.add_argument(
+        "--seal-interval",
+        type=float,
+        default=SEAL_INTERVAL,
+        metavar="S",
+        help="and within S seconds of the first unsealed event "
+        f"(default {SEAL_INTERVAL:g}; 0: not by time)",
+    )
+    p.add_argument("--quiet", action="store_true", help="do not print events")
+    p.add_argument("--for-seconds", type=positive, default=None, help=argparse.SUPPRESS)
+
+
+def _output_options(p: argparse.ArgumentParser) -> None:
+    """What the daemon serves and logs besides its admin port: HTTP, logs, spans."""
+    p.add_argument(
+        "--http", metavar="ADDR", default=None, help="also serve HTTP + SSE on HOST:PORT"
+    )
+    p.add_argument(
+        "--http-allow-remote", action="store_true", help="allow a non-loopback --http address"
+    )
+    p.add_argument(
+        "--resume-goals",
+        action="store_true",
+        help="resume the goal runs a previous daemon left in flight (reads every stream)",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="json: every line printed and logged is one JSON object (session, seq, kind)",
+    )
+    p.add_argument(
+        "--log-level",
+        default=None,
+        metavar="LEVEL",
+        help="level of DATA/vertebra.log, Thespian's records included (default WARNING)",
+    )
+    p.add_argument(
+        "--otlp-endpoint",
+        default=None,
+        metavar="URL",
+        help="export spans live over OTLP/HTTP (e.g. http://127.0.0.1:4318/v1/traces; "
+        "needs the otel extra)",
+    )
+
+
+def _convention_options(p: argparse.ArgumentParser) -> None:
+    """Leading a convention of hosts, or joining one as a member."""
+    hosts = p.add_argument_group("several hosts (a PostgreSQL --spine shared by all)")
+    role = hosts.add_mutually_exclusive_group()
+    role.add_argument(
+        "--convention-leader",
+        action="store_true",
+        help="lead a convention: run the Runner and projections, place sessions on members",
+    )
+    role.add_argument(
+        "--join", metavar="ADDR:PORT", default=None, help="join the leader's convention as a member"
+    )
+    hosts.add_argument(
+        "--host-name", default=None, metavar="NAME", help="this member's name (with --join)"
+    )
+    hosts.add_argument(
+        "--capacity",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sessions this member should carry (with --join; default 10)",
+    )
+    hosts.add_argument(
+        "--bind",
+        default=None,
+        metavar="ADDR",
+        help="the one private address every listener binds (default 127.0.0.1)",
+    )
+
+
+def cluster_role(args: argparse.Namespace) -> str:
+    """ "leader", "member" or "" (a single host), after checking the options fit."""
+    leader, join = getattr(args, "convention_leader", False), getattr(args, "join", None)
+    if not leader and join is None:
+        for opt in ("host_name", "capacity", "bind"):
+            if getattr(args, opt, None) is not None:
+                flag = "--" + opt.replace("_", "-")
+                raise CliError(f"{flag} needs --convention-leader or --join", EXIT_USAGE)
+        return ""
+    spine = getattr(args, "spine", None) or ""
+    if not spine.startswith(("postgresql://", "postgres://")):
+        raise CliError(
+            "several hosts share one PostgreSQL log: give --spine postgresql://...", EXIT_USAGE
+        )
+    if leader:
+        for opt in ("host_name", "capacity"):
+            if getattr(args, opt, None) is not None:
+                flag = "--" + opt.replace("_", "-")
+                raise CliError(f"{flag} is for a member (--join)", EXIT_USAGE)
+        return "leader"
+    if not args.host_name:
+        raise CliError("a member needs --host-name NAME", EXIT_USAGE)
+    if args.capacity is not None and args.capacity < 1:
+        raise CliError(f"--capacity is at least 1, got {args.capacity}", EXIT_USAGE)
+    return "member"
+
+
+__all__ = ["SEAL_EVERY", "SEAL_INTERVAL", "cluster_role", "serve_args"]
