@@ -11,6 +11,8 @@ import threading
 import time
 from typing import Any
 
+from .thespian_log import route_thespian_log
+
 _patched = False
 
 
@@ -173,16 +175,24 @@ def orphan_guard() -> None:
     lazy_descriptions()
     from thespian.system import multiprocCommon as mc
 
-    original_admin = mc.startAdmin
-    original_child = mc.startChild
-    original_logger = mc.startupASLogger
+    mc.startAdmin = _noting_starter(mc.startAdmin)
+    mc.startChild = _child_start(mc.startChild)
+    mc.startupASLogger = _logger_start(mc.startupASLogger)
+    mc.MultiProcAdmin = _watching_admin(mc.MultiProcAdmin)
+    _guarded = True
 
+
+def _noting_starter(original_admin: Any) -> Any:
     def start_admin(*args: Any, **kwargs: Any) -> Any:
         global _starter_pid
         # Runs in the first child, before Thespian's second fork: the parent is the starter.
         _starter_pid = os.getppid()
         return original_admin(*args, **kwargs)
 
+    return start_admin
+
+
+def _child_start(original_child: Any) -> Any:
     def start_child(*args: Any, **kwargs: Any) -> Any:
         die_with_parent()
         # What the child inherited stays shared with its parent only while nothing writes
@@ -192,13 +202,21 @@ def orphan_guard() -> None:
         gc.freeze()
         return original_child(*args, **kwargs)
 
+    return start_child
+
+
+def _logger_start(original_logger: Any) -> Any:
     def start_logger(*args: Any, **kwargs: Any) -> Any:
         die_with_parent()
         return original_logger(*args, **kwargs)
 
-    base = mc.MultiProcAdmin
+    return start_logger
 
-    class MultiProcAdmin(base):  # type: ignore[misc,valid-type]
+
+def _watching_admin(base: Any) -> Any:
+    """Thespian's admin class, with the watchdog of the starting process."""
+
+    class MultiProcAdmin(base):  # type: ignore[misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             if _starter_pid > 1 and os.path.isdir(f"/proc/{_starter_pid}"):
@@ -206,89 +224,7 @@ def orphan_guard() -> None:
                     target=_watch_starter, args=(_starter_pid,), daemon=True, name="watchdog"
                 ).start()
 
-    mc.startAdmin = start_admin
-    mc.startChild = start_child
-    mc.startupASLogger = start_logger
-    mc.MultiProcAdmin = MultiProcAdmin
-    _guarded = True
-
-
-_thespian_file = ""
-_thespian_handler: tuple[int, str, logging.Handler] | None = None
-_thespian_lock = threading.Lock()
-_thespian_busy = threading.local()
-_thespian_routed = False
-#: The configured level and the setting it was read from: Thespian logs at debug level on
-#: every message it moves, so the check that drops those runs thousands of times a second.
-_thespian_level: tuple[object, int] = (object(), 0)
-
-
-def _thespian_record(level: int, msg: Any, args: tuple[Any, ...]) -> None:
-    """Write one of Thespian's internal log lines (``thesplog``) to the data directory's
-    log as a record of logger ``thespian``, if at or above the configured level.
-
-    Written by a handler of this process's own, never through `logging`'s tree: in an
-    actor process that tree forwards over Thespian's transport, which logs through
-    ``thesplog`` itself (Thespian warns of the storm that makes).
-    """
-    global _thespian_handler, _thespian_level
-    setting = os.environ.get("VERTEBRA_LOG_LEVEL")
-    if _thespian_level[0] != setting:
-        from .logformat import log_level
-
-        _thespian_level = (setting, log_level())
-    if not _thespian_file or level < _thespian_level[1] or getattr(_thespian_busy, "on", False):
-        return
-    from .logformat import JsonFormatter, json_logs
-
-    _thespian_busy.on = True
-    try:
-        with _thespian_lock:
-            current = (os.getpid(), _thespian_file)
-            if _thespian_handler is None or _thespian_handler[:2] != current:
-                # After a fork the parent's handler (and its lock) is not this process's;
-                # a process that routed to another directory since writes there now.
-                if _thespian_handler is not None and _thespian_handler[0] == os.getpid():
-                    _thespian_handler[2].close()
-                handler: logging.Handler = logging.FileHandler(_thespian_file)
-                handler.setFormatter(
-                    JsonFormatter()
-                    if json_logs()
-                    else logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
-                )
-                _thespian_handler = (*current, handler)
-            handler = _thespian_handler[2]
-        make = logging.getLogRecordFactory()
-        handler.handle(make("thespian", level, "", 0, str(msg), args or None, None))
-    except Exception:
-        pass  # Thespian's own log must never break Thespian
-    finally:
-        _thespian_busy.on = False
-
-
-def _thesplog(msg: Any, *args: Any, **kw: Any) -> None:
-    # Runs with the globals of Thespian's utilis module (its code replaces thesplog's).
-    import actors.system
-
-    actors.system._thespian_record(kw.get("level", logging.INFO), msg, args)
-
-
-def route_thespian_log(data_dir: str) -> None:
-    """Send Thespian's internal log (``thesplog``, otherwise a file of its own in the
-    temporary directory, or nothing) to ``vertebra.log`` in ``data_dir`` at the configured
-    level, in the configured format, from this process and every process it forks.
-
-    Some twenty Thespian modules bind ``thesplog`` by name at import, so the function's
-    code is replaced rather than the module attribute: every binding then runs ours.
-    """
-    global _thespian_file, _thespian_routed
-    _thespian_file = os.path.join(data_dir, "vertebra.log")
-    if _thespian_routed:
-        return
-    from thespian.system import utilis
-
-    utilis.thesplog.__code__ = _thesplog.__code__
-    _thespian_routed = True
+    return MultiProcAdmin
 
 
 def log_defs(data_dir: str | None = None, level: int = logging.WARNING) -> dict[str, Any]:

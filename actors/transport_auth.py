@@ -304,49 +304,59 @@ def install() -> None:
             return
         from thespian.system import multiprocCommon as mc
         from thespian.system.transport import TCPTransport as tt
-        from thespian.system.transport.streamBuffer import toSendBuffer
 
-        cls = tt.TCPTransport
-        original_init = cls.__init__
-        original_clone = cls.external_transport_clone
-
-        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            self._vertebra_kid = _current
-            original_init(self, *args, **kwargs)
-
-        def external_transport_clone(self: Any) -> Any:
-            clone = original_clone(self)
-            clone._vertebra_kid = getattr(self, "_vertebra_kid", None)
-            return clone
-
-        def serializer(self: Any, intent: Any) -> bytes:
-            kid = getattr(self, "_vertebra_kid", None)
-            return bytes(
-                toSendBuffer(
-                    (self.myAddress, intent.message),
-                    lambda obj: _frame(kid, pickle.dumps(obj)),
-                )
-            )
-
-        original_admin = mc.startAdmin
-
-        def start_admin(*args: Any, **kwargs: Any) -> Any:
-            # The admin (and every actor process it forks) keeps only its own system's key:
-            # the starting process may know others (a client attached elsewhere too).
-            if _current is not None:
-                for kid in list(_keys):
-                    if kid != _current:
-                        del _keys[kid], _macs[kid]
-                _refresh_acks()
-            return original_admin(*args, **kwargs)
-
-        cls.__init__ = __init__
-        cls.external_transport_clone = external_transport_clone
-        cls.serializer = serializer
+        _patch_transport(tt.TCPTransport)
         tt.serializer = _Serializer()
-        mc.startAdmin = start_admin
+        mc.startAdmin = _admin_start(mc.startAdmin)
         _refresh_acks()
         _installed = True
+
+
+def _patch_transport(cls: Any) -> None:
+    """Make each transport frame what it sends under the key that was current when it was
+    created; a clone takes its original's key."""
+    from thespian.system.transport.streamBuffer import toSendBuffer
+
+    original_init = cls.__init__
+    original_clone = cls.external_transport_clone
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        self._vertebra_kid = _current
+        original_init(self, *args, **kwargs)
+
+    def external_transport_clone(self: Any) -> Any:
+        clone = original_clone(self)
+        clone._vertebra_kid = getattr(self, "_vertebra_kid", None)
+        return clone
+
+    def serializer(self: Any, intent: Any) -> bytes:
+        kid = getattr(self, "_vertebra_kid", None)
+        return bytes(
+            toSendBuffer(
+                (self.myAddress, intent.message),
+                lambda obj: _frame(kid, pickle.dumps(obj)),
+            )
+        )
+
+    cls.__init__ = __init__
+    cls.external_transport_clone = external_transport_clone
+    cls.serializer = serializer
+
+
+def _admin_start(original_admin: Any) -> Any:
+    """Thespian's admin start, wrapped to forget every key but the system's own first."""
+
+    def start_admin(*args: Any, **kwargs: Any) -> Any:
+        # The admin (and every actor process it forks) keeps only its own system's key:
+        # the starting process may know others (a client attached elsewhere too).
+        if _current is not None:
+            for kid in list(_keys):
+                if kid != _current:
+                    del _keys[kid], _macs[kid]
+            _refresh_acks()
+        return original_admin(*args, **kwargs)
+
+    return start_admin
 
 
 def _disable_for_measurement() -> None:

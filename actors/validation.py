@@ -37,11 +37,7 @@ def _problem(value: Any, tp: Any, where: str, depth: int) -> str | None:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        for arm in args:
-            if _problem(value, arm, where, depth) is None:
-                return None
-        names = " or ".join(getattr(a, "__name__", str(a)) for a in args)
-        return f"{where} must be {names}, got {_describe(value)}"
+        return _union_problem(value, args, where, depth)
     if tp is type(None):
         return None if value is None else f"{where} must be None, got {_describe(value)}"
     if tp is bool:
@@ -59,39 +55,59 @@ def _problem(value: Any, tp: Any, where: str, depth: int) -> str | None:
     if tp is bytes:
         return None if type(value) is bytes else f"{where} must be bytes, got {_describe(value)}"
     if origin is tuple:
-        if not isinstance(value, tuple):
-            return f"{where} must be a tuple, got {_describe(value)}"
-        if len(args) == 2 and args[1] is Ellipsis:
-            for i, item in enumerate(value):
-                p = _problem(item, args[0], f"{where}[{i}]", depth + 1)
-                if p is not None:
-                    return p
-            return None
-        if len(value) != len(args):
-            return f"{where} must have {len(args)} items, got {len(value)}"
-        for i, (item, arm) in enumerate(zip(value, args, strict=True)):
-            p = _problem(item, arm, f"{where}[{i}]", depth + 1)
-            if p is not None:
-                return p
-        return None
+        return _tuple_problem(value, args, where, depth)
     if origin in (Mapping, dict, typing.Mapping):
-        if not isinstance(value, Mapping):
-            return f"{where} must be a mapping, got {_describe(value)}"
-        kt, vt = args or (Any, Any)
-        for k, v in value.items():
-            p = _problem(k, kt, f"{where} key", depth + 1)
-            if p is None:
-                p = _problem(v, vt, f"{where}[{k!r}]", depth + 1)
+        return _mapping_problem(value, args, where, depth)
+    if isinstance(tp, type):
+        return _instance_problem(value, tp, where, depth)
+    return None
+
+
+def _union_problem(value: Any, args: tuple[Any, ...], where: str, depth: int) -> str | None:
+    for arm in args:
+        if _problem(value, arm, where, depth) is None:
+            return None
+    names = " or ".join(getattr(a, "__name__", str(a)) for a in args)
+    return f"{where} must be {names}, got {_describe(value)}"
+
+
+def _tuple_problem(value: Any, args: tuple[Any, ...], where: str, depth: int) -> str | None:
+    if not isinstance(value, tuple):
+        return f"{where} must be a tuple, got {_describe(value)}"
+    if len(args) == 2 and args[1] is Ellipsis:
+        for i, item in enumerate(value):
+            p = _problem(item, args[0], f"{where}[{i}]", depth + 1)
             if p is not None:
                 return p
         return None
-    if isinstance(tp, type):
-        if not isinstance(value, tp):
-            return f"{where} must be a {tp.__name__}, got {_describe(value)}"
-        if attrs.has(tp):
-            return field_problem(value, depth + 1, prefix=f"{where}.")
-        if issubclass(tp, enum.Enum):
-            return None
+    if len(value) != len(args):
+        return f"{where} must have {len(args)} items, got {len(value)}"
+    for i, (item, arm) in enumerate(zip(value, args, strict=True)):
+        p = _problem(item, arm, f"{where}[{i}]", depth + 1)
+        if p is not None:
+            return p
+    return None
+
+
+def _mapping_problem(value: Any, args: tuple[Any, ...], where: str, depth: int) -> str | None:
+    if not isinstance(value, Mapping):
+        return f"{where} must be a mapping, got {_describe(value)}"
+    kt, vt = args or (Any, Any)
+    for k, v in value.items():
+        p = _problem(k, kt, f"{where} key", depth + 1)
+        if p is None:
+            p = _problem(v, vt, f"{where}[{k!r}]", depth + 1)
+        if p is not None:
+            return p
+    return None
+
+
+def _instance_problem(value: Any, tp: type, where: str, depth: int) -> str | None:
+    if not isinstance(value, tp):
+        return f"{where} must be a {tp.__name__}, got {_describe(value)}"
+    if attrs.has(tp):
+        return field_problem(value, depth + 1, prefix=f"{where}.")
+    if issubclass(tp, enum.Enum):
         return None
     return None
 

@@ -242,6 +242,28 @@ def responses_body(req: ModelRequest) -> dict[str, Any]:
 
 
 def anthropic_body(req: ModelRequest) -> dict[str, Any]:
+    messages = _anthropic_messages(req)
+    max_tokens = req.max_output_tokens or _ANTHROPIC_DEFAULT_MAX
+    body: dict[str, Any] = {"model": req.model, "messages": messages, "stream": True}
+    if req.system:
+        body["system"] = req.system
+    if req.tools:
+        body["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+            for t in req.tools
+        ]
+    if req.thinking_level != "off":
+        budget = _THINKING_BUDGET[req.thinking_level]
+        body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        max_tokens = max(max_tokens, budget + 1024)
+    elif req.temperature is not None:
+        # Anthropic refuses a temperature together with extended thinking.
+        body["temperature"] = min(req.temperature, 1.0)
+    body["max_tokens"] = max_tokens
+    return body
+
+
+def _anthropic_messages(req: ModelRequest) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
 
     def add(role: str, blocks: list[dict[str, Any]]) -> None:
@@ -275,21 +297,4 @@ def anthropic_body(req: ModelRequest) -> dict[str, Any]:
                 add("assistant", blocks)
         else:
             add("user", [{"type": "text", "text": m.text}])
-    max_tokens = req.max_output_tokens or _ANTHROPIC_DEFAULT_MAX
-    body: dict[str, Any] = {"model": req.model, "messages": messages, "stream": True}
-    if req.system:
-        body["system"] = req.system
-    if req.tools:
-        body["tools"] = [
-            {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
-            for t in req.tools
-        ]
-    if req.thinking_level != "off":
-        budget = _THINKING_BUDGET[req.thinking_level]
-        body["thinking"] = {"type": "enabled", "budget_tokens": budget}
-        max_tokens = max(max_tokens, budget + 1024)
-    elif req.temperature is not None:
-        # Anthropic refuses a temperature together with extended thinking.
-        body["temperature"] = min(req.temperature, 1.0)
-    body["max_tokens"] = max_tokens
-    return body
+    return messages

@@ -12,23 +12,21 @@ import asyncio
 import concurrent.futures
 import os
 import threading
-from collections.abc import AsyncIterator, Mapping
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import AsyncIterator
+from typing import Protocol, runtime_checkable
 
 import attrs
 import orjson
-
-from spine import Event, Kind, Usage
 
 from ..spec import AgentSpec, TurnInput
 from .base import TurnOutput
 from .formats import conversation, resume_point
 from .governance import Requirement, Verdict
+from .model_call import Flusher, UsageTally, completed, drain_now, stream_reply
 from .tools import FINISH, Tool, ToolContext, ToolError, ToolRegistry
 from .wire import (
     Message,
     ModelRequest,
-    ReasoningDelta,
     Stopped,
     StreamEvent,
     TextDelta,
@@ -131,7 +129,7 @@ class ModelAgent:
         if not getattr(self.provider, "instant", False) or turn.resume or not turn.model_call:
             return None
         req = self._request(list(conversation(turn.history, turn.text)), self.tools.specs())
-        events = _drain_now(self.provider.stream(req))
+        events = drain_now(self.provider.stream(req))
         if events is None or any(isinstance(ev, ToolCallDone) for ev in events):
             return None
         stop = "end_turn"
@@ -142,11 +140,10 @@ class ModelAgent:
                 out.usage(ev.usage, (ev.raw,) if ev.raw else ())
             elif isinstance(ev, Stopped):
                 stop = ev.reason
-        out.emit(_completed(turn.model_call, "model", "", ""))
+        out.emit(completed(turn.model_call, "model", "", ""))
         return stop
 
     async def turn(self, turn: TurnInput, out: TurnOutput) -> str:
-        spec = self.spec
         todo: tuple[ToolCall, ...] = ()
         if turn.resume:
             start, todo = resume_point(turn.history)
@@ -155,105 +152,74 @@ class ModelAgent:
             msgs = list(conversation(turn.history, turn.text))
         # A goal run that ends with the finish tool offers it for its turns only.
         tools = self.tools.with_tool(FINISH) if turn.finish else self.tools
-        specs = tools.specs()
-        total = Usage()
-        raws: list[Mapping[str, Any]] = []
-        rounds = 0
-        loop = asyncio.get_running_loop()
-        timer: list[asyncio.TimerHandle | None] = [None]
         ctx = ToolContext(
             emit=out.emit,
             egress_allow=turn.egress_allow,
             delegate=getattr(out, "delegate", None),
         )
-
-        def flushed() -> None:
-            timer[0] = None
-            out.flush()
-
-        def due() -> float:
-            # When the output wants its text flushed (a worker knows; others: the interval).
-            nxt = getattr(out, "next_flush", None)
-            return float(nxt()) if nxt is not None else self.flush_interval
-
+        flusher = Flusher(out, self.flush_interval)
         try:
+            rounds = 0
             if todo:
                 # A turn paused for an approval: answer the calls still open, then go on.
                 rounds = 1
                 if await self._answer(todo, out, ctx, msgs, tools, announce=False):
                     return FINISHED
-            first = turn.model_call
-            while True:
-                if first:
-                    verdict, call, fault = str(Verdict.ADMIT), first, ""
-                    first = 0
-                else:
-                    verdict, call, fault = await self._govern(out, "model", "", "", Requirement())
-                if verdict != Verdict.ADMIT:
-                    return fault or "rejected"
-                req = self._request(msgs, specs)
-                text: list[str] = []
-                calls: list[ToolCall] = []
-                stop = "end_turn"
-                seen: UsageSeen | None = None
-                try:
-                    async for ev in self.provider.stream(req):
-                        if isinstance(ev, TextDelta):
-                            text.append(ev.text)
-                            out.text(ev.text)
-                            # Whatever the worker holds back goes out within one interval,
-                            # even if the stream goes quiet now.
-                            if timer[0] is None:
-                                timer[0] = loop.call_later(due(), flushed)
-                        elif isinstance(ev, ToolCallDone):
-                            calls.append(ev.call)
-                        elif isinstance(ev, UsageSeen):
-                            seen = ev
-                            raw = (*raws, ev.raw) if ev.raw else tuple(raws)
-                            out.usage(total + ev.usage, raw)
-                            if timer[0] is None:
-                                timer[0] = loop.call_later(due(), flushed)
-                        elif isinstance(ev, Stopped):
-                            stop = ev.reason
-                        elif isinstance(ev, ReasoningDelta):
-                            pass  # counted in usage; not part of the conversation
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    out.emit(_completed(call, "model", "", _fault_of(exc)))
-                    raise
-                out.emit(_completed(call, "model", "", ""))
-                if seen is not None:
-                    total = total + seen.usage
-                    if seen.raw:
-                        raws.append(seen.raw)
-                if not calls:
-                    return stop
-                thinking = tuple(getattr(self.provider, "last_thinking", ()))
-                msgs.append(
-                    Message(
-                        role="assistant",
-                        text="".join(text),
-                        tool_calls=tuple(calls),
-                        thinking=thinking,
-                    )
-                )
-                if rounds >= spec.max_tool_rounds:
-                    why = (
-                        "not run: the turn reached its limit of "
-                        f"{spec.max_tool_rounds} tool rounds (ore.model.max_tool_rounds)"
-                    )
-                    for c in calls:
-                        out.tool_call(c.name, c.id, c.arguments)
-                    for c in calls:
-                        out.tool_result(c.name, c.id, why, True)
-                    return "max_tool_rounds"
-                rounds += 1
-                if await self._answer(tuple(calls), out, ctx, msgs, tools, announce=True):
-                    return FINISHED
+            return await self._rounds(turn.model_call, rounds, out, ctx, msgs, tools, flusher)
         finally:
-            if timer[0] is not None:
-                timer[0].cancel()
+            flusher.cancel()
+
+    async def _rounds(
+        self,
+        first: int,
+        rounds: int,
+        out: TurnOutput,
+        ctx: ToolContext,
+        msgs: list[Message],
+        tools: ToolRegistry,
+        flusher: Flusher,
+    ) -> str:
+        """Model calls, each through the gate (``first``, when set, admitted up front),
+        and each response's tool calls, until the model stops, a call is refused, the turn
+        runs out of tool rounds or an offered ``finish`` ran; ``rounds`` already ran."""
+        specs = tools.specs()
+        tally = UsageTally()
+        while True:
+            if first:
+                verdict, call, fault = str(Verdict.ADMIT), first, ""
+                first = 0
+            else:
+                verdict, call, fault = await self._govern(out, "model", "", "", Requirement())
+            if verdict != Verdict.ADMIT:
+                return fault or "rejected"
+            req = self._request(msgs, specs)
+            reply = await stream_reply(self.provider, req, out, call, tally, flusher)
+            if not reply.calls:
+                return reply.stop
+            thinking = tuple(getattr(self.provider, "last_thinking", ()))
+            msgs.append(
+                Message(
+                    role="assistant", text=reply.text, tool_calls=reply.calls, thinking=thinking
+                )
+            )
+            if rounds >= self.spec.max_tool_rounds:
+                return self._out_of_rounds(reply.calls, out)
+            rounds += 1
+            if await self._answer(reply.calls, out, ctx, msgs, tools, announce=True):
+                return FINISHED
+
+    def _out_of_rounds(self, calls: tuple[ToolCall, ...], out: TurnOutput) -> str:
+        """Answer the calls of a response past the turn's limit of tool rounds with an
+        error result, not run: the turn ends there."""
+        why = (
+            "not run: the turn reached its limit of "
+            f"{self.spec.max_tool_rounds} tool rounds (ore.model.max_tool_rounds)"
+        )
+        for c in calls:
+            out.tool_call(c.name, c.id, c.arguments)
+        for c in calls:
+            out.tool_result(c.name, c.id, why, True)
+        return "max_tool_rounds"
 
     async def _govern(
         self, out: TurnOutput, action: str, tool_use_id: str, input_json: str, need: Requirement
@@ -308,7 +274,7 @@ class ModelAgent:
             # The model hears why, so it can do without; the tool never runs.
             return f"not run: refused by governance ({fault or 'rejected'})", True
         result, is_error = await self._run_tool(call, ctx, tool)
-        out.emit(_completed(cid, call.name, call.id, "tool_error" if is_error else ""))
+        out.emit(completed(cid, call.name, call.id, "tool_error" if is_error else ""))
         return result, is_error
 
     async def _run_tool(self, call: ToolCall, ctx: ToolContext, tool: Tool) -> tuple[str, bool]:
@@ -331,44 +297,3 @@ class ModelAgent:
         except Exception as exc:
             return f"{call.name} failed: {type(exc).__name__}: {exc}", True
         return str(result), False
-
-
-def _drain_now(stream: AsyncIterator[StreamEvent]) -> list[StreamEvent] | None:
-    """Every event of ``stream`` if it yields them all without suspending; None if it
-    would wait for anything (or fails): then it is closed and nothing was done."""
-    got: list[StreamEvent] = []
-    while True:
-        step = stream.__anext__()
-        try:
-            step.send(None)  # type: ignore[attr-defined]
-        except StopIteration as done:
-            got.append(done.value)
-            continue
-        except StopAsyncIteration:
-            return got
-        except Exception:
-            return None
-        step.close()  # type: ignore[attr-defined]
-        return None
-
-
-def _completed(call: int, action: str, tool_use_id: str, fault: str) -> Event:
-    return Event(
-        kind=Kind.ACTION_COMPLETED,
-        call=call,
-        action=action,
-        tool=action if action != "model" else "",
-        tool_use_id=tool_use_id,
-        fault=fault,
-    )
-
-
-def _fault_of(exc: BaseException) -> str:
-    """The failure class of a model call that ran and failed (``fault`` on its
-    ``action.completed``)."""
-    text = str(exc)
-    if "sent nothing for" in text or "timed out" in text:
-        return "timeout"
-    if "cannot connect" in text or "broke off" in text or " answered 5" in text:
-        return "transient"
-    return "error"

@@ -24,6 +24,7 @@ from spine import Usage
 
 from .base import AgentError
 from .wire import (
+    Message,
     ModelRequest,
     Stopped,
     StreamEvent,
@@ -64,13 +65,7 @@ class ScriptedProvider:
         said = sum(1 for m in msgs if m.role == "user")
         words_in = len(text.split())
         # Results since the user's message: the tools have answered.
-        results = []
-        for m in reversed(msgs):
-            if m.role == "user":
-                break
-            if m.role == "tool":
-                results.append(m)
-        results.reverse()
+        results = _answered(msgs)
         if results and not text.startswith("!loop"):
             reply = "; ".join(f"{r.tool_name} returned {r.text}" for r in results)
             yield TextDelta(reply)
@@ -83,28 +78,13 @@ class ScriptedProvider:
             yield TextDelta("thinking")
             await asyncio.Event().wait()
         if text.startswith(("!tool", "!loop")):
-            n = 0
-            for line in text.splitlines():
-                if not line.startswith(("!tool", "!loop")):
-                    continue
-                parts = line.split(maxsplit=2)
-                name = parts[1] if len(parts) > 1 else "echo"
-                args = _arguments(parts[2]) if len(parts) > 2 else "{}"
-                n += 1
-                # Unique in the session, as a real server's ids are.
-                call = ToolCall(id=f"toolu_{said}_{rounds}_{n}", name=name, arguments=args)
+            calls = _tool_calls(text, f"toolu_{said}_{rounds}_")
+            for call in calls:
                 yield ToolCallDone(call)
-            yield UsageSeen(Usage(input_tokens=words_in, output_tokens=n), _NO_RAW)
+            yield UsageSeen(Usage(input_tokens=words_in, output_tokens=len(calls)), _NO_RAW)
             yield Stopped("tool_use")
             return
-        delay = 0.0
-        if text.startswith("!slow"):
-            parts = text.split(maxsplit=2)
-            try:
-                delay = float(parts[1])
-            except (IndexError, ValueError):
-                delay = 0.05
-            text = parts[2] if len(parts) > 2 else "slow"
+        delay, text = _paced(text)
         words = f"[{request.model}] {text}".split(" ")
         for i, word in enumerate(words):
             yield TextDelta(word if i == 0 else " " + word)
@@ -112,3 +92,41 @@ class ScriptedProvider:
             if delay:
                 await asyncio.sleep(delay)
         yield Stopped("end_turn")
+
+
+def _answered(msgs: tuple[Message, ...]) -> list[Message]:
+    """The tool results since the last user message, in order."""
+    results = []
+    for m in reversed(msgs):
+        if m.role == "user":
+            break
+        if m.role == "tool":
+            results.append(m)
+    results.reverse()
+    return results
+
+
+def _tool_calls(text: str, id_prefix: str) -> list[ToolCall]:
+    """The calls the ``!tool`` and ``!loop`` lines of ``text`` ask for, in order."""
+    calls: list[ToolCall] = []
+    for line in text.splitlines():
+        if not line.startswith(("!tool", "!loop")):
+            continue
+        parts = line.split(maxsplit=2)
+        name = parts[1] if len(parts) > 1 else "echo"
+        args = _arguments(parts[2]) if len(parts) > 2 else "{}"
+        # Unique in the session, as a real server's ids are.
+        calls.append(ToolCall(id=f"{id_prefix}{len(calls) + 1}", name=name, arguments=args))
+    return calls
+
+
+def _paced(text: str) -> tuple[float, str]:
+    """The seconds between words a ``!slow`` message asks for (0: none), and its text."""
+    if not text.startswith("!slow"):
+        return 0.0, text
+    parts = text.split(maxsplit=2)
+    try:
+        delay = float(parts[1])
+    except (IndexError, ValueError):
+        delay = 0.05
+    return delay, parts[2] if len(parts) > 2 else "slow"

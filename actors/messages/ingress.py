@@ -1,0 +1,109 @@
+"""Ingress that changes a session (user messages, interrupts, metadata, approval decisions,
+goal runs, switches), each under an idempotency ``key``, and its reply `Ack`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+from .converters import _frozen_map, _tuple
+
+
+@attrs.frozen(kw_only=True)
+class SendMessage:
+    """A user message; acknowledged once its event is committed."""
+
+    request_id: str
+    session_id: str
+    key: str
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class Interrupt:
+    """Cut the running turn off; it closes with ``turn.cancelled`` keeping partial output."""
+
+    request_id: str
+    session_id: str
+    key: str
+    reason: str = "interrupted"
+
+
+@attrs.frozen(kw_only=True)
+class SetMetadata:
+    """Change session metadata (``None`` deletes a key); emits a properties event."""
+
+    request_id: str
+    session_id: str
+    key: str
+    properties: Mapping[str, str | None] = attrs.field(converter=_frozen_map)
+
+
+@attrs.frozen(kw_only=True)
+class DecideAction:
+    """A human's decision on a governed action waiting for approval (``call`` as the
+    ``action.pending`` event names it): approve runs it once, reject refuses it with
+    fault ``approval_rejected``. Answered with an `Ack`; deciding a call again the same way
+    is a duplicate, an unknown call or a contrary decision is `InvalidRequest`."""
+
+    request_id: str
+    session_id: str
+    key: str
+    call: int
+    approve: bool
+    note: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class SubmitGoal:
+    """Open a goal run on the session: ``session.started`` with the objective, then the
+    session drives turns on its own until ``session.converged`` or ``session.stalled``.
+    ``budget`` maps ``max_turns``, ``max_tokens``, ``max_tool_calls``, ``max_seconds`` to
+    limits counted from the run's start. Answered with an `Ack`; a run already in flight
+    is `InvalidRequest`."""
+
+    request_id: str
+    session_id: str
+    key: str
+    objective: str
+    budget: Mapping[str, int] = attrs.field(factory=dict, converter=_frozen_map)
+
+
+@attrs.frozen(kw_only=True)
+class ResumeGoal:
+    """Bring the session up so that a goal run cut off by a crash or a restart goes on,
+    on the same stream and without a second ``session.started``. Answered with an `Ack`
+    (``consumed`` when no run was in flight)."""
+
+    request_id: str
+    session_id: str
+    key: str
+
+
+@attrs.frozen(kw_only=True)
+class SwitchSession:
+    """Record that the conduit moves to ``target`` (a session switch event)."""
+
+    request_id: str
+    session_id: str
+    key: str
+    target: str
+
+
+@attrs.frozen(kw_only=True)
+class Ack:
+    """Ingress is committed: ``seq`` is the last seq it wrote (0 if it wrote nothing).
+
+    ``duplicate`` is true when the key had been seen; ``consumed`` when an interceptor
+    handled the ingress (a slash command) so that no turn runs. ``notices`` are the
+    interceptors' (severity, text) notices, also pushed live to sinks.
+    """
+
+    request_id: str
+    session_id: str
+    key: str
+    seq: int = 0
+    duplicate: bool = False
+    consumed: bool = False
+    notices: tuple[tuple[str, str], ...] = attrs.field(factory=tuple, converter=_tuple)
