@@ -88,9 +88,13 @@ _WATCH_IDLE = 0.25
 #: Seconds between the background checkpointer's looks at the log (`start_checkpoints`).
 _CHECKPOINT_EVERY = 0.25
 
+#: Which streams moved since a position. NOT INDEXED: for the GROUP BY, SQLite's planner
+#: otherwise walks the whole (stream, seq) index instead of the few new rows by position,
+#: so every change cost the watcher time in proportion to the log's size (1.2 ms at 20,000
+#: events, 8 us with the rowid range).
 _MOVED = (
-    "SELECT stream, kind, MAX(seq), MAX(position) FROM events WHERE position > ? "
-    "GROUP BY stream, kind"
+    "SELECT stream, kind, MAX(seq), MAX(position) FROM events NOT INDEXED "
+    "WHERE position > ? GROUP BY stream, kind"
 )
 _UPSERT_STREAM = (
     "INSERT INTO streams (stream, last_seq, last_position, first_position) VALUES (?,?,?,?) "

@@ -717,6 +717,33 @@ def test_notifications_wake_only_the_postgres_subscriber_whose_stream_moved(
         writer.close()
 
 
+def test_the_watchers_look_at_what_moved_reads_only_the_new_rows(tmp_path: pathlib.Path) -> None:
+    """Each change costs the watcher the rows it brought, not a walk of the whole log: the
+    query goes by position (the rowid), which SQLite's planner left for the (stream, seq)
+    index when it grouped."""
+    import sqlite3
+
+    from spine._sqlite import _MOVED
+
+    path = tmp_path / "spine.db"
+    with SqliteLog(path) as log:
+        for i in range(40):
+            log.append(f"s{i % 4}", [ev(str(i)), ev(str(i), kind=Kind.USER_MESSAGE)])
+        c = sqlite3.connect(path)
+        try:
+            plan = " ".join(r[3] for r in c.execute("EXPLAIN QUERY PLAN " + _MOVED, (70,)))
+            moved = sorted(c.execute(_MOVED, (76,)).fetchall())
+        finally:
+            c.close()
+    assert "INTEGER PRIMARY KEY" in plan and "SCAN" not in plan, plan
+    assert moved == [
+        ("s2", Kind.ASSISTANT, 19, 77),
+        ("s2", Kind.USER_MESSAGE, 20, 78),
+        ("s3", Kind.ASSISTANT, 19, 79),
+        ("s3", Kind.USER_MESSAGE, 20, 80),
+    ]
+
+
 def test_an_idle_watcher_sleeps_until_the_log_is_written_then_wakes_at_once(
     tmp_path: pathlib.Path,
 ) -> None:
