@@ -126,3 +126,25 @@ def test_importing_the_deciders_loads_no_actor_framework() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", out.stdout
+
+
+#: The actors package's shape: modules a reader can hold in mind, functions that fit on a
+#: screen ("about 400" lines: the session state's fold, with its event table, is 425).
+MODULE_LINES = 430
+FUNCTION_LINES = 50
+
+
+def test_actors_modules_and_functions_stay_small() -> None:
+    """No module of actors over about 400 lines, no function or method over 50."""
+    too_long: list[str] = []
+    for path in sorted((ROOT / "actors").rglob("*.py")):
+        name = str(path.relative_to(ROOT))
+        lines = path.read_text().count("\n")
+        if lines > MODULE_LINES:
+            too_long.append(f"{name}: {lines} lines")
+        for node in ast.walk(_parse(path)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > FUNCTION_LINES:
+                    too_long.append(f"{name}:{node.lineno} {node.name}: {length} lines")
+    assert not too_long, too_long
