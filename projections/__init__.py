@@ -78,7 +78,6 @@ from ._spans import (
     usage_attributes,
 )
 from ._status import (
-    HANDLERS,
     MAX_ACTIONS,
     MAX_EGRESS,
     ActionEntry,
@@ -92,12 +91,10 @@ from ._status import (
     RecordState,
     advance_record,
     new_projection,
-    project,
-    project_stored,
     record_rank,
-    reduce,
     verification_passed,
 )
+from ._status_events import HANDLERS, project, project_stored, reduce
 from ._status_rows import StatusFolder
 from ._thread import ACTIVATES, EDITS, REGENERATES, Thread, Turn, thread_from, turns
 from .messages import (

@@ -1,0 +1,308 @@
+"""The status fold over `Event`s: `reduce` and `project`, the seed's rules point by point.
+
+Everything here is pure: no I/O, no clock, no actor. `reduce` is the single place a stream
+becomes status, shared by a live fold (event by event as they arrive) and a replay (folding
+`history`), so both compute the same value. Each kind has one small handler; a kind with no
+handler leaves the projection unchanged, so the status is stable as the vocabulary grows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from spine import REVIVING_PHASES, DecodeError, Event, Kind, Log, Phase
+
+from ._metadata import apply_properties
+from ._status import (
+    MAX_ACTIONS,
+    MAX_EGRESS,
+    ActionEntry,
+    ActionState,
+    EgressEntry,
+    FanoutChild,
+    FanoutState,
+    Outcome,
+    PendingEntry,
+    Projection,
+    RecordState,
+    advance_record,
+    new_projection,
+    verification_passed,
+)
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def _child_index(p: Projection, goal: str) -> int:
+    # An event belongs to a child exactly when its goal names a spawned child; the root's
+    # own events carry no goal or the run id.
+    if not goal:
+        return -1
+    for i, c in enumerate(p.fanout):
+        if c.id == goal:
+            return i
+    return -1
+
+
+def _replace_child(p: Projection, i: int, child: FanoutChild) -> tuple[FanoutChild, ...]:
+    return (*p.fanout[:i], child, *p.fanout[i + 1 :])
+
+
+def _bounded(entries: tuple[Any, ...], bound: int) -> tuple[Any, ...]:
+    return entries[-bound:] if len(entries) > bound else entries
+
+
+def _outcome_update(p: Projection, outcome: str, error: str) -> Projection:
+    return attrs.evolve(p, terminal=bool(outcome), outcome=outcome, error=error)
+
+
+# -- handlers: one per kind ---------------------------------------------------------------
+
+Handler = Callable[[Projection, Event], Projection]
+
+
+def _session_started(p: Projection, ev: Event) -> Projection:
+    # Opening (or re-opening) the run makes it live again.
+    return attrs.evolve(p, objective=ev.text or p.objective, terminal=False, outcome="", error="")
+
+
+def _user_message(p: Projection, ev: Event) -> Projection:
+    # A chat session's first message is its objective; new input resumes a terminal run
+    # (the last result stays until the next convergence replaces it).
+    return attrs.evolve(
+        p,
+        objective=p.objective or ev.text,
+        messages=p.messages + 1,
+        terminal=False,
+        outcome="",
+        error="",
+    )
+
+
+def _turn_completed(p: Projection, ev: Event) -> Projection:
+    usage = p.usage + ev.usage if ev.usage is not None else p.usage
+    i = _child_index(p, ev.goal)
+    fanout = p.fanout
+    if i >= 0:
+        c = p.fanout[i]
+        fanout = _replace_child(p, i, attrs.evolve(c, turns=c.turns + 1))
+    return attrs.evolve(p, turns=p.turns + 1, usage=usage, fanout=fanout)
+
+
+def _turn_cancelled(p: Projection, ev: Event) -> Projection:
+    # A cut-off turn did not complete, but the tokens it spent were spent.
+    usage = p.usage + ev.usage if ev.usage is not None else p.usage
+    return attrs.evolve(p, cancelled=p.cancelled + 1, usage=usage)
+
+
+def _child_spawned(p: Projection, ev: Event) -> Projection:
+    if not ev.child or _child_index(p, ev.child) >= 0:
+        return p
+    child = FanoutChild(id=ev.child, parent=ev.goal, objective=ev.text)
+    return attrs.evolve(p, fanout=(*p.fanout, child))
+
+
+def _child_completed(p: Projection, ev: Event) -> Projection:
+    i = _child_index(p, ev.child)
+    if i < 0 or p.fanout[i].state != FanoutState.RUNNING:
+        return p
+    state = FanoutState.FAILED if ev.is_error else FanoutState.DONE
+    c = attrs.evolve(p.fanout[i], state=state, result=ev.result)
+    return attrs.evolve(p, fanout=_replace_child(p, i, c))
+
+
+def _converged(p: Projection, ev: Event) -> Projection:
+    # A child's own convergence folds back through child.completed, not here.
+    if _child_index(p, ev.goal) >= 0:
+        return p
+    return attrs.evolve(_outcome_update(p, Outcome.CONVERGED, ""), result=ev.text)
+
+
+def _stalled(p: Projection, ev: Event) -> Projection:
+    if _child_index(p, ev.goal) >= 0:
+        return p
+    return _outcome_update(p, Outcome.STALLED, ev.error)
+
+
+def _settle(p: Projection, ev: Event, state: ActionState) -> tuple[ActionEntry, ...]:
+    # An outcome updates the entry its admission created; without one in the window it
+    # is still a recent decision, so it gets its own row.
+    if ev.call:
+        for i in range(len(p.actions) - 1, -1, -1):
+            e = p.actions[i]
+            if e.call == ev.call:
+                updated = attrs.evolve(
+                    e,
+                    action=ev.action or e.action,
+                    trust=ev.trust or e.trust,
+                    state=state,
+                    fault=ev.fault,
+                )
+                return (*p.actions[:i], updated, *p.actions[i + 1 :])
+    entry = ActionEntry(call=ev.call, action=ev.action, trust=ev.trust, state=state, fault=ev.fault)
+    return _bounded((*p.actions, entry), MAX_ACTIONS)
+
+
+def _unpend(p: Projection, call: int) -> tuple[PendingEntry, ...]:
+    if not p.pending:
+        return p.pending
+    return tuple(x for x in p.pending if x.call != call)
+
+
+def _action_pending(p: Projection, ev: Event) -> Projection:
+    entry = PendingEntry(call=ev.call, action=ev.action, input=ev.input, turn=ev.turn)
+    return attrs.evolve(p, pending=(*p.pending, entry))
+
+
+def _action_admitted(p: Projection, ev: Event) -> Projection:
+    entry = ActionEntry(call=ev.call, action=ev.action, trust=ev.trust)
+    fanout = p.fanout
+    i = _child_index(p, ev.goal)
+    if i >= 0 and ev.trust:
+        fanout = _replace_child(p, i, attrs.evolve(p.fanout[i], trust=ev.trust))
+    return attrs.evolve(
+        p,
+        admitted=p.admitted + 1,
+        containment=ev.trust or p.containment,
+        actions=_bounded((*p.actions, entry), MAX_ACTIONS),
+        fanout=fanout,
+        pending=_unpend(p, ev.call),
+    )
+
+
+def _action_completed(p: Projection, ev: Event) -> Projection:
+    return attrs.evolve(p, completed=p.completed + 1, actions=_settle(p, ev, ActionState.DONE))
+
+
+def _action_rejected(p: Projection, ev: Event) -> Projection:
+    fanout = p.fanout
+    i = _child_index(p, ev.goal)
+    if i >= 0:
+        c = p.fanout[i]
+        fanout = _replace_child(
+            p, i, attrs.evolve(c, blocked=c.blocked + 1, trust=ev.trust or c.trust)
+        )
+    return attrs.evolve(
+        p,
+        rejected=p.rejected + 1,
+        containment=ev.trust or p.containment,
+        actions=_settle(p, ev, ActionState.BLOCKED),
+        fanout=fanout,
+        pending=_unpend(p, ev.call),
+    )
+
+
+def _egress(p: Projection, ev: Event) -> Projection:
+    # A decision names a destination; one without a host decided nothing.
+    if not ev.host:
+        return p
+    entry = EgressEntry(host=ev.host, allowed=ev.allowed, reason=ev.reason)
+    return attrs.evolve(
+        p,
+        egress_allowed=p.egress_allowed + (1 if ev.allowed else 0),
+        egress_blocked=p.egress_blocked + (0 if ev.allowed else 1),
+        egress=_bounded((*p.egress, entry), MAX_EGRESS),
+    )
+
+
+def _record_sealed(p: Projection, ev: Event) -> Projection:
+    fanout = tuple(
+        c
+        if c.state == FanoutState.RUNNING
+        else attrs.evolve(c, seal=advance_record(c.seal, RecordState.SEALED))
+        for c in p.fanout
+    )
+    return attrs.evolve(p, record=advance_record(p.record, RecordState.SEALED), fanout=fanout)
+
+
+def _record_verified(p: Projection, ev: Event) -> Projection:
+    # Only a record that was sealed can be verified, and a failed check changes nothing.
+    if not verification_passed(ev) or p.record == RecordState.RECORDING:
+        return p
+    fanout = tuple(
+        attrs.evolve(c, seal=RecordState.VERIFIED) if c.seal == RecordState.SEALED else c
+        for c in p.fanout
+    )
+    return attrs.evolve(p, record=RecordState.VERIFIED, fanout=fanout)
+
+
+def _properties(p: Projection, ev: Event) -> Projection:
+    if not ev.properties:
+        return p
+    return attrs.evolve(p, metadata=apply_properties(p.metadata, ev.properties))
+
+
+def _lifecycle(p: Projection, ev: Event) -> Projection:
+    if not ev.phase:
+        return p
+    if ev.phase == Phase.FAILED:
+        p = _outcome_update(p, Outcome.FAILED, ev.error or ev.reason)
+    elif p.outcome == Outcome.FAILED and ev.phase in REVIVING_PHASES:
+        p = _outcome_update(p, "", "")
+    return attrs.evolve(p, phase=ev.phase)
+
+
+#: The status handler for each kind; kinds absent here leave the projection unchanged.
+HANDLERS: Mapping[str, Handler] = {
+    Kind.SESSION_STARTED: _session_started,
+    Kind.USER_MESSAGE: _user_message,
+    Kind.TURN_COMPLETED: _turn_completed,
+    Kind.TURN_CANCELLED: _turn_cancelled,
+    Kind.CHILD_SPAWNED: _child_spawned,
+    Kind.CHILD_COMPLETED: _child_completed,
+    Kind.CONVERGED: _converged,
+    Kind.STALLED: _stalled,
+    Kind.ACTION_ADMITTED: _action_admitted,
+    Kind.ACTION_COMPLETED: _action_completed,
+    Kind.ACTION_REJECTED: _action_rejected,
+    Kind.ACTION_PENDING: _action_pending,
+    Kind.EGRESS: _egress,
+    Kind.RECORD_SEALED: _record_sealed,
+    Kind.RECORD_VERIFIED: _record_verified,
+    Kind.PROPERTIES: _properties,
+    Kind.LIFECYCLE: _lifecycle,
+}
+
+# Plain-string keys so that a lookup by ``ev.kind`` (a str) hashes the same way.
+_BY_KIND: dict[str, Handler] = {str(k): v for k, v in HANDLERS.items()}
+
+
+def reduce(p: Projection, ev: Event) -> Projection:
+    """Fold one event into ``p``; an unknown kind returns ``p`` itself."""
+    handler = _BY_KIND.get(ev.kind)
+    return p if handler is None else handler(p, ev)
+
+
+def project_stored(log: Log, session: str) -> Projection:
+    """The status of ``session`` folded from ``log``. A stored row that does not decode
+    ends the fold there: the session is terminal and failed, its ``error`` naming the seq
+    (the rows before it are folded as usual)."""
+    events: list[Event] = []
+    after = 0
+    while True:
+        page = log.read(session, after, 1000)
+        if not page:
+            return project(events)
+        for r in page:
+            try:
+                events.append(r.event())
+            except DecodeError as exc:
+                p = project(events)
+                why = f"its stream does not decode at seq {r.seq}: {exc.problem}"
+                return attrs.evolve(
+                    p, terminal=True, error=why, outcome="failed", phase=str(Phase.FAILED)
+                )
+        after = page[-1].seq
+
+
+def project(events: Iterable[Event], start: Projection | None = None) -> Projection:
+    """Fold ``events`` into ``start`` (default `new_projection()`): replay's `reduce`."""
+    p = start if start is not None else new_projection()
+    for ev in events:
+        handler = _BY_KIND.get(ev.kind)
+        if handler is not None:
+            p = handler(p, ev)
+    return p
