@@ -18,8 +18,6 @@ from ._status import MAX_ACTIONS, MAX_EGRESS, Outcome, _verification_passed
 if TYPE_CHECKING:
     from ._status_rows import StatusFolder
 
-_USAGE_KEYS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")
-
 # Fan-out child slots in the mutable list form.
 _C_ID, _C_PARENT, _C_OBJ, _C_STATE, _C_TURNS, _C_RESULT, _C_TRUST, _C_BLOCKED, _C_SEAL = range(9)
 # Action ledger slots.
