@@ -132,10 +132,14 @@ def test_killing_the_runner_brings_a_new_one_and_sessions_carry_on(mp: Host) -> 
     a = mp.send(sid, "before")
     mp.wait_turn(sid, a.seq)
     runner = mp.runner_pid()
+    orphan = mp.session_pid(sid)
     os.kill(runner, signal.SIGKILL)
+    # The orphaned incarnation hears of its parent's end from the kernel and stops.
+    wait_for(lambda: _zombie(orphan), 10)
     b = mp.send(sid, "after", key="after-1")
     assert mp.wait_turn(sid, b.seq).kind == Kind.TURN_COMPLETED
     assert mp.runner_pid() != runner
+    assert mp.session_pid(sid) != orphan
     evs = mp.history(sid)
     _assert_gapless(evs)
     assert [e.text for e in evs if e.kind == Kind.USER_MESSAGE] == ["before", "after"]

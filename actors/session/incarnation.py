@@ -4,12 +4,13 @@ outbox), the work done at the end of every message it handles, and its news for 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from datetime import timedelta
 from typing import Any
 
 import attrs
-from thespian.actors import WatchMessage
+from thespian.actors import ActorExitRequest, ThespianWatch, WatchMessage
 
 from spine import Log
 
@@ -59,6 +60,11 @@ class SessionIncarnation(GuardedActor):
         self.sealer: AutoSealer | None = None
         #: The Runner's pid, watched once this process serves or stands by.
         self.ppid: int | None = None
+        #: A descriptor that becomes readable when the Runner's process ends (Linux pidfd;
+        #: None: the parent is polled instead).
+        self._parent_fd: int | None = None
+        #: What Thespian's select loop watches for this actor (the mailslot, the parent).
+        self._watching: ThespianWatch | None = None
         #: A spare's log and snapshot store opened ahead: (db_path, spine, log, snapshots).
         self._warm: tuple[str, str, Log, SnapshotStore] | None = None
 
@@ -81,7 +87,13 @@ class SessionIncarnation(GuardedActor):
                 self.wakeupAfter(timedelta(seconds=NOTIFY_INTERVAL), "notify")
         self._urgent = False
         # Asked again after every message: Thespian watches what the last handler returned.
-        return slot.watch if slot is not None and not self.exited else None
+        return None if self.exited else self._watching
+
+    def _rewatch(self) -> None:
+        fds = [] if self._slot is None else [self._slot.fileno()]
+        if self._parent_fd is not None:
+            fds.append(self._parent_fd)
+        self._watching = ThespianWatch(fds) if fds else None
 
     def _drain(self, slot: Mailslot) -> None:
         for handed in slot.take():
@@ -92,6 +104,22 @@ class SessionIncarnation(GuardedActor):
     def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: Any) -> None:
         if self._slot is not None:
             self._drain(self._slot)
+        if self._parent_fd is not None and self._parent_fd in msg.ready:
+            self._orphaned()
+
+    def _orphaned(self) -> bool:
+        """Stop this incarnation if the Runner's process has gone (this process was
+        re-parented): a new Runner replaces it. True if it stops."""
+        if self.exited or os.getppid() == self.ppid:
+            return False
+        sid = self.cfg.session_id if self.cfg else ""
+        session_log().warning("session %s: runner gone, stopping orphaned incarnation", sid)
+        self.stopping_sent = True
+        self.exited = True
+        if self.worker is not None:
+            self.worker.cancel()
+        self.send(self.myAddress, ActorExitRequest())
+        return True
 
     def _failure(self, request_id: str, error: str, message: str) -> m.RequestFailed:
         sid = self.cfg.session_id if self.cfg else ""

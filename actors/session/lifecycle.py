@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from datetime import timedelta
@@ -90,9 +91,19 @@ class SessionLifecycle(DecisionExecution):
             raise
 
     def _watch_parent(self) -> None:
-        if self.ppid is None:
-            self.ppid = os.getppid()
+        if self.ppid is not None:
+            return
+        self.ppid = os.getppid()
+        # The kernel says when the parent ends (no pass of the loop until then: a daemon
+        # with hundreds of idle sessions woke each twice a second); else it is polled.
+        if supports_watch(self):
+            with contextlib.suppress(AttributeError, OSError):
+                self._parent_fd = os.pidfd_open(self.ppid)
+        if self._parent_fd is None:
             self.wakeupAfter(timedelta(seconds=_ORPHAN_CHECK), "orphan-check")
+        else:
+            self._rewatch()
+            self._orphaned()  # it may have ended before the descriptor was opened
 
     def receiveMsg_SessionConfig(self, cfg: SessionConfig, sender: Any) -> None:
         if self.cfg is not None:
@@ -130,6 +141,7 @@ class SessionLifecycle(DecisionExecution):
         self._watch_parent()
         if supports_watch(self):
             self._slot = Mailslot()
+            self._rewatch()
         data_dir = os.path.dirname(cfg.db_path)
         # Every record this process writes from here on names the session and incarnation
         # (and, once it appends, its last seq and kind).
@@ -194,16 +206,8 @@ class SessionLifecycle(DecisionExecution):
         # Runner that has since died to stop it would otherwise wait for ever.
         if msg.payload != "orphan-check" or self.exited:
             return
-        if os.getppid() != self.ppid:
-            sid = self.cfg.session_id if self.cfg else ""
-            session_log().warning("session %s: runner gone, stopping orphaned incarnation", sid)
-            self.stopping_sent = True
-            self.exited = True
-            if self.worker is not None:
-                self.worker.cancel()
-            self.send(self.myAddress, ActorExitRequest())
-            return
-        self.wakeupAfter(timedelta(seconds=_ORPHAN_CHECK), "orphan-check")
+        if not self._orphaned():
+            self.wakeupAfter(timedelta(seconds=_ORPHAN_CHECK), "orphan-check")
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
         self._notify(now=True)
