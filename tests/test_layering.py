@@ -128,16 +128,18 @@ def test_importing_the_deciders_loads_no_actor_framework() -> None:
     assert out.stdout.strip() == "[]", out.stdout
 
 
-#: The actors package's shape: modules a reader can hold in mind, functions that fit on a
-#: screen ("about 400" lines: the session state's fold, with its event table, is 425).
+#: The packages' shape: modules a reader can hold in mind, functions that fit on a screen
+#: ("about 400" lines: the session state's fold, with its event table, is 425).
 MODULE_LINES = 430
 FUNCTION_LINES = 50
+SHAPED = ("actors", "projections")
 
 
-def test_actors_modules_and_functions_stay_small() -> None:
-    """No module of actors over about 400 lines, no function or method over 50."""
+@pytest.mark.parametrize("package", SHAPED)
+def test_modules_and_functions_stay_small(package: str) -> None:
+    """No module over about 400 lines, no function or method over 50."""
     too_long: list[str] = []
-    for path in sorted((ROOT / "actors").rglob("*.py")):
+    for path in sorted((ROOT / package).rglob("*.py")):
         name = str(path.relative_to(ROOT))
         lines = path.read_text().count("\n")
         if lines > MODULE_LINES:
