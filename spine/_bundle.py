@@ -19,8 +19,10 @@ from ._ids import validate_session_id
 from ._keys import Keyring, KeysLike, PublicKey
 from ._log import Log, Record
 from ._seal_errors import BundleError, MalformedSealError, SealError, UnknownKeyError
-from ._seal_verify import VerifyReport, verify_records
-from ._sealing import Seal, parse_seal_event
+from ._seal_record import Seal
+from ._seal_report import VerifyReport
+from ._seal_verify import verify_records
+from ._sealing import parse_seal_event
 
 BUNDLE_FORMAT = "vertebra-seal-bundle"
 BUNDLE_VERSION = 1
@@ -134,14 +136,7 @@ class Bundle:
         head, sep, body = data.partition(b"\n")
         if not sep:
             raise BundleError("the bundle has no header line")
-        try:
-            h = orjson.loads(head)
-        except orjson.JSONDecodeError as exc:
-            raise BundleError(f"the bundle header is not JSON ({exc})") from None
-        if not isinstance(h, dict) or h.get("format") != BUNDLE_FORMAT:
-            raise BundleError(f"not a seal bundle (the header's format is not {BUNDLE_FORMAT!r})")
-        if h.get("v") != BUNDLE_VERSION:
-            raise BundleError(f"unsupported bundle version {h.get('v')!r}")
+        h = _header(head)
         stream = h.get("stream")
         first = h.get("first")
         seals = h.get("seals")
@@ -154,28 +149,8 @@ class Bundle:
             isinstance(s, int) and not isinstance(s, bool) for s in seals
         ):
             raise BundleError("the bundle header's 'seals' must be a list of seqs")
-        keys = []
-        for entry in h.get("keys") or []:
-            if not isinstance(entry, dict) or not isinstance(entry.get("publicKey"), str):
-                raise BundleError("each bundle key needs a 'publicKey' in hex")
-            try:
-                key = PublicKey.from_hex(entry["publicKey"])
-            except ValueError as exc:
-                raise BundleError(f"bad public key in bundle: {exc}") from None
-            if entry.get("keyId") != key.key_id:
-                raise BundleError(
-                    f"bundle key {entry.get('keyId')!r} does not match its public key "
-                    f"(whose id is {key.key_id})"
-                )
-            keys.append(key)
-        versions = h.get("versions", [])
-        if not isinstance(versions, list) or not all(
-            isinstance(v, list)
-            and len(v) == 2
-            and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
-            for v in versions
-        ):
-            raise BundleError("the bundle header's 'versions' must be a list of [seq, version]")
+        keys = _header_keys(h)
+        versions = _header_versions(h)
         lines = body.split(b"\n")
         if lines and lines[-1] == b"":
             lines.pop()
@@ -187,6 +162,51 @@ class Bundle:
             lines=tuple(lines),
             versions=tuple((v[0], v[1]) for v in versions),
         )
+
+
+def _header(head: bytes) -> dict[str, Any]:
+    """The header line parsed: a JSON object of this bundle format and version."""
+    try:
+        h = orjson.loads(head)
+    except orjson.JSONDecodeError as exc:
+        raise BundleError(f"the bundle header is not JSON ({exc})") from None
+    if not isinstance(h, dict) or h.get("format") != BUNDLE_FORMAT:
+        raise BundleError(f"not a seal bundle (the header's format is not {BUNDLE_FORMAT!r})")
+    if h.get("v") != BUNDLE_VERSION:
+        raise BundleError(f"unsupported bundle version {h.get('v')!r}")
+    return h
+
+
+def _header_keys(h: dict[str, Any]) -> list[PublicKey]:
+    """The header's public keys, each checked against the key id it is listed under."""
+    keys = []
+    for entry in h.get("keys") or []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("publicKey"), str):
+            raise BundleError("each bundle key needs a 'publicKey' in hex")
+        try:
+            key = PublicKey.from_hex(entry["publicKey"])
+        except ValueError as exc:
+            raise BundleError(f"bad public key in bundle: {exc}") from None
+        if entry.get("keyId") != key.key_id:
+            raise BundleError(
+                f"bundle key {entry.get('keyId')!r} does not match its public key "
+                f"(whose id is {key.key_id})"
+            )
+        keys.append(key)
+    return keys
+
+
+def _header_versions(h: dict[str, Any]) -> list[list[int]]:
+    """The header's ``[seq, version]`` pairs (none when it lists none)."""
+    versions = h.get("versions", [])
+    if not isinstance(versions, list) or not all(
+        isinstance(v, list)
+        and len(v) == 2
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+        for v in versions
+    ):
+        raise BundleError("the bundle header's 'versions' must be a list of [seq, version]")
+    return versions
 
 
 def _claimed_seq(line: bytes) -> int | None:

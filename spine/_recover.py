@@ -109,54 +109,13 @@ def recover_sqlite(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> 
     if os.path.exists(dst):
         raise InvalidArgumentError(f"{dst!r} exists; recovery writes a new database only")
     unplaced: list[str] = []
-    lost: list[LostRow] = []
-    # stream -> the next seq due in the copy
-    due: dict[str, int] = {}
-    copied = 0
     SqliteLog(dst).close()  # the schema, file modes and format mark of a real spine
     out = sqlite3.connect(dst, isolation_level=None)
+    copy = _Copy(out)
     try:
         out.execute("BEGIN IMMEDIATE")
-        position = 0
-
-        def put(stream: str, seq: int, kind: str, version: int, payload: bytes) -> None:
-            nonlocal position
-            position += 1
-            out.execute(
-                "INSERT INTO events (position, stream, seq, kind, version, payload) "
-                "VALUES (?,?,?,?,?,?)",
-                (position, stream, seq, kind, version, payload),
-            )
-            out.execute(
-                "INSERT INTO streams (stream, last_seq, last_position, first_position) "
-                "VALUES (?,?,?,?) ON CONFLICT (stream) DO UPDATE SET "
-                "last_seq = excluded.last_seq, last_position = excluded.last_position",
-                (stream, seq, position, position),
-            )
-
-        def stand_in(stream: str, seq: int, problem: str) -> None:
-            lost.append(LostRow(stream=stream, seq=seq, problem=problem))
-            ev = Event(kind=LOST_KIND, error=f"lost in recovery: {problem}")
-            [(_, kind, payload)] = encode_events([ev], seq, _now)
-            put(stream, seq, kind, 1, payload)
-
         for _pos, stream, seq, kind, version, payload in _read_source(src, unplaced):
-            if not isinstance(stream, str) or not isinstance(seq, int) or seq < 1:
-                unplaced.append(f"a row with stream {stream!r} and seq {seq!r}")
-                continue
-            nxt = due.get(stream, 1)
-            if seq < nxt:
-                lost.append(LostRow(stream=stream, seq=seq, problem="a second row at this seq"))
-                continue
-            for gap in range(nxt, seq):
-                stand_in(stream, gap, "the row is missing or unreadable")
-            due[stream] = seq + 1
-            problem = _unreadable(stream, seq, kind, version, payload)
-            if problem is not None:
-                stand_in(stream, seq, problem)
-                continue
-            put(stream, seq, kind, version, bytes(payload))
-            copied += 1
+            copy.take(stream, seq, kind, version, payload, unplaced)
         _copy_keys(src, out)
         out.execute("COMMIT")
     except BaseException:
@@ -166,8 +125,63 @@ def recover_sqlite(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> 
     finally:
         out.close()
     return RecoveryReport(
-        copied=copied, streams=len(due), lost=tuple(lost), unplaced=tuple(unplaced)
+        copied=copy.copied, streams=len(copy.due), lost=tuple(copy.lost), unplaced=tuple(unplaced)
     )
+
+
+class _Copy:
+    """The copy being written: rows in position order, and the seq due next per stream."""
+
+    def __init__(self, out: sqlite3.Connection) -> None:
+        self.out = out
+        self.position = 0
+        # stream -> the next seq due in the copy
+        self.due: dict[str, int] = {}
+        self.lost: list[LostRow] = []
+        self.copied = 0
+
+    def take(
+        self, stream: str, seq: int, kind: str, version: int, payload: bytes, unplaced: list[str]
+    ) -> None:
+        """Copy one source row, standing in for the seqs missing before it and for itself
+        when it does not read back; a row that has no place in a stream goes to
+        ``unplaced``."""
+        if not isinstance(stream, str) or not isinstance(seq, int) or seq < 1:
+            unplaced.append(f"a row with stream {stream!r} and seq {seq!r}")
+            return
+        nxt = self.due.get(stream, 1)
+        if seq < nxt:
+            self.lost.append(LostRow(stream=stream, seq=seq, problem="a second row at this seq"))
+            return
+        for gap in range(nxt, seq):
+            self.stand_in(stream, gap, "the row is missing or unreadable")
+        self.due[stream] = seq + 1
+        problem = _unreadable(stream, seq, kind, version, payload)
+        if problem is not None:
+            self.stand_in(stream, seq, problem)
+            return
+        self.put(stream, seq, kind, version, bytes(payload))
+        self.copied += 1
+
+    def put(self, stream: str, seq: int, kind: str, version: int, payload: bytes) -> None:
+        self.position += 1
+        self.out.execute(
+            "INSERT INTO events (position, stream, seq, kind, version, payload) "
+            "VALUES (?,?,?,?,?,?)",
+            (self.position, stream, seq, kind, version, payload),
+        )
+        self.out.execute(
+            "INSERT INTO streams (stream, last_seq, last_position, first_position) "
+            "VALUES (?,?,?,?) ON CONFLICT (stream) DO UPDATE SET "
+            "last_seq = excluded.last_seq, last_position = excluded.last_position",
+            (stream, seq, self.position, self.position),
+        )
+
+    def stand_in(self, stream: str, seq: int, problem: str) -> None:
+        self.lost.append(LostRow(stream=stream, seq=seq, problem=problem))
+        ev = Event(kind=LOST_KIND, error=f"lost in recovery: {problem}")
+        [(_, kind, payload)] = encode_events([ev], seq, _now)
+        self.put(stream, seq, kind, 1, payload)
 
 
 def _copy_keys(src: str, out: sqlite3.Connection) -> None:

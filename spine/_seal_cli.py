@@ -14,7 +14,7 @@ import orjson
 
 from ._errors import SpineError
 from ._keys import Keyring, KeyStore, PublicKey
-from ._seal_verify import VerifyReport
+from ._seal_report import VerifyReport
 from ._sqlite import SqliteLog
 
 
@@ -97,7 +97,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _prove(args: argparse.Namespace) -> int:
-    from ._sealing import prove
+    from ._seal_proof import prove
 
     with _open(args.db) as log:
         proof = prove(log, args.stream, args.seq)
@@ -111,7 +111,7 @@ def _prove(args: argparse.Namespace) -> int:
 
 
 def _check_proof(args: argparse.Namespace) -> int:
-    from ._sealing import InclusionProof, verify_inclusion
+    from ._seal_proof import InclusionProof, verify_inclusion
 
     ring = _keys(args)
     if ring is None:

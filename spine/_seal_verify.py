@@ -1,4 +1,4 @@
-"""Verification in tiers, and the report that names what failed and where.
+"""Verification in tiers: the engine that checks every seal among a stream's records.
 
 The engine (`verify_records`) is pure: it takes a stream's records as storage returned them
 (from a log or from a bundle) and trusted keys. For each seal found among them it runs:
@@ -14,138 +14,30 @@ The engine (`verify_records`) is pure: it takes a stream's records as storage re
 When a range fails, the first divergence between the stored events and the sealed leaves
 is classified as modified, missing, inserted or reordered and reported by seq.
 
-`verified_event` turns a report into the ``record.verified`` event that records it, pass or
-fail (also pure); `verify_stream` verifies a log's stream and appends that event.
+`verified_event` (in `spine._seal_report`, with the report) turns a report into the
+``record.verified`` event that records it, pass or fail; `verify_stream` verifies a log's
+stream and appends that event. Divergences are classified in `spine._seal_divergence`.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 import attrs
 import orjson
 
 from ._errors import StorageError
-from ._event import Event, Kind
+from ._event import Kind
 from ._ids import validate_session_id
 from ._keys import Keyring, KeysLike
 from ._log import Log, Record
-from ._merkle import merkle_root, row_leaf_hash, row_leaf_hashes
+from ._merkle import merkle_root
+from ._seal_divergence import locate, stored_leaves
 from ._seal_errors import MalformedSealError
-from ._sealing import Seal, parse_seal_event
-
-
-class FindingKind(enum.StrEnum):
-    """What a verification found wrong."""
-
-    MODIFIED = "modified"
-    MISSING = "missing"
-    INSERTED = "inserted"
-    REORDERED = "reordered"
-    #: The seal itself is malformed, forged, edited or signed by an untrusted key.
-    SEAL = "seal"
-
-
-@attrs.frozen(kw_only=True)
-class Finding:
-    """One problem: its kind, the seq it is at, and which seal found it."""
-
-    kind: FindingKind
-    seq: int
-    seal_seq: int
-    detail: str
-
-    def __str__(self) -> str:
-        return f"{self.kind} at seq {self.seq}: {self.detail}"
-
-
-@attrs.frozen(kw_only=True)
-class Tier:
-    """One tier of one seal's check; ``ok`` is None when the tier was not run."""
-
-    name: str
-    ok: bool | None
-    detail: str = ""
-
-
-@attrs.frozen(kw_only=True)
-class SealCheck:
-    """The check of one seal: its tiers in order and what it found."""
-
-    seal_seq: int
-    seal: Seal | None
-    tiers: tuple[Tier, ...]
-    findings: tuple[Finding, ...]
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings
-
-
-@attrs.frozen(kw_only=True)
-class VerifyReport:
-    """The outcome of verifying a stream (or a bundle of it).
-
-    ``findings`` are ordered by seq (a seal problem first on a tie); ``problem`` is the
-    first of them: the earliest tampered event or forged seal. ``verified_seq`` is the seq
-    of the ``record.verified`` event the verification appended, passing or failing (0 when
-    it appended none).
-    """
-
-    stream: str
-    checks: tuple[SealCheck, ...]
-    findings: tuple[Finding, ...]
-    verified_seq: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.checks) and not self.findings
-
-    @property
-    def problem(self) -> Finding | None:
-        return self.findings[0] if self.findings else None
-
-    @property
-    def ranges(self) -> list[tuple[int, int]]:
-        """The seq ranges of the seals that passed."""
-        return [(c.seal.first, c.seal.last) for c in self.checks if c.ok and c.seal is not None]
-
-    def summary(self) -> str:
-        if not self.checks:
-            return f"stream {self.stream!r}: no seal found; nothing is verified"
-        if self.ok:
-            lo = min(a for a, _ in self.ranges)
-            hi = max(b for _, b in self.ranges)
-            n = len(self.checks)
-            return f"stream {self.stream!r}: verified seqs {lo}..{hi} under {n} seal(s)"
-        assert self.problem is not None
-        return f"stream {self.stream!r}: FAILED: {self.problem}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "stream": self.stream,
-            "ok": self.ok,
-            "problem": None if self.problem is None else _finding_dict(self.problem),
-            "findings": [_finding_dict(f) for f in self.findings],
-            "seals": [
-                {
-                    "seq": c.seal_seq,
-                    "first": None if c.seal is None else c.seal.first,
-                    "last": None if c.seal is None else c.seal.last,
-                    "keyId": None if c.seal is None else c.seal.key_id,
-                    "tiers": [{"name": t.name, "ok": t.ok, "detail": t.detail} for t in c.tiers],
-                }
-                for c in self.checks
-            ],
-        }
-
-
-def _finding_dict(f: Finding) -> dict[str, Any]:
-    return {"kind": str(f.kind), "seq": f.seq, "sealSeq": f.seal_seq, "detail": f.detail}
-
+from ._seal_record import Seal
+from ._seal_report import Finding, FindingKind, SealCheck, Tier, VerifyReport, verified_event
+from ._sealing import parse_seal_event
 
 # -- the engine --------------------------------------------------------------------------
 
@@ -192,78 +84,76 @@ def _check_seal(
         expected = parsed.leaf_list()
         problem = parsed.signature_problem(ring) or parsed.index_problem(expected)
     if problem is not None or seal is None:
-        detail = f"the seal stored at seq {at} is forged, edited or untrusted: {problem}"
-        return SealCheck(
-            seal_seq=at,
-            seal=seal,
-            tiers=(
-                _not_run("contiguity"),
-                _not_run("root"),
-                Tier(name="signature", ok=False, detail=str(problem)),
-                _not_run("proofs"),
-            ),
-            findings=(Finding(kind=FindingKind.SEAL, seq=at, seal_seq=at, detail=detail),),
-        )
+        return _unauthentic(at, seal, problem)
     sig_tier = Tier(name="signature", ok=True, detail=f"signed by key {seal.key_id}")
 
     # The range starts at the first stored seq >= first; it cannot run into its own seal
     # event, which in an intact log comes after it.
     j = _start(records, seal.first)
     observed = records[j : min(j + seal.count, max(js, j))]
-    got = _leaves(observed)
+    got = stored_leaves(observed)
+    bad_seq, cont = _contiguity(seal, observed)
+    same = b"".join(got) == seal.leaves
+    root = _root_tier(seal, got, same)
+    tiers = (cont, root, sig_tier)
+    if same and bad_seq is None:
+        column = _column_problem(observed) if columns else None
+        if column is None:
+            proofs = Tier(name="proofs", ok=True, detail=f"{seal.count} events proven")
+            return SealCheck(seal_seq=at, seal=seal, tiers=(*tiers, proofs), findings=())
+        r, detail = column
+        finding = Finding(kind=FindingKind.MODIFIED, seq=r.seq, seal_seq=at, detail=detail)
+    else:
+        finding = locate(seal, records, j, observed, got, expected, at)
+    proofs = Tier(name="proofs", ok=False, detail=str(finding))
+    return SealCheck(seal_seq=at, seal=seal, tiers=(*tiers, proofs), findings=(finding,))
 
+
+def _unauthentic(at: int, seal: Seal | None, problem: str | None) -> SealCheck:
+    """The check of a seal that is malformed, forged, edited or untrusted: nothing else runs."""
+    detail = f"the seal stored at seq {at} is forged, edited or untrusted: {problem}"
+    return SealCheck(
+        seal_seq=at,
+        seal=seal,
+        tiers=(
+            _not_run("contiguity"),
+            _not_run("root"),
+            Tier(name="signature", ok=False, detail=str(problem)),
+            _not_run("proofs"),
+        ),
+        findings=(Finding(kind=FindingKind.SEAL, seq=at, seal_seq=at, detail=detail),),
+    )
+
+
+def _contiguity(seal: Seal, observed: Sequence[Record]) -> tuple[int | None, Tier]:
+    """Where in the range the stored seqs stop running ``first..last`` (None: nowhere),
+    and the contiguity tier."""
     bad_seq: int | None = None
     if [r.seq for r in observed] != list(range(seal.first, seal.last + 1)):
         bad_seq = next(
             (i for i, r in enumerate(observed) if r.seq != seal.first + i), len(observed)
         )
     if bad_seq is None:
-        cont = Tier(name="contiguity", ok=True, detail=f"seqs {seal.first}..{seal.last}")
-    else:
-        found = observed[bad_seq].seq if bad_seq < len(observed) else None
-        cont = Tier(
-            name="contiguity",
-            ok=False,
-            detail=f"expected seq {seal.first + bad_seq}, found "
-            + ("the end of the range" if found is None else f"seq {found}"),
-        )
+        return None, Tier(name="contiguity", ok=True, detail=f"seqs {seal.first}..{seal.last}")
+    found = observed[bad_seq].seq if bad_seq < len(observed) else None
+    return bad_seq, Tier(
+        name="contiguity",
+        ok=False,
+        detail=f"expected seq {seal.first + bad_seq}, found "
+        + ("the end of the range" if found is None else f"seq {found}"),
+    )
 
-    same = b"".join(got) == seal.leaves
+
+def _root_tier(seal: Seal, got: list[bytes], same: bool) -> Tier:
     # An authentic index already reproduces the root, so equal leaves need no second tree.
     root_ok = same or merkle_root(got) == seal.root
-    root = Tier(
+    return Tier(
         name="root",
         ok=root_ok,
         detail="recomputed root equals the signed root"
         if root_ok
         else "the root recomputed from the stored bytes differs from the signed root",
     )
-    if same and bad_seq is None:
-        column = _column_problem(observed) if columns else None
-        if column is not None:
-            r, detail = column
-            finding = Finding(kind=FindingKind.MODIFIED, seq=r.seq, seal_seq=at, detail=detail)
-            proofs = Tier(name="proofs", ok=False, detail=str(finding))
-            return SealCheck(
-                seal_seq=at, seal=seal, tiers=(cont, root, sig_tier, proofs), findings=(finding,)
-            )
-        proofs = Tier(name="proofs", ok=True, detail=f"{seal.count} events proven")
-        return SealCheck(seal_seq=at, seal=seal, tiers=(cont, root, sig_tier, proofs), findings=())
-
-    finding = _locate(seal, records, j, observed, got, expected, at)
-    proofs = Tier(name="proofs", ok=False, detail=str(finding))
-    return SealCheck(
-        seal_seq=at, seal=seal, tiers=(cont, root, sig_tier, proofs), findings=(finding,)
-    )
-
-
-def _leaves(records: Sequence[Record]) -> list[bytes]:
-    """The leaves of stored rows: payload and schema version (see `row_leaf_hash`)."""
-    return row_leaf_hashes([r.payload for r in records], [r.version for r in records])
-
-
-def _leaf(r: Record) -> bytes:
-    return row_leaf_hash(r.payload, r.version)
 
 
 def _column_problem(observed: Sequence[Record]) -> tuple[Record, str] | None:
@@ -319,134 +209,7 @@ def _start(records: Sequence[Record], first: int) -> int:
     return next((i for i, r in enumerate(records) if r.seq >= first), len(records))
 
 
-def _locate(
-    seal: Seal,
-    records: Sequence[Record],
-    j: int,
-    observed: Sequence[Record],
-    got: list[bytes],
-    expected: list[bytes],
-    at: int,
-) -> Finding:
-    """Classify the first divergence between the stored range and the sealed leaves."""
-    first = seal.first
-
-    def finding(kind: FindingKind, i: int, detail: str) -> Finding:
-        return Finding(kind=kind, seq=first + i, seal_seq=at, detail=detail)
-
-    def later(i: int) -> list[bytes]:
-        # Leaves of every stored record after position i of the range (failure path only).
-        return _leaves(records[j + i + 1 :])
-
-    n = min(len(got), len(expected))
-    i = next((k for k in range(n) if got[k] != expected[k]), n)
-    if i == n:
-        if len(got) < len(expected):
-            if expected[i] in later(i - 1):
-                return finding(
-                    FindingKind.REORDERED,
-                    i,
-                    f"the event sealed at seq {first + i} was moved past the end of its range",
-                )
-            return finding(FindingKind.MISSING, i, f"the event sealed at seq {first + i} is gone")
-        k = next(k for k in range(n) if observed[k].seq != first + k)
-        return finding(
-            FindingKind.MODIFIED,
-            k,
-            f"the sealed event at seq {first + k} is stored under seq {observed[k].seq}",
-        )
-    pos = {h: k for k, h in enumerate(expected)}
-    p = pos.get(got[i])
-    if p is None:
-        nxt = j + i + 1
-        if nxt < len(records) and _leaf(records[nxt]) == expected[i]:
-            return finding(
-                FindingKind.INSERTED,
-                i,
-                f"an event that is not in the seal was inserted before sealed seq {first + i}",
-            )
-        if expected[i] in later(i):
-            return finding(
-                FindingKind.REORDERED,
-                i,
-                f"seq {first + i} holds an event from outside the range; "
-                "the sealed event was moved later",
-            )
-        return finding(
-            FindingKind.MODIFIED,
-            i,
-            f"the stored bytes of seq {first + i} differ from the sealed event",
-        )
-    if p > i:
-        rest = later(i)
-        if got[i] in rest:
-            return finding(
-                FindingKind.MODIFIED,
-                i,
-                f"the stored bytes of seq {first + i} were replaced by a copy of the event "
-                f"sealed at seq {first + p}",
-            )
-        if expected[i] in rest:
-            return finding(
-                FindingKind.REORDERED,
-                i,
-                f"seq {first + i} holds the event sealed at seq {first + p}; "
-                "the events are out of order",
-            )
-        return finding(
-            FindingKind.MISSING,
-            i,
-            f"the event sealed at seq {first + i} is gone (seq {first + p} follows early)",
-        )
-    return finding(
-        FindingKind.INSERTED,
-        i,
-        f"a copy of the event sealed at seq {first + p} was inserted at seq {first + i}",
-    )
-
-
 # -- against a log -----------------------------------------------------------------------
-
-
-def verified_event(report: VerifyReport, *, time: datetime | None = None) -> Event:
-    """The ``record.verified`` event that records ``report``, whether it passed or failed.
-
-    Pure (no log, no clock): a stream's writer computes `verify_records` and appends this
-    itself; `verify_stream` does both. Verification is recorded whenever it runs, so a
-    replay reproduces the record badge's transitions: a pass moves a sealed record to
-    verified, a failure leaves it sealed and says why. ``time`` is the event's time (``None``
-    lets the log stamp it).
-
-    A pass records ``first``/``last`` (the seqs the seals cover), ``ok: true``, ``seals``
-    (the seqs of the seal events) and ``keyIds``. A failure records ``ok: false``,
-    ``outcome: "failed"``, ``problem`` (the first finding in words, or that no seal was
-    found), ``seals`` (the seal events checked) and, when something was found, ``finding``
-    (its kind), ``seq`` (the earliest tampered seq or forged seal) and ``sealSeq`` (the seal
-    that found it).
-    """
-    record: dict[str, Any]
-    if report.ok:
-        good = [c.seal for c in report.checks if c.seal is not None]
-        record = {
-            "first": min(s.first for s in good),
-            "last": max(s.last for s in good),
-            "ok": True,
-            "seals": [s.seq for s in good],
-            "keyIds": sorted({s.key_id for s in good}),
-        }
-    else:
-        problem = report.problem
-        record = {
-            "ok": False,
-            "outcome": "failed",
-            "problem": "no seal found; nothing is verified" if problem is None else str(problem),
-            "seals": [c.seal_seq for c in report.checks],
-        }
-        if problem is not None:
-            record["finding"] = str(problem.kind)
-            record["seq"] = problem.seq
-            record["sealSeq"] = problem.seal_seq
-    return Event(kind=Kind.RECORD_VERIFIED, time=time, record=record)
 
 
 def verify_stream(

@@ -39,30 +39,11 @@ from ._seal_errors import (
     SealError,
     UnknownKeyError,
 )
-from ._seal_verify import (
-    Finding,
-    FindingKind,
-    SealCheck,
-    Tier,
-    VerifyReport,
-    verified_event,
-    verify_records,
-    verify_stream,
-)
-from ._sealing import (
-    SEAL_VERSION,
-    SIGNING_DOMAIN,
-    InclusionProof,
-    Seal,
-    compute_seal,
-    prepare_seal,
-    prove,
-    seal_event,
-    seal_stream,
-    seals,
-    signed_bytes,
-    verify_inclusion,
-)
+from ._seal_proof import InclusionProof, prove, verify_inclusion
+from ._seal_record import SEAL_VERSION, SIGNING_DOMAIN, Seal, signed_bytes
+from ._seal_report import Finding, FindingKind, SealCheck, Tier, VerifyReport, verified_event
+from ._seal_verify import verify_records, verify_stream
+from ._sealing import compute_seal, prepare_seal, seal_event, seal_stream, seals
 
 __all__ = [
     "BUNDLE_FORMAT",
