@@ -132,7 +132,7 @@ def test_importing_the_deciders_loads_no_actor_framework() -> None:
 #: ("about 400" lines: the session state's fold, with its event table, is 425).
 MODULE_LINES = 430
 FUNCTION_LINES = 50
-SHAPED = ("actors", "projections")
+SHAPED = ("actors", "projections", "spine")
 
 
 @pytest.mark.parametrize("package", SHAPED)
