@@ -1,4 +1,4 @@
-"""`on_fresh_chunk`: start an actor process with room on CPython's frame stack.
+"""`on_fresh_chunk`: run an actor process with room on CPython's frame stack.
 
 Thespian forks an actor's process inside ``createActor``, so the child runs its whole life
 on top of the frames its parent had at that moment. CPython (3.11 and later) keeps a
@@ -8,9 +8,10 @@ frames a process calls over and over (a session's handlers under Thespian's loop
 such call costs an ``mmap``, a ``munmap`` and four page faults. Where the boundary falls
 depended on how deep the Runner happened to be: one refactoring of the Runner's classes
 moved it, and a session's turn went from about 40 such pairs to 130 (0.7 ms more CPU per
-turn). Calling ``createActor`` through a frame too big for any 16 KiB chunk puts that
-frame at the base of a chunk of 64 KiB of its own, and the child's loop and handlers then
-run inside that chunk, away from any boundary, whatever the depth of the caller.
+turn). Every actor process now enters Thespian's child start (`actors.system`'s hook on
+it) through a frame too big for any 16 KiB chunk: that frame sits at the base of a chunk
+of 64 KiB of its own, and the actor's loop and handlers run inside that chunk, away from
+any boundary, whatever the depth of the parent that forked it.
 """
 
 from __future__ import annotations
@@ -46,6 +47,6 @@ _padded_call = _padded(_call)
 
 def on_fresh_chunk(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)``, called from a frame at the base of a frame-stack chunk of
-    its own (see the module's docstring); use it around ``createActor``."""
+    its own (see the module's docstring)."""
     result: T = _padded_call(fn, args, kwargs)
     return result

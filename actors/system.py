@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any
 
+from .forking import on_fresh_chunk
 from .thespian_log import route_thespian_log
 
 _patched = False
@@ -200,7 +201,9 @@ def _child_start(original_child: Any) -> Any:
         # the inherited objects are never traversed (measured: about 1 MB less private
         # memory per session process).
         gc.freeze()
-        return original_child(*args, **kwargs)
+        # The child's whole life runs above the frames it was forked from; give it a
+        # frame-stack chunk of its own (see actors.forking).
+        return on_fresh_chunk(original_child, *args, **kwargs)
 
     return start_child
 

@@ -20,7 +20,6 @@ from spine import ConflictError, Event, Kind, Log, Phase, SpineError
 from spine.seal import KeyStore, verify_stream
 
 from .. import messages as m
-from ..forking import on_fresh_chunk
 from ..histogram import Histogram
 from ..logformat import child_context
 from ..messages import RunnerConfig
@@ -110,7 +109,7 @@ class RunnerEffects(RunnerPublishing):
         if self.cfg is None or self.exiting or self._no_spares:
             return
         while len(self._spares) < self.cfg.spare_sessions:
-            address = on_fresh_chunk(self.createActor, SessionActor)
+            address = self.createActor(SessionActor)
             spine = spine_spec(self.cfg.data_dir, self.cfg.spine).url
             self.send(address, sp.Standby(db_path=spine_path(self.cfg.data_dir), spine=spine))
             self._spares.append(address)
@@ -133,7 +132,7 @@ class RunnerEffects(RunnerPublishing):
                 address = self._standing.pop(0) if self._standing else self._spares[0]
                 self._spares.remove(address)
             else:
-                address = on_fresh_chunk(self.createActor, SessionActor)
+                address = self.createActor(SessionActor)
             data_dir = self.cfg.data_dir
         else:
             # Thespian's capability-based placement creates it on that member's system.

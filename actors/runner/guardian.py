@@ -12,7 +12,6 @@ from thespian.actors import ActorExitRequest, ChildActorExited
 from projections import ProjectionActor, StartProjection
 
 from .. import messages as m
-from ..forking import on_fresh_chunk
 from ..messages import GetRunner, Ping, Pong, RunnerAddress, RunnerConfig
 from ..shell import GuardedActor
 from ..system import configure_actor_logging, data_identity
@@ -49,7 +48,7 @@ class Guardian(GuardedActor):
         assert self.cfg is not None
         self.generation += 1
         self.ready = False
-        self.runner = on_fresh_chunk(self.createActor, RunnerActor)
+        self.runner = self.createActor(RunnerActor)
         self.send(self.runner, self.cfg)
         if self.projection is not None:
             self.send(self.runner, UseProjection(address=self.projection))
@@ -58,7 +57,7 @@ class Guardian(GuardedActor):
         """The status projection folds the spine in its own process, checkpointing to its
         own file; after a crash it resumes from the checkpoint."""
         assert self.cfg is not None
-        self.projection = on_fresh_chunk(self.createActor, ProjectionActor)
+        self.projection = self.createActor(ProjectionActor)
         self.send(
             self.projection,
             StartProjection(
