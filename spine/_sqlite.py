@@ -94,6 +94,8 @@ class SqliteLog(SqliteWatch):
         self._checkpoint_thread: threading.Thread | None = None
         #: Checkpoints the background checkpointer has run (`start_checkpoints`).
         self.checkpoints = 0
+        #: Of those, the ones that made the WAL start over (`_WAL_RESTART_PAGES`).
+        self.wal_restarts = 0
         self._wlock = threading.Lock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
