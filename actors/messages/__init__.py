@@ -12,16 +12,8 @@ The classes live in modules by topic (`registry`, `ingress`, `seals`, `streams`,
 
 from __future__ import annotations
 
-# What the classes' annotations name: `typing.get_type_hints` (`actors.validation`) reads
-# them in the namespace of the module a class names as its own, which is this one.
-from collections.abc import Mapping as Mapping
-from typing import Any as Any
+import typing
 
-import attrs as attrs
-
-from ..policy import BusyPolicy as BusyPolicy
-from ..policy import RestartPolicy as RestartPolicy
-from ..policy import SealPolicy as SealPolicy
 from ..terse import terse_module
 from .converters import _busy_policy as _busy_policy
 from .converters import _frozen_map as _frozen_map
@@ -129,8 +121,11 @@ ALL_MESSAGES: tuple[type, ...] = (
 )
 
 # A pickle names a class by its module and name: every message stays `actors.messages.X`
-# on the wire and in anything pickled before these modules were split.
+# on the wire and in anything pickled before these modules were split. The annotations
+# are resolved first, where they were written (`typing.get_type_hints`, which validation
+# uses, would otherwise look their names up here).
 for _message in ALL_MESSAGES:
+    _message.__annotations__ = typing.get_type_hints(_message, localns=globals())
     _message.__module__ = __name__
 del _message
 
