@@ -27,6 +27,7 @@ from .state import SessionState, fold
 from .subscriptions import Subscriptions
 from .warmup import WARM_UP, warm_up
 
+#: Seconds between looks at the parent where no pidfd can watch it (see `_watch_parent`).
 _ORPHAN_CHECK = 0.5
 
 
