@@ -335,7 +335,9 @@ _stamp: tuple[int, str] = (-1, "")
 
 
 def _now() -> str:
-    """Now as `format_time` writes it (always with microseconds), for the log's stamps.
+    """Now as `format_time` writes it, for the log's stamps: with microseconds, except on
+    the exact second, where ``isoformat`` writes none. A stamp that read back differently
+    (``.000000Z``) would make a check of the batch refuse it, about once in a million.
 
     Every append without a writer-set time stamps one, so the date part is formatted once
     a second instead of through ``datetime`` each time.
@@ -348,7 +350,7 @@ def _now() -> str:
     if sec != last:
         prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
         _stamp = (sec, prefix)
-    return f"{prefix}.{us:06d}Z"
+    return f"{prefix}.{us:06d}Z" if us else f"{prefix}Z"
 
 
 def encode_batch(

@@ -125,6 +125,31 @@ def test_the_log_supplies_seq_and_time_first() -> None:
     assert b == b'{"seq":3,"time":"2026-01-01T00:00:00Z","kind":"x","text":"t"}'
 
 
+@pytest.mark.parametrize("micros", [0, 1, 500_000, 999_999])
+def test_a_stamp_reads_back_as_written_even_on_the_exact_second(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, micros: int
+) -> None:
+    """The log's stamp is written as `format_time` writes that instant. On the exact second
+    it once kept ``.000000``, which a decoded event writes without, so the readback check
+    refused any batch stamped then that held an event it decodes again (one with usage)."""
+    from spine import _log
+
+    at = datetime(2026, 12, 1, 12, 26, 18, micros, tzinfo=UTC)
+    ns = int(at.timestamp()) * 1_000_000_000 + micros * 1000
+    monkeypatch.setattr(_log, "_stamp", (-1, ""))
+    monkeypatch.setattr(_log.time, "time_ns", lambda: ns)
+    assert _log._now() == _codec.format_time(at)
+    log = SqliteLog(str(tmp_path / "spine.db"))
+    try:
+        ended = Event(kind=Kind.TURN_COMPLETED, turn=1, usage=Usage(input_tokens=2))
+        res = log.append("s", [Event(kind=Kind.USER_MESSAGE, text="hi"), ended])
+        payload = res.records[-1].payload
+        assert encode_event(decode_event(payload)) == payload
+        assert f'"time":"{_codec.format_time(at)}"'.encode() in payload
+    finally:
+        log.close()
+
+
 def test_input_is_embedded_as_raw_json_not_as_a_string() -> None:
     """A tool's input is stored as JSON, not a JSON string, and read back as the same text."""
     text = '{ "b": 1,\n  "a": [true, null, 2.5] }'
