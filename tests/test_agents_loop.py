@@ -124,6 +124,23 @@ def test_the_conversation_is_rebuilt_with_calls_matched_to_results() -> None:
     assert all("c3" not in [c.id for c in m.tool_calls] for m in msgs)
 
 
+def test_messages_made_for_one_call_are_kept_for_the_next_within_a_bound() -> None:
+    """Each model call rebuilds the conversation from the kept history: what was said is
+    made into a message once, and the kept messages never grow past their bound."""
+    from actors.agents import formats
+
+    first = conversation(HISTORY, "next")
+    again = conversation((*HISTORY, ("assistant", "sure")), "then")
+    assert again[0] is first[0] and again[-1] == Message(role="user", text="then")
+    for i in range(formats._SAID_LIMIT + 10):
+        conversation((), f"message {i}")
+    assert 0 < len(formats._SAID) <= formats._SAID_LIMIT
+    assert conversation((("user", "a"),), "b") == (
+        Message(role="user", text="a"),
+        Message(role="user", text="b"),
+    )
+
+
 def test_a_result_whose_call_fell_out_of_history_is_dropped() -> None:
     """The kept history may start after a call: its orphan result is not sent."""
     msgs = conversation((_result_entry("old", "clock", "t"), ("assistant", "ok")), "hi")
