@@ -255,3 +255,37 @@ def test_usage_adds_field_by_field() -> None:
     assert u + u == Usage(
         input_tokens=2, output_tokens=4, cache_read_tokens=6, cache_write_tokens=8
     )
+
+
+def test_replace_copies_as_attrs_evolve_does_and_falls_back_where_it_must() -> None:
+    """The fold's copies skip ``__init__`` only for plain slotted classes; every class gets
+    what `attrs.evolve` gives, and a field the class lacks is refused by name."""
+    from actors.session import commands as c
+    from actors.session.replace import _plain, replace
+
+    st = SessionState(session_id="s")
+    state = fold(st, [Event(kind=Kind.USER_MESSAGE, text="hi")])
+    assert replace(state, last_seq=9) == attrs.evolve(state, last_seq=9)
+    copied = replace(state, turns=3, last_seq=9)
+    assert (copied.turns, copied.last_seq, copied.history) == (3, 9, state.history)
+    assert copied is not state and state.turns == 0
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        copied.turns = 4  # type: ignore[misc]
+    session = c.Session(stored=state)
+    assert replace(session, stopping=True) == attrs.evolve(session, stopping=True)
+    assert _plain(SessionState) is not None and _plain(c.Session) is not None
+
+    # Converters (the event's), a validator or a post-init hook: through attrs.evolve.
+    ev = Event(kind=Kind.USER_MESSAGE, text="hi", properties={"a": "b"})
+    assert _plain(Event) is None
+    assert replace(ev, text="yo") == attrs.evolve(ev, text="yo")
+
+    @attrs.frozen
+    class Checked:
+        n: int = attrs.field(validator=attrs.validators.instance_of(int))
+
+    assert _plain(Checked) is None
+    with pytest.raises(TypeError):
+        replace(Checked(1), n="x")
+    with pytest.raises(TypeError, match="nope"):
+        replace(state, nope=1)

@@ -21,6 +21,7 @@ from . import effects
 from .decide import decide, ingress_seq
 from .incarnation import SessionIncarnation, session_log
 from .protocol import SessionReady
+from .replace import replace
 from .snapshots import SNAPSHOT_EVERY
 from .state import fold
 from .worker import TurnWorker
@@ -49,7 +50,7 @@ class DecisionExecution(SessionIncarnation):
             if isinstance(reply, SessionReady):
                 reply = attrs.evolve(reply, last_seq=res.last_seq)
         assert self.state is not None
-        self.state = attrs.evolve(d.state, stored=self.state.stored)
+        self.state = replace(d.state, stored=self.state.stored)
         if d.live:
             self._tell_runner(live=[x.as_tuple() for x in d.live])
         self._reply(reply_to, reply)
@@ -95,7 +96,7 @@ class DecisionExecution(SessionIncarnation):
         cost."""
         assert self.state is not None and self.subs is not None
         st = fold(self.state.stored, events, res.first_seq)
-        self.state = attrs.evolve(self.state, stored=st)
+        self.state = replace(self.state, stored=st)
         if res.records:
             set_context(seq=res.records[-1].seq, kind=res.records[-1].kind)
         if self.snapshots is not None and st.last_seq - self.snap_seq >= SNAPSHOT_EVERY:

@@ -14,6 +14,8 @@ import orjson
 
 from spine import Event, Kind, Phase, Usage, terminal_after
 
+from .replace import replace
+
 #: Conversation messages kept in memory for the agent's context.
 HISTORY_LIMIT = 200
 
@@ -361,8 +363,8 @@ def evolve(state: SessionState, ev: Event, seq: int | None = None) -> SessionSta
     handler = _HANDLERS.get(ev.kind)
     if handler is None or (ev.goal and ev.goal != state.session_id):
         # A child's events mirrored onto this stream (attributed by goal) are its, not ours.
-        return attrs.evolve(state, last_seq=at)
-    return attrs.evolve(state, last_seq=at, **handler(state, ev, at))
+        return replace(state, last_seq=at)
+    return replace(state, last_seq=at, **handler(state, ev, at))
 
 
 def fold(

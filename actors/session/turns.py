@@ -25,6 +25,7 @@ from .commands import (
     StartTurn,
 )
 from .gate import withdrawn
+from .replace import replace
 from .state import SessionState, fold
 
 
@@ -102,7 +103,7 @@ def settle(s: Session, cmd: Settle) -> Decision:
         finish=st.running_goal is not None and goals.finish_mode(st.metadata) == "tool",
     )
     return Decision(
-        state=attrs.evolve(s, running=Running(turn=n)),
+        state=replace(s, running=Running(turn=n)),
         events=(started, *admitted),
         effects=(StartTurn(turn=n, spec=spec, input=turn_input),),
     )
@@ -186,7 +187,7 @@ def progress(s: Session, cmd: Progress) -> Decision:
         events.append(Event(kind=Kind.ASSISTANT, turn=run.turn, text=run.text[run.said :]))
         run = attrs.evolve(run, said=len(run.text))
     events.extend(attrs.evolve(e, turn=run.turn) for e in cmd.events)
-    return Decision(state=attrs.evolve(s, running=run), events=tuple(events), live=live)
+    return Decision(state=replace(s, running=run), events=tuple(events), live=live)
 
 
 def finished(s: Session, cmd: Finished) -> Decision:
@@ -225,7 +226,7 @@ def finished(s: Session, cmd: Finished) -> Decision:
     if s.stored.running_goal is not None:
         after = fold(s.stored, events, s.stored.last_seq + 1)
         events.extend(goals.ended(after, cmd.stop_reason, text))
-    return Decision(state=attrs.evolve(s, running=None), events=tuple(events), live=live)
+    return Decision(state=replace(s, running=None), events=tuple(events), live=live)
 
 
 def start_failed(s: Session, cmd: StartFailed) -> Decision:
