@@ -87,7 +87,13 @@ class _Cursor(Generic[T]):
     def _next_record(self, timeout: float | None) -> Record | None:
         deadline = None if timeout is None else time.monotonic() + timeout
         wake = self._log.wakeup
-        woken = False
+        # Every commit is reported by a bump (the watcher's, for other processes'
+        # commits), and a bump that concerns this cursor wakes it; so where the marks show
+        # nothing new for it, a read would find nothing, and is skipped: before a wait,
+        # and after one, whether a wake or the deadline ended it. The floor still reads on
+        # its interval. A call that does not wait reads on its first pass: it answers with
+        # what is committed now, reported yet or not.
+        trust = timeout is None or timeout > 0
         while True:
             if self._closed:
                 raise SubscriptionClosedError("the subscription is closed")
@@ -97,11 +103,8 @@ class _Cursor(Generic[T]):
                 return r
             # Take the generation before reading so an append after the read is noticed.
             gen = wake.generation
-            # Read on the first pass, after a wake that may concern this cursor, and once
-            # the poll floor has passed since the last read even if wakes for other streams
-            # keep coming; such a wake otherwise only costs a look at the marks.
             due = self._poll is not None and time.monotonic() - self._read_at >= self._poll
-            if due or not (woken and self._nothing_new()):
+            if due or not (trust and self._nothing_new()):
                 self._read_at = time.monotonic()
                 page = self._fetch()
                 if page:
@@ -114,7 +117,8 @@ class _Cursor(Generic[T]):
                     return None
                 wait = left if wait is None else min(wait, left)
             # With the floor off and no deadline, only a wake (or a close) ends the wait.
-            woken = wake.wait(gen, wait, self._wait_stream) != gen
+            wake.wait(gen, wait, self._wait_stream)
+            trust = True
 
     def get(self, timeout: float | None = None) -> T | None:
         """The next item, or ``None`` if none arrives within ``timeout`` seconds."""

@@ -622,6 +622,48 @@ def test_a_filtered_subscriber_does_not_reread_for_kinds_it_does_not_want(
         log.close()
 
 
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_a_waiting_get_reads_only_when_the_marks_show_news_for_it(
+    backend: str, tmp_path: pathlib.Path
+) -> None:
+    """A tail asks again after each event it gets. A get that waits trusts the marks from
+    its first pass: one read per event it gets, not one more at each call that finds
+    nothing yet (every other read of a tailing Host)."""
+    log = BACKENDS[backend](tmp_path)
+    counting = _CountingReads(log)
+    try:
+        with subscribe(counting, "a", kinds=["assistant.message"], poll_floor=NEVER) as sub:  # type: ignore[arg-type]
+            assert sub.get(0) is None
+            base = counting.reads["a"]
+            for i in range(5):
+                assert sub.get(0.01) is None
+                log.append("a", [Event(kind=Kind.USER_MESSAGE, text=f"u{i}")])
+                assert sub.get(0.01) is None
+                log.append("a", [Event(kind=Kind.ASSISTANT, text=f"a{i}")])
+                got = sub.get(WAIT)
+                assert got is not None and got.text == f"a{i}"
+            assert counting.reads["a"] - base == 5, counting.reads
+    finally:
+        log.close()
+
+
+def test_a_get_that_does_not_wait_reads_what_is_committed_though_no_mark_says_so() -> None:
+    """``get(0)`` and ``drain`` answer with what is committed now, whether or not a wake
+    has reported it yet (the marks here never report stream "a")."""
+    log = MemoryLog()
+    log.wakeup = _BlindToA()
+    try:
+        with subscribe(log, "a", poll_floor=NEVER) as sub:
+            assert sub.get(0) is None
+            log.append("a", [ev("one")])
+            got = sub.get(0)
+            assert got is not None and got.text == "one"
+            log.append("a", [ev("two"), ev("three")])
+            assert [e.text for e in sub.drain()] == ["two", "three"]
+    finally:
+        log.close()
+
+
 class _BlindToA(Wakeup):
     """Bumps, but never marks stream "a": an append the marks miss. ``waiting`` is set
     once a reader waits on it."""
