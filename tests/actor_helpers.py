@@ -68,3 +68,21 @@ def governed_tools():  # type: ignore[no-untyped-def]
         requirement=Requirement(trust="elevated", capabilities=frozenset({"exec"})),
     )
     return builtin_tools().with_tool(deploy).with_tool(shell)
+
+
+class CountingFactory:
+    """The default factory, appending a line to ``path`` per agent built (builds are
+    counted across processes); ``fail`` makes every build raise instead."""
+
+    def __init__(self, path: str, fail: bool = False) -> None:
+        self.path = path
+        self.fail = fail
+
+    def build(self, spec, session_id):  # type: ignore[no-untyped-def]
+        from actors.agents import ModelFactory
+
+        with open(self.path, "a") as f:
+            f.write("build\n")
+        if self.fail:
+            raise RuntimeError("no model")
+        return ModelFactory().build(spec, session_id)

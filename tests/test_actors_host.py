@@ -6,7 +6,7 @@ import pathlib
 import threading
 
 import pytest
-from actor_helpers import CountingBoom
+from actor_helpers import CountingBoom, CountingFactory
 from conftest import wait_for
 
 from actors.errors import (
@@ -72,6 +72,54 @@ def test_a_message_is_acknowledged_after_commit_and_answered_by_a_turn(host: Hos
     assert texts == ["[echo-1] hello there"]
     last = host.history(sid)[-1]
     assert last.kind == Kind.LIFECYCLE and last.phase == Phase.DONE
+
+
+def test_an_instant_answer_is_stored_with_its_message_in_one_append(host: Host) -> None:
+    """An agent that answers without waiting (the scripted one) has its turn stored in the
+    append that stores the message: when the ack arrives the answer is there, and every
+    event of the turn carries the append's one time stamp. A turn that must wait (a tool
+    call) still ends in an append of its own."""
+    sid = host.create()
+    start = host.history(sid)[-1].seq
+    ack = host.send(sid, "hello")
+    turn = [e for e in host.history(sid) if e.seq > start]
+    assert [str(e.kind) for e in turn] == [
+        "user.message",
+        "turn.started",
+        "action.admitted",
+        "assistant.message",
+        "action.completed",
+        "turn.completed",
+        "session.lifecycle",
+    ]
+    assert ack.seq == turn[0].seq and len({e.time for e in turn}) == 1
+    tool = host.send(sid, '!tool calculator {"expression": "2+3"}')
+    done = host.wait_turn(sid, tool.seq, timeout=20)
+    assert done.kind == Kind.TURN_COMPLETED
+    later = [e for e in host.history(sid) if e.seq > tool.seq]
+    assert any(e.kind == Kind.TOOL_RESULT and "5" in e.result for e in later)
+    assert len({e.time for e in host.history(sid) if e.seq >= tool.seq}) > 1
+
+
+@pytest.mark.parametrize("base", ["simpleSystemBase", "multiprocTCPBase"])
+@pytest.mark.parametrize("fail", [False, True])
+def test_each_turn_builds_its_agent_once_whether_it_answers_at_once_or_waits(
+    base: str, fail: bool, tmp_path: pathlib.Path, no_leftover_processes: None
+) -> None:
+    """Trying an instant answer builds the turn's agent; a turn that then must wait runs
+    that same agent, and a factory that fails is called once and fails the turn once."""
+    builds = tmp_path / "builds"
+    factory = CountingFactory(str(builds), fail=fail)
+    h = Host(tmp_path / "data", base=base, timeout=20, factory=factory)
+    try:
+        sid = h.create()
+        for text in ("hello", '!tool calculator {"expression": "2+3"}'):
+            done = h.wait_turn(sid, h.send(sid, text).seq, timeout=20)
+            assert done.kind == Kind.TURN_COMPLETED
+            assert done.error.startswith("agent factory failed") if fail else not done.error
+        assert builds.read_text().splitlines() == ["build", "build"]
+    finally:
+        h.close()
 
 
 def test_a_redelivered_key_is_acknowledged_again_without_a_second_event(host: Host) -> None:

@@ -40,6 +40,7 @@ class DecisionExecution(SessionIncarnation):
     def _apply(self, d: c.Decision, reply_to: Any) -> None:
         reply = d.reply
         if d.events:
+            d = self._with_instant_turn(d)
             res = self._append(d.events, d.key)
             if res.duplicate:
                 # Stored by an earlier delivery: answer as then, change nothing.
@@ -56,6 +57,37 @@ class DecisionExecution(SessionIncarnation):
         self._reply(reply_to, reply)
         for effect in d.effects:
             self._effect(effect, reply_to)
+
+    def _with_instant_turn(self, d: c.Decision) -> c.Decision:
+        """``d`` with the turn it starts already run and ended, in the same append, if the
+        agent answers without waiting (its ``instant``, the scripted model's): one commit
+        per such turn instead of two, and the acknowledgement finds the answer stored.
+
+        The end is decided on the state as it will be once ``d``'s events are stored. If
+        the append fails or finds the key stored before, neither part is kept: an instant
+        answer touches nothing outside the turn. An agent that must wait touched nothing
+        either; it is kept for `_start_turn`, which runs it on a thread."""
+        start = next((e for e in d.effects if isinstance(e, c.StartTurn)), None)
+        if start is None or self.state is None:
+            return d
+        agent = self._build(start)
+        self._built = (start, agent)
+        if isinstance(agent, Exception):
+            return d
+        ended: list[Any] = []
+        if not TurnWorker(ended.append, start.turn, 0.0).run_instant(agent, start.input):
+            return d
+        self._built = None
+        st = self.state.stored
+        began = replace(d.state, stored=fold(st, d.events, st.last_seq + 1))
+        e = decide(began, ended[-1])
+        return replace(
+            d,
+            state=replace(e.state, stored=st),
+            events=(*d.events, *e.events),
+            live=(*d.live, *e.live),
+            effects=(*(x for x in d.effects if x is not start), *e.effects),
+        )
 
     def _as_then(self, reply: Any, res: AppendResult) -> Any:
         """The ack of a redelivered key names what the first delivery stored."""
@@ -193,11 +225,14 @@ class DecisionExecution(SessionIncarnation):
 
     def _start_turn(self, effect: c.StartTurn) -> None:
         assert self.cfg is not None
-        factory = self.cfg.factory or ModelFactory()
-        try:
-            agent = factory.build(effect.spec, effect.input.session_id)
-        except Exception as exc:  # a factory failure fails the turn, not the session
-            self._run(c.StartFailed(turn=effect.turn, error=f"{type(exc).__name__}: {exc}"), None)
+        built, self._built = self._built, None
+        # Built already when an instant answer was tried (it said it must wait, or the
+        # factory failed): not built, nor tried, twice.
+        ahead = built is not None and built[0] is effect
+        agent = built[1] if built is not None and ahead else self._build(effect)
+        if isinstance(agent, Exception):  # a factory failure fails the turn, not the session
+            error = f"{type(agent).__name__}: {agent}"
+            self._run(c.StartFailed(turn=effect.turn, error=error), None)
             return
         cfg = self.cfg
         self.worker = TurnWorker(
@@ -208,7 +243,16 @@ class DecisionExecution(SessionIncarnation):
             # the write lock that opening a log for writing takes to check the schema.
             open_log=lambda: open_log(cfg.spine or cfg.db_path, read_only=True),
         )
-        self.worker.start(agent, effect.input)
+        self.worker.start(agent, effect.input, instant=not ahead)
+
+    def _build(self, start: c.StartTurn) -> Any:
+        """The turn's agent, or the exception its factory raised."""
+        assert self.cfg is not None
+        factory = self.cfg.factory or ModelFactory()
+        try:
+            return factory.build(start.spec, start.input.session_id)
+        except Exception as exc:
+            return exc
 
     def _send_to_self(self, msg: Any) -> None:
         """The worker's only way back in (from the turn's threads); quiet once this

@@ -42,6 +42,9 @@ class SessionIncarnation(GuardedActor):
         self.state: c.Session | None = None
         self.runner: Any = None
         self.worker: TurnWorker | None = None
+        #: The agent built for a turn whose instant answer was tried: (its `StartTurn`,
+        #: the agent or its factory's exception), for `DecisionExecution._start_turn`.
+        self._built: tuple[c.StartTurn, Any] | None = None
         self.subs: Subscriptions | None = None
         self.outbox: Outbox | None = None
         self._notified_at = 0.0

@@ -256,24 +256,13 @@ class TurnWorker:
         if self.cancelled.is_set():
             callback()
 
-    def start(self, agent: Agent, turn_input: TurnInput) -> None:
+    def start(self, agent: Agent, turn_input: TurnInput, instant: bool = True) -> None:
         """Run the turn: here and now if the agent can answer without waiting (its
-        ``instant``), else on a turn thread; either way its end arrives as `Finished`."""
+        ``instant``; not tried again with ``instant=False``), else on a turn thread;
+        either way its end arrives as `Finished`."""
+        if instant and self.run_instant(agent, turn_input):
+            return
         self.session_id = turn_input.session_id
-        instant = getattr(agent, "instant", None)
-        if instant is not None:
-            # Its words ride on the end, which follows at once: one hand-back per turn.
-            self._holding = True
-            try:
-                stop = instant(turn_input, self)
-            except Exception as exc:
-                self.finish("error", f"{type(exc).__name__}: {exc}")
-                return
-            finally:
-                self._holding = False
-            if stop is not None:
-                self.finish(stop, "")
-                return
 
         def work() -> None:
             try:
@@ -284,6 +273,27 @@ class TurnWorker:
                 self.finish(stop, "")
 
         _THREADS.run(work)
+
+    def run_instant(self, agent: Agent, turn_input: TurnInput) -> bool:
+        """Run the turn here and now if the agent can answer without waiting (its
+        ``instant``): True if it did, its `Finished` handed back before this returns. Its
+        words ride on the end: one hand-back per turn. False: the agent touched nothing."""
+        self.session_id = turn_input.session_id
+        instant = getattr(agent, "instant", None)
+        if instant is None:
+            return False
+        self._holding = True
+        try:
+            stop = instant(turn_input, self)
+        except Exception as exc:
+            self.finish("error", f"{type(exc).__name__}: {exc}")
+            return True
+        finally:
+            self._holding = False
+        if stop is None:
+            return False
+        self.finish(stop, "")
+        return True
 
     def flush(self, events: tuple[Event, ...] = ()) -> None:
         """Hand buffered text (and ``events``, and usage that changed) to the session now."""
