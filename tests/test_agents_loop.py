@@ -139,6 +139,15 @@ def test_messages_made_for_one_call_are_kept_for_the_next_within_a_bound() -> No
         Message(role="user", text="a"),
         Message(role="user", text="b"),
     )
+    # Made from kept messages or made anew, with tool entries or without: the same.
+    said = (("user", "q"), ("assistant", "a"), ("user", "q2"), ("assistant", "a2"))
+    for history in (said, (*said, *HISTORY), HISTORY):
+        formats._SAID.clear()
+        fresh = conversation(history, "next")
+        assert conversation(history, "next") == fresh
+        assert fresh == formats._paired(
+            [*formats._messages(history), Message(role="user", text="next")]
+        )
 
 
 def test_a_result_whose_call_fell_out_of_history_is_dropped() -> None:

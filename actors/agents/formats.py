@@ -85,9 +85,15 @@ def conversation(history: Sequence[tuple[str, str]], text: str) -> tuple[Message
     A tool call whose result never came (a crash cut the turn) and a result whose call
     fell out of the kept history are left out: every server refuses a dangling one.
     """
-    msgs = _messages(history)
+    try:
+        # Only things said, all seen before (the common case): each entry is its key.
+        msgs = [_SAID[entry] for entry in history]
+    except (KeyError, TypeError):
+        msgs = _messages(history)
+        msgs.append(_said("user", text))
+        return _paired(msgs)
     msgs.append(_said("user", text))
-    return _paired(msgs)
+    return tuple(msgs)  # no call and no result: nothing to pair
 
 
 #: Messages made from history entries, kept for the next model call: the conversation is

@@ -59,10 +59,9 @@ class ScriptedProvider:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         msgs = request.messages
-        at = max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
+        at = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].role == "user"), -1)
         text = msgs[at].text if at >= 0 else ""
         rounds = sum(1 for m in msgs[at + 1 :] if m.role == "assistant")
-        said = sum(1 for m in msgs if m.role == "user")
         words_in = len(text.split())
         # Results since the user's message: the tools have answered.
         results = _answered(msgs)
@@ -78,6 +77,7 @@ class ScriptedProvider:
             yield TextDelta("thinking")
             await asyncio.Event().wait()
         if text.startswith(("!tool", "!loop")):
+            said = sum(1 for m in msgs if m.role == "user")
             calls = _tool_calls(text, f"toolu_{said}_{rounds}_")
             for call in calls:
                 yield ToolCallDone(call)

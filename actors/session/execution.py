@@ -50,6 +50,11 @@ class DecisionExecution(SessionIncarnation):
                 reply = attrs.evolve(reply, seq=res.first_seq)
             if isinstance(reply, SessionReady):
                 reply = attrs.evolve(reply, last_seq=res.last_seq)
+            # The sender waits for this answer, and only for what is durable: it goes out
+            # before the fold, the publishing and the snapshot.
+            self._reply(reply_to, reply)
+            reply = None
+            self._absorb(res, d.events)
         assert self.state is not None
         self.state = replace(d.state, stored=self.state.stored)
         if d.live:
@@ -116,8 +121,6 @@ class DecisionExecution(SessionIncarnation):
             raise
         if self.outbox is not None:
             self.outbox.appends.observe(time.perf_counter() - started)
-        if not res.duplicate:
-            self._absorb(res, events)
         return res
 
     def _absorb(self, res: AppendResult, events: tuple[Event, ...]) -> None:
