@@ -129,12 +129,14 @@ _fill = _make_fill()
 def _make_plain() -> Callable[[Event], bool]:
     """Generate ``plain(ev)``: whether every field the event sets is a plain scalar of
     exactly its decoded type (a ``str`` where the decoder wants text, an ``int`` where it
-    wants a number, a ``bool`` for a flag), with no time of its own and nothing in the
-    structured fields (``input``, ``usage``, ``properties``, ``record``, ``extra``).
+    wants a number, a ``bool`` for a flag), its usage (if any) a `Usage` of such ``int``s,
+    with no time of its own and nothing in the other structured fields (``input``,
+    ``properties``, ``record``, ``extra``).
 
     Such an event reads back as itself by construction: JSON carries those types exactly,
     and the log stamps its time. The read-back check (`spine._log.check_readback`)
-    decodes and re-encodes only the others; a turn's words, starts and ends are plain.
+    decodes and re-encodes only the others; a turn's words, starts and ends (with their
+    usage) are plain.
     """
     lines = ["def plain(ev):", "    if ev.time is not None or ev.extra: return False"]
     for attr, key in _FIELDS[2:]:
@@ -149,10 +151,15 @@ def _make_plain() -> Callable[[Event], bool]:
         elif key in _BOOL_FIELDS:
             lines.append(f"    v = ev.{attr}")
             lines.append("    if v is not None and type(v) is not bool: return False")
+        elif attr == "usage":
+            ints = " or ".join(f"type(v.{a}) is not int" for a, _ in _USAGE_FIELDS)
+            lines.append("    v = ev.usage")
+            lines.append(f"    if v is not None and (type(v) is not _Usage or {ints}):")
+            lines.append("        return False")
         else:
             lines.append(f"    if ev.{attr}: return False")
     lines.append("    return True")
-    ns: dict[str, Any] = {}
+    ns: dict[str, Any] = {"_Usage": Usage}
     exec("\n".join(lines), ns)
     plain: Callable[[Event], bool] = ns["plain"]
     return plain

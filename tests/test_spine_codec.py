@@ -515,6 +515,10 @@ def test_replay_leaves_the_garbage_collector_as_it_found_it(
         ({"kind": Kind.TURN_STARTED, "turn": True}, False),
         ({"kind": Kind.PROPERTIES, "properties": {"k": "v"}}, False),
         ({"kind": Kind.TOOL_CALL, "tool": "t", "input": '{"a": 1}'}, False),
+        ({"kind": Kind.TURN_COMPLETED, "turn": 3, "usage": Usage(input_tokens=2)}, True),
+        ({"kind": Kind.TURN_COMPLETED, "usage": Usage(input_tokens=True)}, False),
+        ({"kind": Kind.TURN_COMPLETED, "usage": Usage(output_tokens=2.0)}, False),  # type: ignore[arg-type]
+        ({"kind": Kind.TURN_COMPLETED, "usage": Usage(reasoning_tokens=2**70)}, True),
     ],
 )
 def test_only_events_of_plain_scalars_skip_the_read_back_decode(
@@ -533,6 +537,8 @@ def test_only_events_of_plain_scalars_skip_the_read_back_decode(
         {"kind": Kind.USER_MESSAGE, "text": 5},
         {"kind": Kind.TOOL_RESULT, "is_error": "yes"},
         {"kind": Kind.PROPERTIES, "properties": {"k": 1}},
+        {"kind": Kind.TURN_COMPLETED, "usage": Usage(input_tokens=True)},
+        {"kind": Kind.TURN_COMPLETED, "usage": Usage(output_tokens=2.0)},
     ],
 )
 def test_an_event_that_would_not_read_back_is_refused_and_nothing_is_written(
