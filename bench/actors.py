@@ -273,7 +273,8 @@ def latency(root: str, rounds: int, per_round: int) -> None:
                 ev = sub.get(WAIT)
                 assert ev is not None and ev.seq > a.seq
                 echo.turn_done(0, echo.send(0).seq)
-            for _ in range(rounds):
+
+            def ours() -> None:
                 for i in range(per_round):
                     t0 = time.perf_counter()
                     a = h.send(sid, f"hello {i}")
@@ -283,6 +284,8 @@ def latency(root: str, rounds: int, per_round: int) -> None:
                     assert ev is not None and ev.kind == Kind.TURN_COMPLETED and ev.seq > a.seq
                     acks.append(t1 - t0)
                     turns.append(t2 - t0)
+
+            def theirs() -> None:
                 for _ in range(per_round):
                     t0 = time.perf_counter()
                     b = echo.send(0)
@@ -291,6 +294,11 @@ def latency(root: str, rounds: int, per_round: int) -> None:
                     t2 = time.perf_counter()
                     b_acks.append(t1 - t0)
                     b_turns.append(t2 - t0)
+
+            # Which goes first alternates, so neither always runs on a machine just woken.
+            for r in range(rounds):
+                for run in (theirs, ours) if r % 2 else (ours, theirs):
+                    run()
             # Drain the subscription so the next measurement starts from a quiet log.
             while sub.get(0.05) is not None:
                 pass
@@ -670,7 +678,7 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="vertebra-bench-")
     try:
         if not args.only_auth:
-            latency(root, rounds=2 if q else 5, per_round=20 if q else 60)
+            latency(root, rounds=2 if q else 10, per_round=20 if q else 100)
             throughput(
                 root, sessions=10 if q else 50, rounds=1 if q else 6, seconds=1.0 if q else 4.0
             )
