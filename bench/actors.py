@@ -7,7 +7,8 @@ which has vertebra's hops and none of its work:
 - ingress -> durable ack: 3 hops (host -> runner -> session -> host); vertebra adds the
   interceptor chain, one SQLite commit and a fold step, and its session also tells the
   runner about the commit (off the ack's path). Its scripted agent answers without
-  waiting, so that one commit stores the turn as well, and the ack follows it;
+  waiting, so while commits wait for the shared write lock (the 50-session run) that one
+  commit stores the turn as well, and the ack follows it;
 - ingress -> turn completed: 6 hops (the ack's 3, two session self-sends standing for the
   worker thread's progress and finish hand-backs, and a notification to the host).
   vertebra's host learns of the end from the log instead: a catch-up subscription held

@@ -74,40 +74,70 @@ def test_a_message_is_acknowledged_after_commit_and_answered_by_a_turn(host: Hos
     assert last.kind == Kind.LIFECYCLE and last.phase == Phase.DONE
 
 
-def test_an_instant_answer_is_stored_with_its_message_in_one_append(host: Host) -> None:
-    """An agent that answers without waiting (the scripted one) has its turn stored in the
-    append that stores the message: when the ack arrives the answer is there, and every
-    event of the turn carries the append's one time stamp. A turn that must wait (a tool
-    call) still ends in an append of its own."""
-    sid = host.create()
-    start = host.history(sid)[-1].seq
-    ack = host.send(sid, "hello")
-    turn = [e for e in host.history(sid) if e.seq > start]
-    assert [str(e.kind) for e in turn] == [
-        "user.message",
-        "turn.started",
-        "action.admitted",
-        "assistant.message",
-        "action.completed",
-        "turn.completed",
-        "session.lifecycle",
-    ]
-    assert ack.seq == turn[0].seq and len({e.time for e in turn}) == 1
-    tool = host.send(sid, '!tool calculator {"expression": "2+3"}')
-    done = host.wait_turn(sid, tool.seq, timeout=20)
-    assert done.kind == Kind.TURN_COMPLETED
-    later = [e for e in host.history(sid) if e.seq > tool.seq]
-    assert any(e.kind == Kind.TOOL_RESULT and "5" in e.result for e in later)
-    assert len({e.time for e in host.history(sid) if e.seq >= tool.seq}) > 1
+@pytest.mark.parametrize("base", ["simpleSystemBase", "multiprocTCPBase"])
+@pytest.mark.parametrize("contended", [True, False])
+def test_an_instant_answer_shares_its_messages_append_while_commits_wait(
+    base: str,
+    contended: bool,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    no_leftover_processes: None,
+) -> None:
+    """While appends wait (the threshold at 0 stands for a contended log), an agent that
+    answers without waiting has its turn stored in the append that stores the message:
+    when the ack arrives the answer is there, every event of the turn with the append's
+    one time stamp. On a log that commits at once the message is acked after its own
+    commit and the answer follows in a second. A turn that must wait (a tool call) ends
+    in an append of its own either way."""
+    from actors.session import execution
+
+    monkeypatch.setattr(execution, "GROUP_AFTER", 0.0 if contended else 3600.0)
+    h = Host(tmp_path / "data", base=base, timeout=20)  # its processes fork the setting
+    try:
+        sid = h.create()
+        start = h.history(sid)[-1].seq
+        ack = h.send(sid, "hello")
+        h.wait_turn(sid, ack.seq, timeout=20)
+        turn = [e for e in h.history(sid) if e.seq > start]
+        assert [str(e.kind) for e in turn] == [
+            "user.message",
+            "turn.started",
+            "action.admitted",
+            "assistant.message",
+            "action.completed",
+            "turn.completed",
+            "session.lifecycle",
+        ]
+        assert ack.seq == turn[0].seq
+        assert len({e.time for e in turn}) == (1 if contended else 2)
+        assert len({e.time for e in turn[:3]}) == 1
+        tool = h.send(sid, '!tool calculator {"expression": "2+3"}')
+        done = h.wait_turn(sid, tool.seq, timeout=20)
+        assert done.kind == Kind.TURN_COMPLETED
+        later = [e for e in h.history(sid) if e.seq > tool.seq]
+        assert any(e.kind == Kind.TOOL_RESULT and "5" in e.result for e in later)
+        assert len({e.time for e in h.history(sid) if e.seq >= tool.seq}) > 1
+    finally:
+        h.close()
 
 
 @pytest.mark.parametrize("base", ["simpleSystemBase", "multiprocTCPBase"])
 @pytest.mark.parametrize("fail", [False, True])
+@pytest.mark.parametrize("contended", [True, False])
 def test_each_turn_builds_its_agent_once_whether_it_answers_at_once_or_waits(
-    base: str, fail: bool, tmp_path: pathlib.Path, no_leftover_processes: None
+    base: str,
+    fail: bool,
+    contended: bool,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    no_leftover_processes: None,
 ) -> None:
     """Trying an instant answer builds the turn's agent; a turn that then must wait runs
-    that same agent, and a factory that fails is called once and fails the turn once."""
+    that same agent, and a factory that fails is called once and fails the turn once,
+    whether the answer is tried ahead of the message's append or after it."""
+    from actors.session import execution
+
+    monkeypatch.setattr(execution, "GROUP_AFTER", 0.0 if contended else 3600.0)
     builds = tmp_path / "builds"
     factory = CountingFactory(str(builds), fail=fail)
     h = Host(tmp_path / "data", base=base, timeout=20, factory=factory)

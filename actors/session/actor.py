@@ -5,7 +5,8 @@ Each handler turns a message into a command, calls `decide`, appends the decisio
 incarnation), replies, and carries out the effects. A turn runs on a worker thread that
 hands its output back to the session's own address, so only handlers touch state and an
 interrupt is handled while the turn still runs; a turn whose agent answers without waiting
-is run in the handler and stored in the append that started it.
+is run in the handler (and, while commits wait for the log's write lock, stored in the
+append that started it).
 
 No handler may raise: Thespian would run it again (side effects twice) and then bounce the
 message as poison. `GuardedActor` catches, logs and answers instead.

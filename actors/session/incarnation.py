@@ -45,6 +45,8 @@ class SessionIncarnation(GuardedActor):
         #: The agent built for a turn whose instant answer was tried: (its `StartTurn`,
         #: the agent or its factory's exception), for `DecisionExecution._start_turn`.
         self._built: tuple[c.StartTurn, Any] | None = None
+        #: How long appends take, a moving mean in seconds (see `execution.GROUP_AFTER`).
+        self._commit_wait = 0.0
         self.subs: Subscriptions | None = None
         self.outbox: Outbox | None = None
         self._notified_at = 0.0
