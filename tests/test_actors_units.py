@@ -289,3 +289,17 @@ def test_replace_copies_as_attrs_evolve_does_and_falls_back_where_it_must() -> N
         replace(Checked(1), n="x")
     with pytest.raises(TypeError, match="nope"):
         replace(state, nope=1)
+
+
+def test_only_the_queueing_kinds_can_leave_work_for_a_turn() -> None:
+    """The decider skips folding a decision's events when none is of `QUEUEING_KINDS`:
+    folding any other kind, with any fields a handler reads, leaves nothing pending and
+    no goal run in flight."""
+    from actors.session.state import _HANDLERS, QUEUEING_KINDS
+
+    sid = "s"
+    for kind in _HANDLERS:
+        ev = Event(kind=kind, text="x", goal=sid, turn=1, call=1, phase=Phase.DONE, child="c")
+        after = fold(SessionState(session_id=sid), [ev])
+        queued = bool(after.pending) or after.running_goal is not None
+        assert queued == (kind in QUEUEING_KINDS), kind

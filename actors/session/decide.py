@@ -55,7 +55,7 @@ from .protocol import SessionReady
 from .records import seal, sealed, verified, verify
 from .refusals import failed, refusal
 from .replace import replace
-from .state import fold, metadata_diff, recovery_events
+from .state import QUEUEING_KINDS, fold, metadata_diff, recovery_events
 from .turns import cancel, done_event, finished, progress, settle, start_failed
 
 
@@ -85,10 +85,6 @@ def ingress_seq(records: Sequence[tuple[int, str]]) -> int:
     return records[-1][0] if records else 0
 
 
-#: The only kinds whose fold can make a turn due: a stored message, a goal run's start.
-_QUEUE_TURNS = frozenset({Kind.USER_MESSAGE, Kind.SESSION_STARTED})
-
-
 def _then_settle(d: Decision) -> Decision:
     s = d.state
     if s.running is not None or s.stopping or s.stored.terminal:
@@ -97,7 +93,7 @@ def _then_settle(d: Decision) -> Decision:
     if (
         not st.pending
         and st.running_goal is None
-        and _QUEUE_TURNS.isdisjoint(e.kind for e in d.events)
+        and QUEUEING_KINDS.isdisjoint(e.kind for e in d.events)
     ):
         return d  # nothing can be due after these events: spare folding them
     folded = fold(st, d.events, st.last_seq + 1)

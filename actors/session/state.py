@@ -347,6 +347,8 @@ _HANDLERS: dict[str, Callable[[SessionState, Event, int], Changes]] = {
     Kind.ACTION_COMPLETED: _action("completed"),
     Kind.ACTION_APPROVAL: _approval,
 }
+#: The kinds whose fold can queue work (a pending message, a goal run): no other makes a turn due.
+QUEUEING_KINDS = frozenset({Kind.USER_MESSAGE, Kind.SESSION_STARTED})
 
 
 def _push(
