@@ -219,6 +219,12 @@ def chat_body(req: ModelRequest) -> dict[str, Any]:
     return body
 
 
+def _message_item(role: str, part: str, text: str) -> dict[str, Any]:
+    # Every input item names its type: servers that read the items strictly (llama.cpp's)
+    # refuse one without it as soon as function calls are mixed in.
+    return {"type": "message", "role": role, "content": [{"type": part, "text": text}]}
+
+
 def responses_body(req: ModelRequest) -> dict[str, Any]:
     items: list[dict[str, Any]] = []
     for m in req.messages:
@@ -228,7 +234,7 @@ def responses_body(req: ModelRequest) -> dict[str, Any]:
             )
         elif m.role == "assistant":
             if m.text:
-                items.append({"role": "assistant", "content": m.text})
+                items.append(_message_item("assistant", "output_text", m.text))
             for c in m.tool_calls:
                 items.append(
                     {
@@ -239,7 +245,7 @@ def responses_body(req: ModelRequest) -> dict[str, Any]:
                     }
                 )
         else:
-            items.append({"role": m.role, "content": m.text})
+            items.append(_message_item(m.role, "input_text", m.text))
     body: dict[str, Any] = {"model": req.model, "input": items, "stream": True, "store": False}
     if req.system:
         body["instructions"] = req.system

@@ -1,0 +1,211 @@
+"""What goes over the wire to real model servers: the full request of a second turn in
+each format, connections that close before a byte, answers that are not a stream, and
+connections kept for the next turn."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fake_models import FakeModelServer, chunk
+
+from actors.agents.formats import conversation
+from actors.agents.http import HttpProvider
+from actors.agents.wire import ModelRequest, ToolSpec
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeModelServer]:
+    s = FakeModelServer()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _provider(url: str, fmt: str = "openai", **kw: Any) -> HttpProvider:
+    kw.setdefault("timeout", 10.0)
+    kw.setdefault("backoff", 0.01)
+    return HttpProvider(fmt, base_url=url, api_key="k-test", **kw)
+
+
+def _collect(provider: HttpProvider, req: ModelRequest) -> list[Any]:
+    async def run() -> list[Any]:
+        return [ev async for ev in provider.stream(req)]
+
+    return asyncio.run(asyncio.wait_for(run(), 20))
+
+
+# -- the second turn's request, whole, in each format ------------------------------------
+
+_ARGS = '{"expression": "2+3"}'
+#: The session's history after a first turn that called a tool, as the session hands it.
+SECOND_TURN = (
+    ("user", "what is 2+3?"),
+    ("assistant", "Let me compute."),
+    ("tool.call", json.dumps({"id": "c1", "name": "calculator", "input": _ARGS})),
+    ("tool.result", json.dumps({"id": "c1", "name": "calculator", "result": "5"})),
+    ("assistant", "It is 5."),
+)
+_SCHEMA = {"type": "object", "properties": {"expression": {"type": "string"}}}
+
+
+def _second_turn() -> ModelRequest:
+    return ModelRequest(
+        model="fake",
+        messages=conversation(SECOND_TURN, "and times 4?"),
+        tools=(ToolSpec(name="calculator", description="arithmetic", parameters=_SCHEMA),),
+        system="be brief",
+        max_output_tokens=100,
+    )
+
+
+GOLDEN_REQUESTS: dict[str, tuple[list[Any], dict[str, Any]]] = {
+    "openai": (
+        [("sse", [chunk(content="20"), chunk(finish="stop")]), ("done",)],
+        {
+            "model": "fake",
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "what is 2+3?"},
+                {
+                    "role": "assistant",
+                    "content": "Let me compute.",
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "calculator", "arguments": _ARGS},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": "5"},
+                {"role": "assistant", "content": "It is 5."},
+                {"role": "user", "content": "and times 4?"},
+            ],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "tools": [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "calculator",
+                        "description": "arithmetic",
+                        "parameters": _SCHEMA,
+                    },
+                }
+            ],
+            "max_tokens": 100,
+        },
+    ),
+    "responses": (
+        [("sse", [{"type": "response.output_text.delta", "delta": "20"}])],
+        {
+            "model": "fake",
+            "input": [
+                {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "what is 2+3?"}],
+                },
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "Let me compute."}],
+                },
+                {
+                    "type": "function_call",
+                    "call_id": "c1",
+                    "name": "calculator",
+                    "arguments": _ARGS,
+                },
+                {"type": "function_call_output", "call_id": "c1", "output": "5"},
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "It is 5."}],
+                },
+                {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "and times 4?"}],
+                },
+            ],
+            "stream": True,
+            "store": False,
+            "instructions": "be brief",
+            "tools": [
+                {
+                    "type": "function",
+                    "name": "calculator",
+                    "description": "arithmetic",
+                    "parameters": _SCHEMA,
+                }
+            ],
+            "max_output_tokens": 100,
+        },
+    ),
+    "anthropic": (
+        [
+            (
+                "sse",
+                [
+                    {
+                        "type": "content_block_start",
+                        "index": 0,
+                        "content_block": {"type": "text", "text": "20"},
+                    },
+                    {"type": "message_stop"},
+                ],
+            )
+        ],
+        {
+            "model": "fake",
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "what is 2+3?"}]},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": "Let me compute."},
+                        {
+                            "type": "tool_use",
+                            "id": "c1",
+                            "name": "calculator",
+                            "input": {"expression": "2+3"},
+                        },
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "5"}],
+                },
+                {"role": "assistant", "content": [{"type": "text", "text": "It is 5."}]},
+                {"role": "user", "content": [{"type": "text", "text": "and times 4?"}]},
+            ],
+            "stream": True,
+            "system": "be brief",
+            "tools": [{"name": "calculator", "description": "arithmetic", "input_schema": _SCHEMA}],
+            "max_tokens": 100,
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(GOLDEN_REQUESTS))
+def test_a_second_turn_request_is_sent_whole_in_each_wire_format(
+    fmt: str, server: FakeModelServer
+) -> None:
+    """The body a server gets for a turn after one that called a tool is exactly the
+    documented shape of its format: every Responses input item carries its type."""
+    answer, want = GOLDEN_REQUESTS[fmt]
+    server.queue(answer)
+    _collect(_provider(server.url, fmt), _second_turn())
+    got = server.requests[0]["body"]
+    assert got == want
+    if fmt == "responses":
+        assert all("type" in item for item in got["input"])
