@@ -209,3 +209,118 @@ def test_a_second_turn_request_is_sent_whole_in_each_wire_format(
     assert got == want
     if fmt == "responses":
         assert all("type" in item for item in got["input"])
+
+
+# -- a connection closed before any byte -------------------------------------------------
+
+
+class ClosingProxy:
+    """A TCP proxy on loopback that closes its first ``closes`` connections as soon as it
+    accepts them (a proxy whose server is down, a kept connection the server dropped) and
+    relays the later ones to ``target`` (None: it closes every one)."""
+
+    def __init__(self, closes: int, target: int | None = None) -> None:
+        import socket
+        import threading
+
+        self.closes = closes
+        self.target = target
+        self.accepted = 0
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/v1"
+        self._threads: list[threading.Thread] = []
+        self._open: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            if self.target is None or self.accepted <= self.closes:
+                conn.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            self._open += [conn, upstream]
+            for a, b in ((conn, upstream), (upstream, conn)):
+                t = threading.Thread(target=self._pipe, args=(a, b), daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    @staticmethod
+    def _pipe(src: Any, dst: Any) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            try:
+                dst.shutdown(1)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        import socket
+
+        try:
+            # Wake the accept loop: closing a listening socket does not interrupt accept().
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        for s in self._open:
+            s.close()
+        self._thread.join(5)
+        for t in self._threads:
+            t.join(5)
+
+
+def _hi() -> ModelRequest:
+    from actors.agents.wire import Message
+
+    return ModelRequest(model="fake", messages=(Message(role="user", text="hi"),))
+
+
+def test_a_connection_closed_before_any_byte_is_retried_then_named() -> None:
+    """A server that accepts and closes at once is retried like a refused connection;
+    the final error says so and names the cause, and the call's fault is transient."""
+    from actors.agents.http import ProviderError
+    from actors.agents.model_call import _fault_of
+
+    proxy = ClosingProxy(closes=10**6)
+    try:
+        with pytest.raises(ProviderError) as err:
+            _collect(_provider(proxy.url, retries=2), _hi())
+        assert proxy.accepted == 3
+    finally:
+        proxy.close()
+    text = str(err.value)
+    assert "closed the connection before answering, 3 times" in text, text
+    assert "ReadError" in text and "broke off" not in text
+    assert _fault_of(err.value) == "transient"
+
+
+def test_a_call_succeeds_after_connections_closed_before_any_byte(
+    server: FakeModelServer,
+) -> None:
+    """Two connections closed at once, then a server that answers: the turn streams."""
+    from actors.agents.wire import Stopped, TextDelta
+
+    server.queue([("sse", [chunk(content="hello"), chunk(finish="stop")]), ("done",)])
+    proxy = ClosingProxy(closes=2, target=server.port)
+    try:
+        got = _collect(_provider(proxy.url, retries=3), _hi())
+        assert proxy.accepted == 3
+    finally:
+        proxy.close()
+    assert got == [TextDelta("hello"), Stopped("end_turn")]
+    assert len(server.requests) == 1

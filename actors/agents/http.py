@@ -6,8 +6,8 @@ long prefill, a model thinking), an asyncio task can, in milliseconds. So an int
 cuts off even a request that has received nothing yet.
 
 Retries, with exponential backoff and jitter, cover only what cannot have produced output:
-connection failures, 429 (honouring ``Retry-After``) and 5xx answers before the first
-byte of the body. Once output has started, a failure ends the turn with its cause.
+connection failures (refused, or closed before a byte of an answer came), 429 (honouring
+``Retry-After``) and 5xx answers before the first byte of the body. Once output has started, a failure ends the turn with its cause.
 """
 
 from __future__ import annotations
@@ -82,6 +82,18 @@ def _excerpt(body: bytes) -> str:
     return text[:300] + ("..." if len(text) > 300 else "")
 
 
+def _cause(exc: BaseException) -> str:
+    """What went wrong, named even when the client's error has no message of its own
+    (a reset connection raises a bare ``ReadError``)."""
+    parts: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(parts) < 4:
+        text = str(seen).strip()
+        parts.append(f"{type(seen).__name__}: {text}" if text else type(seen).__name__)
+        seen = seen.__cause__ or seen.__context__
+    return " <- ".join(parts)
+
+
 # One client per provider loop: its connection pool outlives a turn, so a conversation
 # reuses its connection instead of paying a handshake per model call.
 _clients: dict[int, Any] = {}
@@ -140,10 +152,12 @@ class HttpProvider:
         client = _client()
         attempt = 0
         while True:
+            answered = False
             try:
                 async with client.stream(
                     "POST", self.url, content=body, headers=self._headers, timeout=self._timeout
                 ) as resp:
+                    answered = True
                     if resp.status_code >= 400:
                         excerpt = _excerpt(await resp.aread())
                         if resp.status_code in _RETRY_STATUS and attempt < self.retries:
@@ -172,8 +186,22 @@ class HttpProvider:
                 raise ProviderError(
                     f"{self.url} sent nothing for {self.read_timeout:g} s (ore.model.timeout)"
                 ) from None
-            except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-                raise ProviderError(f"the stream from {self.url} broke off: {exc}") from None
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+                if not answered:
+                    # Closed before a byte of an answer came (a proxy whose server is down,
+                    # a kept connection the server had already closed): nothing can have
+                    # been produced, so it is retried like a refused connection.
+                    if attempt < self.retries:
+                        await asyncio.sleep(self._delay(attempt, None))
+                        attempt += 1
+                        continue
+                    raise ProviderError(
+                        f"{self.url} closed the connection before answering, "
+                        f"{attempt + 1} times: {_cause(exc)}"
+                    ) from None
+                raise ProviderError(
+                    f"the stream from {self.url} broke off: {_cause(exc)}"
+                ) from None
             except httpx.InvalidURL as exc:
                 raise ProviderError(f"invalid model server URL {self.url}: {exc}") from None
 

@@ -161,6 +161,8 @@ def _fault_of(exc: BaseException) -> str:
     text = str(exc)
     if "sent nothing for" in text or "timed out" in text:
         return "timeout"
-    if "cannot connect" in text or "broke off" in text or " answered 5" in text:
+    if any(
+        w in text for w in ("cannot connect", "broke off", "closed the connection", " answered 5")
+    ):
         return "transient"
     return "error"
