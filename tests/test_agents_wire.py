@@ -324,3 +324,179 @@ def test_a_call_succeeds_after_connections_closed_before_any_byte(
         proxy.close()
     assert got == [TextDelta("hello"), Stopped("end_turn")]
     assert len(server.requests) == 1
+
+
+# -- a 200 that is not an event stream ---------------------------------------------------
+
+WHOLE_ANSWERS: dict[str, dict[str, Any]] = {
+    "openai": {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": "Let me compute.",
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "calculator", "arguments": _ARGS},
+                        }
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19},
+    },
+    "responses": {
+        "id": "resp_1",
+        "object": "response",
+        "status": "completed",
+        "output": [
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "Let me compute."}],
+            },
+            {
+                "type": "function_call",
+                "id": "fc_1",
+                "call_id": "c1",
+                "name": "calculator",
+                "arguments": _ARGS,
+            },
+        ],
+        "usage": {"input_tokens": 12, "output_tokens": 7, "total_tokens": 19},
+    },
+    "anthropic": {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "Let me compute."},
+            {"type": "tool_use", "id": "c1", "name": "calculator", "input": {"expression": "2+3"}},
+        ],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 12, "output_tokens": 7},
+    },
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(WHOLE_ANSWERS))
+def test_a_whole_json_answer_to_a_stream_request_is_read_as_that_formats_response(
+    fmt: str, server: FakeModelServer
+) -> None:
+    """A plain JSON 200 gives its text, tool calls, stop reason and usage, as the stream
+    it stands for would have."""
+    from actors.agents.wire import Stopped, TextDelta, ToolCallDone, UsageSeen
+
+    server.queue([("status", 200, {}, json.dumps(WHOLE_ANSWERS[fmt]))])
+    got = _collect(_provider(server.url, fmt), _hi())
+    assert [e for e in got if isinstance(e, TextDelta)] == [TextDelta("Let me compute.")]
+    calls = [e.call for e in got if isinstance(e, ToolCallDone)]
+    assert [(c.id, c.name, json.loads(c.arguments), c.error) for c in calls] == [
+        ("c1", "calculator", {"expression": "2+3"}, "")
+    ]
+    (usage,) = [e.usage for e in got if isinstance(e, UsageSeen)][-1:]
+    assert (usage.input_tokens, usage.output_tokens) == (12, 7)
+    assert got[-1] == Stopped("tool_use")
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ("<html>502 Bad Gateway</html>", "<html>502 Bad Gateway</html>"),
+        ('{"status": "ok"}', '{"status": "ok"}'),
+        ("", "no body"),
+    ],
+)
+def test_a_200_that_is_neither_a_stream_nor_a_response_fails_naming_what_came(
+    body: str, named: str, server: FakeModelServer
+) -> None:
+    """Never an empty answer stored silently: the error names the content type and the
+    start of the body."""
+    from actors.agents.http import ProviderError
+
+    server.queue([("status", 200, {}, body)])
+    with pytest.raises(ProviderError) as err:
+        _collect(_provider(server.url, "openai"), _hi())
+    text = str(err.value)
+    assert "answered 200 with application/json, not an event stream" in text, text
+    assert named in text
+
+
+# -- connections kept for the next call --------------------------------------------------
+
+
+class KeepAliveServer:
+    """A chat-completions server on loopback that keeps its connections open (HTTP/1.1,
+    chunked bodies, as uvicorn-based proxies send them) and counts them."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.connections = 0
+        self.requests = 0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def setup(self) -> None:
+                super().setup()
+                server.connections += 1
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                server.requests += 1
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                events = [chunk(content="ok"), chunk(finish="stop")]
+                for data in [*(json.dumps(e) for e in events), "[DONE]"]:
+                    piece = f"data: {data}\n\n".encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                    self.wfile.flush()
+                # The end of the body comes after the end marker, in a write of its own.
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._thread.join(5)
+
+
+def test_chat_completions_calls_reuse_one_kept_connection() -> None:
+    """Ten calls in a row to a keep-alive server go over one connection: the body is
+    read to its end past [DONE], so the pool keeps the connection."""
+    from actors.agents.wire import Stopped, TextDelta
+
+    ka = KeepAliveServer()
+    try:
+        provider = _provider(ka.url)
+
+        async def turns() -> list[list[Any]]:
+            return [[ev async for ev in provider.stream(_hi())] for _ in range(10)]
+
+        got = asyncio.run(asyncio.wait_for(turns(), 20))
+        assert all(g == [TextDelta("ok"), Stopped("end_turn")] for g in got)
+        assert (ka.requests, ka.connections) == (10, 1)
+    finally:
+        ka.close()

@@ -7,7 +7,8 @@ cuts off even a request that has received nothing yet.
 
 Retries, with exponential backoff and jitter, cover only what cannot have produced output:
 connection failures (refused, or closed before a byte of an answer came), 429 (honouring
-``Retry-After``) and 5xx answers before the first byte of the body. Once output has started, a failure ends the turn with its cause.
+``Retry-After``) and 5xx answers before the first byte of the body. Once output has
+started, a failure ends the turn with its cause.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .accumulate import (
     SseDecoder,
 )
 from .formats import anthropic_body, chat_body, endpoint, headers, responses_body
+from .whole import as_stream
 from .wire import ModelRequest, StreamEvent
 
 try:
@@ -50,6 +52,8 @@ _ACCUMULATORS: dict[str, Callable[[], Any]] = {
 }
 _RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 _MAX_RETRY_AFTER = 60.0
+#: The largest whole (non-streamed) answer read.
+_MAX_WHOLE = 16 * 1024 * 1024
 
 
 class ProviderError(Exception):
@@ -168,7 +172,13 @@ class HttpProvider:
                         raise ProviderError(
                             f"{self.url} answered {resp.status_code}: {excerpt or 'no body'}"
                         )
-                    async for ev in self._events(resp):
+                    ctype = resp.headers.get("content-type", "")
+                    events = (
+                        self._events(resp)
+                        if "text/event-stream" in ctype.lower()
+                        else self._whole(resp, ctype)
+                    )
+                    async for ev in events:
                         yield ev
                     return
             except httpx.ConnectError as exc:
@@ -205,11 +215,44 @@ class HttpProvider:
             except httpx.InvalidURL as exc:
                 raise ProviderError(f"invalid model server URL {self.url}: {exc}") from None
 
+    async def _whole(self, resp: Any, ctype: str) -> AsyncIterator[StreamEvent]:
+        """A 200 that is not an event stream: that format's whole response, read as the
+        stream it stands for, or an error naming what came back."""
+        raw = bytearray()
+        async for chunk in resp.aiter_raw():
+            raw += chunk
+            if len(raw) > _MAX_WHOLE:
+                break
+        try:
+            body = orjson.loads(raw) if len(raw) <= _MAX_WHOLE else None
+        except orjson.JSONDecodeError:
+            body = None
+        stream = as_stream(self.fmt, body)
+        if not stream:
+            raise ProviderError(
+                f"{self.url} answered 200 with {ctype or 'no content type'}, not an event "
+                f"stream nor a {self.fmt} response: {_excerpt(bytes(raw[:400])) or 'no body'}"
+            )
+        acc = _ACCUMULATORS[self.fmt]()
+        try:
+            for obj in stream:
+                for ev in acc.feed(obj):
+                    yield ev
+        except ProviderStreamError as exc:
+            raise ProviderError(str(exc)) from None
+        for ev in acc.finish():
+            yield ev
+        self.last_thinking = tuple(getattr(acc, "thinking", ()))
+
     async def _events(self, resp: Any) -> AsyncIterator[StreamEvent]:
         acc = _ACCUMULATORS[self.fmt]()
         dec = SseDecoder()
         done = False
         async for chunk in resp.aiter_raw():
+            if done:
+                # Read to the end of the body, so the pool can keep the connection for the
+                # next call: stopping at the end marker closed it every time.
+                continue
             for _event, data in dec.feed(chunk):
                 if data.strip() == "[DONE]":
                     done = True
@@ -225,8 +268,6 @@ class HttpProvider:
                         yield ev
                 except ProviderStreamError as exc:
                     raise ProviderError(str(exc)) from None
-            if done:
-                break
         if not done:
             for _event, data in dec.close():
                 if data.strip() != "[DONE]":
