@@ -199,6 +199,8 @@ class Thread:
         elif kind == Kind.TURN_COMPLETED:
             changes["state"] = "done"
             changes["stop_reason"] = ev.stop_reason
+            if ev.text:  # a failed turn's partial text
+                changes["reply"] = t.reply + ("\n" if t.reply else "") + ev.text
             if ev.usage is not None:
                 changes["usage"] = t.usage + ev.usage
         elif kind == Kind.TURN_CANCELLED:

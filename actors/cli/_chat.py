@@ -269,7 +269,7 @@ class Chat:
             self.print_deltas()
             if self._streamed:
                 self.write("\n")
-            elif ev.kind == Kind.TURN_CANCELLED and ev.text:
+            elif ev.text:
                 self.say(ev.text)
             self._streamed = ""
         own = ev.seq in self.own or (ev.kind == Kind.INTERRUPT and self._interrupted)

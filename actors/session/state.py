@@ -202,7 +202,8 @@ def _tool_result(state: SessionState, ev: Event, seq: int) -> Changes:
 def _turn_ended(state: SessionState, ev: Event, seq: int) -> Changes:
     usage = state.usage + ev.usage if ev.usage is not None else state.usage
     hist = state.history
-    if ev.kind == Kind.TURN_CANCELLED and ev.text:
+    if ev.text:
+        # Partial text of a cut-off or failed turn was said all the same.
         hist = _push(hist, ("assistant", ev.text, seq))
     changes: Changes = {"open_turn": None, "usage": usage, "history": hist}
     if state.turn_actions:

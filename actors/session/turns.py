@@ -209,13 +209,19 @@ def finished(s: Session, cmd: Finished) -> Decision:
             )
         )
     else:
-        if text:
+        # The one rule for cut-off output: text of a model call that did not end is
+        # partial, and rides on the event that closes the turn (here a failed turn's
+        # turn.completed, as turn.cancelled keeps an interrupted one's); assistant.message
+        # holds only what a model call said to its end.
+        failed = cmd.stop_reason == "error"
+        if text and not failed:
             events.append(Event(kind=Kind.ASSISTANT, turn=run.turn, text=text))
         events.extend(attrs.evolve(e, turn=run.turn) for e in cmd.events)
         events.append(
             Event(
                 kind=Kind.TURN_COMPLETED,
                 turn=run.turn,
+                text=text if failed else "",
                 stop_reason=cmd.stop_reason,
                 usage=usage,
                 error=cmd.error,

@@ -343,6 +343,10 @@ class TurnWorker:
     def usage(self, usage: Usage, raw: tuple[Mapping[str, Any], ...] = ()) -> None:
         self._usage = usage
         self._raw = raw
+        if not self._holding:
+            # Handed back at once, not with the next batch of text: a turn cut off now
+            # keeps the usage seen so far (a few reports per model call, so it costs little).
+            self.flush()
 
     def finish(self, stop_reason: str, error: str) -> None:
         # The last text rides on the finish message: one hand-back fewer per turn.

@@ -122,6 +122,8 @@ function onStored(ev, seq) {
     case "turn.completed": {
       const el = bubble(ev.turn);
       el.classList.remove("streaming");
+      // A failed turn keeps its partial text here, not in an assistant.message.
+      if (ev.text && !el.textContent) el.textContent = ev.text;
       if (!el.textContent) el.remove();
       streamingTurn = null;
       break;
