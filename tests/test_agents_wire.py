@@ -500,3 +500,17 @@ def test_chat_completions_calls_reuse_one_kept_connection() -> None:
         assert (ka.requests, ka.connections) == (10, 1)
     finally:
         ka.close()
+
+
+def test_an_event_stream_under_another_content_type_is_still_read(
+    server: FakeModelServer,
+) -> None:
+    """A server that labels its event stream application/json still gives its events."""
+    from actors.agents.wire import Stopped, TextDelta
+
+    body = "".join(
+        f"data: {json.dumps(e)}\n\n" for e in (chunk(content="hi"), chunk(finish="stop"))
+    )
+    server.queue([("status", 200, {}, body + "data: [DONE]\n\n")])
+    got = _collect(_provider(server.url), _hi())
+    assert got == [TextDelta("hi"), Stopped("end_turn")]

@@ -114,6 +114,16 @@ def _client() -> Any:
     return c
 
 
+class _Read:
+    """A body already read, for the stream reader."""
+
+    def __init__(self, raw: bytes) -> None:
+        self._raw = raw
+
+    async def aiter_raw(self) -> AsyncIterator[bytes]:
+        yield self._raw
+
+
 class HttpProvider:
     """A `Provider` for one wire format (``openai``, ``responses``, ``anthropic``)."""
 
@@ -227,6 +237,11 @@ class HttpProvider:
             body = orjson.loads(raw) if len(raw) <= _MAX_WHOLE else None
         except orjson.JSONDecodeError:
             body = None
+        if body is None and bytes(raw[:64]).lstrip().startswith((b"data:", b"event:", b":")):
+            # An event stream under another content type (text/plain, none at all).
+            async for ev in self._events(_Read(bytes(raw))):
+                yield ev
+            return
         stream = as_stream(self.fmt, body)
         if not stream:
             raise ProviderError(
