@@ -965,7 +965,8 @@ def test_serve_http_prints_the_url_and_the_readme_curl_examples_work(
 def test_a_waiting_action_is_listed_and_decided_over_http(http: httpx.Client) -> None:
     """A sandboxed session's fetch waits; GET approvals lists it, POST approvals/{call}
     approves it (a repeat is a duplicate), and a bad call or decision is an error."""
-    _new(http, "gov-1", metadata={"governance.trust": "sandboxed"})
+    meta = {"governance.trust": "sandboxed", "governance.egress_allow": "127.0.0.1"}
+    _new(http, "gov-1", metadata=meta)
     fetch = '!tool http_get {"url": "http://127.0.0.1:9/"}'
     assert http.post("/v1/sessions/gov-1/messages", json={"text": fetch}).status_code == 201
 
@@ -990,3 +991,27 @@ def test_a_waiting_action_is_listed_and_decided_over_http(http: httpx.Client) ->
     assert r.status_code == 422 and "no action 99999" in r.json()["message"]
     wait_for(lambda: not listed(), 20)
     assert http.get("/v1/sessions/gov-1/status").json()["pending"] == []
+
+
+def test_approvals_and_status_give_a_waiting_actions_input_as_the_same_json_object(
+    http: httpx.Client,
+) -> None:
+    """The approvals route and the status route both answer ``input`` as the tool's
+    arguments as a JSON object (as the stream's events do), never a JSON string of them."""
+    meta = {"governance.trust": "sandboxed", "governance.egress_allow": "127.0.0.1"}
+    _new(http, "gov-input", metadata=meta)
+    fetch = '!tool http_get {"url": "http://127.0.0.1:9/a b"}'
+    assert http.post("/v1/sessions/gov-input/messages", json={"text": fetch}).status_code == 201
+
+    def listed() -> list[dict[str, Any]]:
+        return http.get("/v1/sessions/gov-input/approvals").json()["pending"]  # type: ignore[no-any-return]
+
+    (w,) = wait_for(listed, 20)
+    (s,) = http.get("/v1/sessions/gov-input/status").json()["pending"]
+    want = {"url": "http://127.0.0.1:9/a b"}
+    assert w["input"] == want and s["input"] == want
+    evs = http.get("/v1/sessions/gov-input/history").json()["events"]
+    (asked,) = [e for e in evs if e["kind"] == "action.pending"]
+    assert asked["input"] == want
+    r = http.post(f"/v1/sessions/gov-input/approvals/{w['call']}", json={"decision": "reject"})
+    assert r.status_code == 200

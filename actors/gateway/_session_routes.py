@@ -16,7 +16,14 @@ from spine import history as stream_history
 from .. import errors as e
 from ..session.goals import budget_problem
 from ._gateway import Gateway, call, known
-from ._replies import HttpError, ack_json, info_json, json_response, session_path
+from ._replies import (
+    HttpError,
+    ack_json,
+    info_json,
+    json_response,
+    pending_json,
+    session_path,
+)
 from ._requests import (
     field,
     float_param,
@@ -177,14 +184,7 @@ async def approvals(gw: Gateway, request: Request) -> Response:
     sid = session_id(request)
     await known(gw, sid)
     waiting = await call(gw.host.pending, sid)
-    return json_response(
-        {
-            "pending": [
-                {"call": e.call, "action": e.action, "turn": e.turn, "input": e.input}
-                for e in waiting
-            ]
-        }
-    )
+    return json_response({"pending": [pending_json(e) for e in waiting]})
 
 
 @route("POST", "/v1/sessions/{id}/approvals/{call}", "write")
