@@ -622,10 +622,15 @@ def test_chat_reads_lines_from_a_pipe_and_ends_at_the_end_of_input(daemon: Daemo
     assert "calculator returned 42" in text
 
 
+#: The fetches below dial loopback: allowed, or the gate refuses them before any approval.
+EGRESS_LOOPBACK = "governance.egress_allow=127.0.0.1"
+
+
 def test_pending_approve_and_reject_decide_waiting_actions(daemon: Daemon) -> None:
     """A sandboxed session's http_get waits for a human: pending lists it, reject refuses
     it, approve runs the next one once; bad and unknown calls are one-line errors."""
-    ok(run(daemon.data, "new", "gov-1", "--meta", "governance.trust=sandboxed"))
+    sandboxed = ["--meta", "governance.trust=sandboxed", "--meta", EGRESS_LOOPBACK]
+    ok(run(daemon.data, "new", "gov-1", *sandboxed))
     fetch = '!tool http_get {"url": "http://127.0.0.1:9/"}'
     ok(run(daemon.data, "send", "gov-1", fetch, "--no-wait"))
 
@@ -654,7 +659,8 @@ def test_pending_approve_and_reject_decide_waiting_actions(daemon: Daemon) -> No
 def test_chat_asks_for_approval_inline_and_the_answer_decides(daemon: Daemon) -> None:
     """A waiting action is shown in the chat with its input and asked about: y approves
     (the tool runs), anything else rejects."""
-    ok(run(daemon.data, "new", "gov-chat", "--meta", "governance.trust=sandboxed"))
+    sandboxed = ["--meta", "governance.trust=sandboxed", "--meta", EGRESS_LOOPBACK]
+    ok(run(daemon.data, "new", "gov-chat", *sandboxed))
     fetch = '!tool http_get {"url": "http://127.0.0.1:9/"}'
     lines = f"{fetch}\ny\n{fetch}\nn\n"
     text = ok(run(daemon.data, "chat", "gov-chat", stdin=lines))
