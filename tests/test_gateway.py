@@ -18,6 +18,7 @@ import pytest
 from conftest import wait_for
 from gateway_support import SseReader, client, running_gateway
 
+from actors.errors import IdempotencyConflict
 from actors.gateway import (
     ROUTES,
     GatewayError,
@@ -115,6 +116,30 @@ def test_a_retry_with_the_same_idempotency_key_returns_the_same_ack(http: httpx.
     assert again["seq"] == first["seq"] and again["duplicate"] is True
     _wait_turn_end(http, "idem-1", first["seq"])
     assert _kinds(http, "idem-1").count("user.message") == 1
+
+
+def test_a_reused_idempotency_key_with_another_text_is_a_422_naming_the_key(
+    gw: GatewayHandle, http: httpx.Client
+) -> None:
+    """The same Idempotency-Key with a different text answers 422 idempotency_conflict
+    naming the key, stores nothing, and the first message stays the only one; the Host
+    API raises IdempotencyConflict (an InvalidRequest) for the same reuse."""
+    _new(http, "idem-2")
+    headers = {"Idempotency-Key": "k-2"}
+    url = "/v1/sessions/idem-2/messages"
+    first = http.post(url, json={"text": "first text"}, headers=headers).json()
+    _wait_turn_end(http, "idem-2", first["seq"])
+    last = http.get("/v1/sessions/idem-2").json()["last_seq"]
+    r = http.post(url, json={"text": "another text"}, headers=headers)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"] == "idempotency_conflict" and "'k-2'" in r.json()["message"]
+    assert http.get("/v1/sessions/idem-2").json()["last_seq"] == last
+    evs = http.get("/v1/sessions/idem-2/history").json()["events"]
+    assert [e["text"] for e in evs if e["kind"] == "user.message"] == ["first text"]
+    again = http.post(url, json={"text": "first text"}, headers=headers).json()
+    assert again["duplicate"] and again["seq"] == first["seq"]
+    with pytest.raises(IdempotencyConflict, match="'http:k-2'"):
+        gw.host.send("idem-2", "a third text", key="http:k-2")
 
 
 def test_a_session_id_outside_latin_1_is_created_and_its_location_percent_encoded(

@@ -88,7 +88,15 @@ async def send_message(gw: Gateway, request: Request) -> Response:
     if not isinstance(text, str):
         raise HttpError(422, "invalid_field", "'text' must be a string")
     key = idempotency_key(request)
-    ack = await call(gw.host.send, sid, text, key=f"http:{key}" if key else None)
+    try:
+        ack = await call(gw.host.send, sid, text, key=f"http:{key}" if key else None)
+    except e.IdempotencyConflict:
+        raise HttpError(
+            422,
+            "idempotency_conflict",
+            f"Idempotency-Key {key!r} was already used for a different message in session "
+            f"{sid!r}: nothing was stored (send a new request with a new key)",
+        ) from None
     return json_response(ack_json(ack), 201)
 
 

@@ -70,6 +70,9 @@ class Receive:
     request_id: str
     ingress: Ingress
     stored: tuple[tuple[int, str], ...] = ()
+    #: The events of that earlier delivery, to tell a retry from another request that
+    #: reuses its key.
+    prior: tuple[Event, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
