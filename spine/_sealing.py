@@ -82,11 +82,46 @@ def read_range(log: Log, stream: str, first: int, last: int) -> list[Record]:
     return out
 
 
+#: The provenance an import stores right after the events it copied, as a
+#: ``session.properties`` event: the stream they were exported from and how many there
+#: were (``import.events``), so that their seals, which name that stream, verify here.
+IMPORT_STREAM = "import.stream"
+IMPORT_EVENTS = "import.events"
+
+
+def origin_in(records: Sequence[Record]) -> tuple[str, int] | None:
+    """``(original stream, N)`` when seqs 1..N of these records were imported (the import's
+    provenance event is at seq N + 1, where nothing written later can be), else None."""
+    props = str(Kind.PROPERTIES)
+    for r in records:
+        if r.kind != props:
+            continue
+        try:
+            d = orjson.loads(r.payload)
+        except orjson.JSONDecodeError:
+            continue
+        p = d.get("properties") if isinstance(d, dict) else None
+        if not isinstance(p, dict):
+            continue
+        src, n = p.get(IMPORT_STREAM), p.get(IMPORT_EVENTS)
+        if not (isinstance(src, str) and src and isinstance(n, str) and n.isdigit()):
+            continue
+        if int(n) + 1 == r.seq:
+            return src, int(n)
+    return None
+
+
+def import_origin(log: Log, stream: str) -> tuple[str, int] | None:
+    """`origin_in` over the stream's properties events, read from ``log``."""
+    return origin_in(_read_kind(log, stream, Kind.PROPERTIES))
+
+
 def seals(log: Log, stream: str) -> list[Seal]:
     """Every seal stored on ``stream``, oldest first; a malformed one raises."""
+    origin = import_origin(log, stream)
     out = []
     for r in _read_kind(log, stream, Kind.RECORD_SEALED):
-        out.append(parse_seal_event(stream, r))
+        out.append(parse_seal_event(stream, r, origin))
     return out
 
 
@@ -101,8 +136,10 @@ def _read_kind(log: Log, stream: str, kind: str) -> list[Record]:
         after = page[-1].seq
 
 
-def parse_seal_event(stream: str, r: Record) -> Seal:
+def parse_seal_event(stream: str, r: Record, origin: tuple[str, int] | None = None) -> Seal:
     """The seal stored in record ``r``, checked strictly (`MalformedSealError` if not).
+    ``origin``: the stream's imported prefix (`origin_in`): a seal stored within it names
+    the stream it was exported from.
 
     Besides the seal itself the event may hold nothing but its seq, time (equal to the
     seal's) and kind, so that no byte of even the newest, uncovered seal event can change
@@ -124,7 +161,8 @@ def parse_seal_event(stream: str, r: Record) -> Seal:
     record = d.get("record")
     if not isinstance(record, dict):
         raise MalformedSealError("the event has no record object", seq=r.seq)
-    seal = Seal.from_record(record, stream=stream, seq=r.seq)
+    named = origin[0] if origin is not None and r.seq <= origin[1] else stream
+    seal = Seal.from_record(record, stream=named, seq=r.seq)
     if d.get("time") != seal.time:
         raise MalformedSealError("the event's time differs from the seal's time", seq=r.seq)
     return seal
@@ -135,7 +173,7 @@ def next_unsealed(log: Log, stream: str) -> int:
     records = _read_kind(log, stream, Kind.RECORD_SEALED)
     if not records:
         return 1
-    return parse_seal_event(stream, records[-1]).last + 1
+    return parse_seal_event(stream, records[-1], import_origin(log, stream)).last + 1
 
 
 def prepare_seal(

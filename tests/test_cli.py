@@ -387,9 +387,11 @@ def test_export_then_import_keeps_every_stored_byte_and_never_overwrites(
     fails(run(daemon.data, "import", str(path)), 1, "already has", "never overwrites")
     assert ok(run(daemon.data, "history", "ex-1", "--json")) == original
     assert "imported ex-copy" in ok(run(daemon.data, "import", str(path), "--session", "ex-copy"))
-    assert ok(run(daemon.data, "history", "ex-copy", "--json")) == original
-    # A seal names its stream: under another id the copy does not pass as the original.
-    assert "seals stream 'ex-1'" in run(daemon.data, "verify", "ex-copy").stdout
+    copied = ok(run(daemon.data, "history", "ex-copy", "--json")).splitlines()
+    assert copied[:-1] == original.splitlines()
+    assert json.loads(copied[-1])["properties"]["import.stream"] == "ex-1"
+    # A seal names its stream: the copy verifies as imported from it, not as the original.
+    assert "imported from stream 'ex-1'" in ok(run(daemon.data, "verify", "ex-copy"))
     # The copy is a session like any other.
     assert "[scripted] more" in ok(run(daemon.data, "send", "ex-copy", "more"))
     lines = path.read_text().splitlines()
@@ -398,8 +400,48 @@ def test_export_then_import_keeps_every_stored_byte_and_never_overwrites(
     fails(run(daemon.data, "import", str(damaged), "--session", "d-1"), 1, "line 3", "seq 3")
     fails(run(daemon.data, "import", str(tmp_path / "none")), 2, "no such file")
     done = json.loads(ok(run(daemon.data, "import", str(path), "--session", "ex-2", "--json")))
-    assert done == {"session": "ex-2", "events": len(lines) - 1}
+    assert done == {"session": "ex-2", "events": len(lines) - 1, "from": "ex-1"}
     fails(run(daemon.data, "export", "nobody", str(tmp_path / "n")), 4, "unknown session")
+
+
+def test_an_imported_sealed_session_verifies_as_a_copy_and_check_stays_green(
+    daemon: Daemon, own_daemon: Daemon, tmp_path: pathlib.Path
+) -> None:
+    """A sealed session exported and imported into a fresh data directory (and under
+    another id): check exits 0, verify says it was imported from the original stream, the
+    provenance names source, seals and keys, and auto-seal goes on sealing new writes."""
+    ok(run(daemon.data, "send", "ex-seal", "hello", "--create"))
+    ok(run(daemon.data, "seal", "ex-seal"))
+    path = tmp_path / "ex-seal.jsonl"
+    ok(run(daemon.data, "export", "ex-seal", str(path)))
+    header = json.loads(path.read_text().splitlines()[0])
+    assert len(header["keys"]) == 1
+    fresh = own_daemon.data
+    assert "imported ex-seal" in ok(run(fresh, "import", str(path)))
+    ok(run(fresh, "import", str(path), "--session", "ex-renamed"))
+    checked = json.loads(ok(run(fresh, "check", "--json")))
+    assert checked["ok"] and all(r["ok"] and r["seals"] == 1 for r in checked["sessions"])
+    assert "TAMPERED" not in ok(run(fresh, "check"))
+    own_daemon.start("--seal-every", "3")
+    for sid in ("ex-seal", "ex-renamed"):
+        hist = [json.loads(x) for x in ok(run(fresh, "history", sid, "--json")).splitlines()]
+        prov = next(e for e in hist if e["kind"] == "session.properties")["properties"]
+        assert prov["import.stream"] == "ex-seal" and prov["import.seals"] == "1"
+        assert prov["import.keys"] == next(iter(header["keys"]))
+        said = ok(run(fresh, "verify", sid))
+        assert "verified" in said and "imported from stream 'ex-seal'" in said
+        before = len(hist)
+        ok(run(fresh, "send", sid, "after the import"))
+        wait_for(
+            lambda sid=sid: any(
+                json.loads(x)["kind"] == "record.sealed" and json.loads(x)["seq"] > before
+                for x in ok(run(fresh, "history", sid, "--json")).splitlines()
+            ),
+            30,
+        )
+    own_daemon.stop()
+    checked = json.loads(ok(run(fresh, "check", "--json")))
+    assert checked["ok"] and all(r["seals"] >= 2 for r in checked["sessions"])
 
 
 # -- output -----------------------------------------------------------------------------------
