@@ -433,7 +433,7 @@ def test_an_imported_sealed_session_verifies_as_a_copy_and_check_stays_green(
         before = len(hist)
         ok(run(fresh, "send", sid, "after the import"))
         wait_for(
-            lambda sid=sid: any(
+            lambda sid=sid, before=before: any(
                 json.loads(x)["kind"] == "record.sealed" and json.loads(x)["seq"] > before
                 for x in ok(run(fresh, "history", sid, "--json")).splitlines()
             ),
