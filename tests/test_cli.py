@@ -337,6 +337,40 @@ def test_status_prints_the_projection(daemon: Daemon) -> None:
     fails(run(daemon.data, "status", "nobody"), 4, "unknown session")
 
 
+def test_status_shows_admitted_rejected_pending_and_egress(daemon: Daemon) -> None:
+    """status (text and JSON) shows what the README says the projection holds: admitted,
+    completed and rejected actions, the actions waiting for approval, and the egress
+    counts and ledger."""
+    sandboxed = ["--meta", "governance.trust=sandboxed", "--meta", EGRESS_LOOPBACK]
+    ok(run(daemon.data, "new", "st-gov", *sandboxed))
+    fetches = [
+        '!tool http_get {"url": "http://169.254.169.254/"}',
+        '!tool http_get {"url": "http://127.0.0.1:9/"}',
+    ]
+    ok(run(daemon.data, "send", "st-gov", "\n".join(fetches), "--no-wait"))
+
+    def waiting() -> dict[str, Any] | None:
+        f = json.loads(ok(run(daemon.data, "status", "st-gov", "--json")))
+        return f if f["pending"] else None
+
+    fields = wait_for(waiting, 20)
+    assert fields["rejected"] == 1 and fields["admitted"] >= 1
+    assert (fields["egress_allowed"], fields["egress_blocked"]) == (0, 1)
+    assert fields["egress"] == [{"host": "169.254.169.254", "allowed": False, "reason": "metadata"}]
+    (w,) = fields["pending"]
+    assert w["action"] == "http_get" and w["input"] == {"url": "http://127.0.0.1:9/"}
+    text = ok(run(daemon.data, "status", "st-gov"))
+    for pattern in (
+        r"^admitted\s+\d+$",
+        r"^rejected\s+1$",
+        r"^pending\s+1$",
+        r"^egress_blocked\s+1$",
+    ):
+        assert re.search(pattern, text, re.M), text
+    assert f"call {w['call']} http_get" in text and "169.254.169.254 blocked (metadata)" in text
+    ok(run(daemon.data, "reject", "st-gov", str(w["call"])))
+
+
 # -- seal, verify, rebuild ---------------------------------------------------------------------
 
 
