@@ -1040,3 +1040,27 @@ def test_approvals_and_status_give_a_waiting_actions_input_as_the_same_json_obje
     assert asked["input"] == want
     r = http.post(f"/v1/sessions/gov-input/approvals/{w['call']}", json={"decision": "reject"})
     assert r.status_code == 200
+
+
+def test_a_passivated_session_is_listed_and_read_with_its_metadata_and_stays_passivated(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Once a session passivates, GET /v1/sessions and GET /v1/sessions/{id} answer its
+    metadata from the projections, and neither brings it back (it stays passivated, no
+    process starts); an unknown id is still 404."""
+    with running_gateway(tmp_path / "data", idle_timeout=0.3) as g, client(g) as http:
+        meta = {"ore.model.name": "kept", "team": "blue"}
+        _new(http, "idle-1", metadata=meta)
+        r = http.post("/v1/sessions/idle-1/messages", json={"text": "hello"})
+        _wait_turn_end(http, "idle-1", r.json()["seq"])
+        wait_for(lambda: g.host.stats()["passivated"] >= 1, 20)
+        passivated = g.host.stats()["passivated"]
+        for _ in range(3):
+            (listed,) = http.get("/v1/sessions").json()["sessions"]
+            one = http.get("/v1/sessions/idle-1").json()
+            assert listed == one
+            assert one["state"] == "passivated" and one["metadata"] == meta
+        # No read started it again (a woken session would be live, then passivate anew).
+        assert g.host.stats()["passivated"] == passivated
+        assert http.get("/v1/sessions").json()["sessions"][0]["state"] == "passivated"
+        assert http.get("/v1/sessions/nobody").status_code == 404

@@ -68,7 +68,8 @@ async def create_session(gw: Gateway, request: Request) -> Response:
 
 @route("GET", "/v1/sessions/{id}", "read")
 async def get_session(gw: Gateway, request: Request) -> Response:
-    info = await call(gw.host.get, session_id(request))
+    # Read from the Runner's registry and the projections: a read never wakes a session.
+    info = await call(gw.host.info, session_id(request))
     return json_response(info_json(info))
 
 
