@@ -74,7 +74,8 @@ class VerifyReport:
     checks: tuple[SealCheck, ...]
     findings: tuple[Finding, ...]
     verified_seq: int = 0
-    #: ``(stream, N)`` when seqs 1..N were imported from that stream (its seals name it).
+    #: ``(stream, N)`` when seqs 1..N were imported from that stream (its seals name it;
+    #: for a copy of a copy, the latest import).
     origin: tuple[str, int] | None = None
 
     @property

@@ -37,7 +37,7 @@ from ._seal_divergence import locate, stored_leaves
 from ._seal_errors import MalformedSealError
 from ._seal_record import Seal
 from ._seal_report import Finding, FindingKind, SealCheck, Tier, VerifyReport, verified_event
-from ._sealing import origin_in, parse_seal_event
+from ._sealing import Origins, origin_in, parse_seal_event
 
 # -- the engine --------------------------------------------------------------------------
 
@@ -64,7 +64,10 @@ def verify_records(
         key=lambda f: (f.seq, f.kind != FindingKind.SEAL),
     )
     return VerifyReport(
-        stream=stream, checks=tuple(checks), findings=tuple(findings), origin=origin
+        stream=stream,
+        checks=tuple(checks),
+        findings=tuple(findings),
+        origin=origin[-1] if origin else None,
     )
 
 
@@ -78,7 +81,7 @@ def _check_seal(
     js: int,
     ring: Keyring,
     columns: bool = True,
-    origin: tuple[str, int] | None = None,
+    origin: Origins = (),
 ) -> SealCheck:
     at = records[js].seq
     seal: Seal | None = None

@@ -89,10 +89,17 @@ IMPORT_STREAM = "import.stream"
 IMPORT_EVENTS = "import.events"
 
 
-def origin_in(records: Sequence[Record]) -> tuple[str, int] | None:
-    """``(original stream, N)`` when seqs 1..N of these records were imported (the import's
-    provenance event is at seq N + 1, where nothing written later can be), else None."""
+#: The imported prefixes of a stream: ``(stream they came from, N)`` per import, N rising
+#: (a copy of a copy holds one per import).
+Origins = tuple[tuple[str, int], ...]
+
+
+def origin_in(records: Sequence[Record]) -> Origins:
+    """``(original stream, N)`` for each import that copied seqs 1..N into these records:
+    its provenance event is at seq N + 1, where nothing written later can be. Empty for a
+    stream that was never imported."""
     props = str(Kind.PROPERTIES)
+    found: list[tuple[str, int]] = []
     for r in records:
         if r.kind != props:
             continue
@@ -107,11 +114,19 @@ def origin_in(records: Sequence[Record]) -> tuple[str, int] | None:
         if not (isinstance(src, str) and src and isinstance(n, str) and n.isdigit()):
             continue
         if int(n) + 1 == r.seq:
-            return src, int(n)
-    return None
+            found.append((src, int(n)))
+    return tuple(sorted(found, key=lambda o: o[1]))
 
 
-def import_origin(log: Log, stream: str) -> tuple[str, int] | None:
+def sealed_in(origins: Origins, seq: int, stream: str) -> str:
+    """The stream a seal stored at ``seq`` names: the one its imported prefix came from."""
+    for src, n in origins:
+        if seq <= n:
+            return src
+    return stream
+
+
+def import_origin(log: Log, stream: str) -> Origins:
     """`origin_in` over the stream's properties events, read from ``log``."""
     return origin_in(_read_kind(log, stream, Kind.PROPERTIES))
 
@@ -136,7 +151,7 @@ def _read_kind(log: Log, stream: str, kind: str) -> list[Record]:
         after = page[-1].seq
 
 
-def parse_seal_event(stream: str, r: Record, origin: tuple[str, int] | None = None) -> Seal:
+def parse_seal_event(stream: str, r: Record, origin: Origins = ()) -> Seal:
     """The seal stored in record ``r``, checked strictly (`MalformedSealError` if not).
     ``origin``: the stream's imported prefix (`origin_in`): a seal stored within it names
     the stream it was exported from.
@@ -161,7 +176,7 @@ def parse_seal_event(stream: str, r: Record, origin: tuple[str, int] | None = No
     record = d.get("record")
     if not isinstance(record, dict):
         raise MalformedSealError("the event has no record object", seq=r.seq)
-    named = origin[0] if origin is not None and r.seq <= origin[1] else stream
+    named = sealed_in(origin, r.seq, stream)
     seal = Seal.from_record(record, stream=named, seq=r.seq)
     if d.get("time") != seal.time:
         raise MalformedSealError("the event's time differs from the seal's time", seq=r.seq)

@@ -566,3 +566,29 @@ def test_a_copy_under_another_id_verifies_only_with_its_import_provenance(
         assert again.ok and len(again.checks) == 2
     else:
         assert "seals stream 'orig'" in report.summary()
+
+
+def test_a_copy_of_a_copy_verifies_each_imported_prefix_as_its_own_stream() -> None:
+    """Imported twice (orig -> copy -> copy2, each sealing after its import): seals in
+    each prefix name the stream they were made in, and all of them verify in copy2."""
+    from spine.seal import IMPORT_EVENTS, IMPORT_STREAM, Keyring, SigningKey, seal_stream
+
+    key = SigningKey.generate()
+    ring = Keyring([key.public_key])
+    log = MemoryLog()
+    log.append("orig", [Event(kind=Kind.USER_MESSAGE, text="a")])
+    seal_stream(log, "orig", key)
+    src = "orig"
+    for name in ("copy", "copy2"):
+        copied = [r.event() for r in log.read(src, 0, None)]
+        marker = Event(
+            kind=Kind.PROPERTIES,
+            properties={IMPORT_STREAM: src, IMPORT_EVENTS: str(len(copied))},
+        )
+        more = Event(kind=Kind.USER_MESSAGE, text=name)
+        log.append(name, [*copied, marker, more], expected_seq=0)
+        seal_stream(log, name, key)
+        src = name
+    report = verify_stream(log, "copy2", ring, append=False)
+    assert report.ok and len(report.checks) == 3, report.summary()
+    assert "imported from stream 'copy'" in report.summary()
