@@ -715,7 +715,7 @@ def test_pending_approve_and_reject_decide_waiting_actions(daemon: Daemon) -> No
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
     (first,) = wait_for(waiting, 20)
-    assert first["action"] == "http_get" and "127.0.0.1:9" in str(first["input"])
+    assert first["action"] == "http_get" and first["input"] == {"url": "http://127.0.0.1:9/"}
     assert str(first["call"]) in ok(run(daemon.data, "pending", "gov-1"))
     assert "rejected" in ok(run(daemon.data, "reject", "gov-1", str(first["call"]), "--note", "no"))
     fails(run(daemon.data, "approve", "gov-1", str(first["call"])), 2, "already rejected")

@@ -159,7 +159,7 @@ def status(args: argparse.Namespace, out: Out) -> int:
     fanout = getattr(p, "fanout", ())
     if args.json:
         fields["pending"] = [
-            {"call": w.call, "action": w.action, "turn": w.turn, "input": _value(w.input)}
+            {"call": w.call, "action": w.action, "turn": w.turn, "input": json_value(w.input)}
             for w in p.pending
         ]
         fields["egress"] = [
@@ -187,7 +187,7 @@ def status(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
-def _value(text: str) -> Any:
+def json_value(text: str) -> Any:
     """A tool's arguments as the JSON value they are (as the HTTP routes give them)."""
     import json
 
