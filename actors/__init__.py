@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from .errors import (
     ActorsError,
     HostTimeout,
+    IdempotencyConflict,
     InterceptorError,
     InvalidRequest,
     PoisonMessageError,
@@ -89,6 +90,7 @@ __all__ = [
     "Emitter",
     "Host",
     "HostTimeout",
+    "IdempotencyConflict",
     "Ingress",
     "InterceptResult",
     "Interceptor",

@@ -48,6 +48,11 @@ class InvalidRequest(ActorsError, ValueError):
     """The request itself is malformed (bad id, bad argument)."""
 
 
+class IdempotencyConflict(InvalidRequest):
+    """An idempotency key came back with a different request than the one it was first
+    used for; nothing was stored. The message names the key."""
+
+
 class RunnerClosed(ActorsError):
     """The Runner was closed."""
 
@@ -73,6 +78,7 @@ ERRORS: dict[str, type[ActorsError]] = {
         PoisonMessageError,
         InterceptorError,
         InvalidRequest,
+        IdempotencyConflict,
         RunnerClosed,
         HostTimeout,
         GoalStalled,

@@ -161,8 +161,12 @@ class SessionKit:
 
     def _ingress(self, ingress: Ingress) -> Outcome:
         prior = self.log.find_key(self.session_id, ingress.key)
-        stored = () if prior is None else tuple((r.seq, r.kind) for r in prior.records)
-        return self.run(c.Receive(request_id=self._rid(), ingress=ingress, stored=stored))
+        records = () if prior is None else prior.records
+        stored = tuple((r.seq, r.kind) for r in records)
+        events = tuple(r.event() for r in records)
+        return self.run(
+            c.Receive(request_id=self._rid(), ingress=ingress, stored=stored, prior=events)
+        )
 
     def send(self, text: str, *, key: str | None = None) -> Outcome:
         k = key or self._rid()

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from spine import REVIVING_PHASES, Kind
 
 from ._status import MAX_ACTIONS, MAX_EGRESS, Outcome, _verification_passed
@@ -162,7 +164,11 @@ def _unpend(s: StatusFolder, d: Mapping[str, Any]) -> None:
 
 
 def _action_pending(s: StatusFolder, d: Mapping[str, Any]) -> None:
-    s.pending.append([d.get("call", 0), d.get("action", ""), d.get("input", ""), d.get("turn", 0)])
+    raw = d.get("input", "")
+    # A decoded row holds the parsed arguments; `PendingEntry.input` is JSON text, as
+    # the event's own field is, whichever path folded it.
+    text = raw if isinstance(raw, str) else orjson.dumps(raw).decode()
+    s.pending.append([d.get("call", 0), d.get("action", ""), text, d.get("turn", 0)])
 
 
 def _action_completed(s: StatusFolder, d: Mapping[str, Any]) -> None:

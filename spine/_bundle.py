@@ -22,7 +22,7 @@ from ._seal_errors import BundleError, MalformedSealError, SealError, UnknownKey
 from ._seal_record import Seal
 from ._seal_report import VerifyReport
 from ._seal_verify import verify_records
-from ._sealing import parse_seal_event
+from ._sealing import origin_in, parse_seal_event
 
 BUNDLE_FORMAT = "vertebra-seal-bundle"
 BUNDLE_VERSION = 1
@@ -247,10 +247,11 @@ def build_bundle(log: Log, stream: str, keys: KeysLike) -> Bundle:
     ring = Keyring.of(keys)
     found: list[Seal] = []
     records = log.read(stream, 0, None)
+    origin = origin_in(records)
     for r in records:
         if r.kind == Kind.RECORD_SEALED:
             try:
-                found.append(parse_seal_event(stream, r))
+                found.append(parse_seal_event(stream, r, origin))
             except MalformedSealError as exc:
                 raise SealError(f"cannot export stream {stream!r}: {exc}") from None
     if not found:

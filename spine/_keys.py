@@ -205,6 +205,19 @@ class KeyStore:
                 (self.directory / (old + _PRIVATE_SUFFIX)).unlink()
         return new
 
+    def trust(self, key: PublicKey) -> bool:
+        """Add ``key`` to the keys `keyring` verifies with (its public half only: it never
+        signs here); False when the store already held it. An import does this for the
+        keys that sealed what it copies."""
+        self._ensure_dir()
+        path = self.directory / (key.key_id + _PUBLIC_SUFFIX)
+        if path.exists():
+            return False
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(key.hex())
+        os.replace(tmp, path)
+        return True
+
     def keyring(self) -> Keyring:
         """Every public key this store ever held (current and rotated out)."""
         ring = Keyring()

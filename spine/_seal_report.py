@@ -74,6 +74,9 @@ class VerifyReport:
     checks: tuple[SealCheck, ...]
     findings: tuple[Finding, ...]
     verified_seq: int = 0
+    #: ``(stream, N)`` when seqs 1..N were imported from that stream (its seals name it;
+    #: for a copy of a copy, the latest import).
+    origin: tuple[str, int] | None = None
 
     @property
     def ok(self) -> bool:
@@ -95,11 +98,21 @@ class VerifyReport:
             lo = min(a for a, _ in self.ranges)
             hi = max(b for _, b in self.ranges)
             n = len(self.checks)
-            return f"stream {self.stream!r}: verified seqs {lo}..{hi} under {n} seal(s)"
+            text = f"stream {self.stream!r}: verified seqs {lo}..{hi} under {n} seal(s)"
+            if self.origin is not None:
+                src, count = self.origin
+                text += f"; seqs 1..{count} imported from stream {src!r}, sealed there"
+            return text
         assert self.problem is not None
         return f"stream {self.stream!r}: FAILED: {self.problem}"
 
     def to_dict(self) -> dict[str, Any]:
+        out = self._dict()
+        if self.origin is not None:
+            out["imported"] = {"stream": self.origin[0], "events": self.origin[1]}
+        return out
+
+    def _dict(self) -> dict[str, Any]:
         return {
             "stream": self.stream,
             "ok": self.ok,

@@ -37,7 +37,7 @@ from ._seal_divergence import locate, stored_leaves
 from ._seal_errors import MalformedSealError
 from ._seal_record import Seal
 from ._seal_report import Finding, FindingKind, SealCheck, Tier, VerifyReport, verified_event
-from ._sealing import parse_seal_event
+from ._sealing import Origins, origin_in, parse_seal_event
 
 # -- the engine --------------------------------------------------------------------------
 
@@ -53,8 +53,9 @@ def verify_records(
     check the stored ``kind`` column of sealed rows against their payloads too."""
     ring = Keyring.of(keys)
     sealed = str(Kind.RECORD_SEALED)
+    origin = origin_in(records)
     checks = [
-        _check_seal(stream, records, j, ring, columns)
+        _check_seal(stream, records, j, ring, columns, origin)
         for j, kind in enumerate([r.kind for r in records])
         if kind == sealed
     ]
@@ -62,7 +63,12 @@ def verify_records(
         (f for c in checks for f in c.findings),
         key=lambda f: (f.seq, f.kind != FindingKind.SEAL),
     )
-    return VerifyReport(stream=stream, checks=tuple(checks), findings=tuple(findings))
+    return VerifyReport(
+        stream=stream,
+        checks=tuple(checks),
+        findings=tuple(findings),
+        origin=origin[-1] if origin else None,
+    )
 
 
 def _not_run(name: str) -> Tier:
@@ -70,13 +76,18 @@ def _not_run(name: str) -> Tier:
 
 
 def _check_seal(
-    stream: str, records: Sequence[Record], js: int, ring: Keyring, columns: bool = True
+    stream: str,
+    records: Sequence[Record],
+    js: int,
+    ring: Keyring,
+    columns: bool = True,
+    origin: Origins = (),
 ) -> SealCheck:
     at = records[js].seq
     seal: Seal | None = None
     expected: list[bytes] = []
     try:
-        parsed = parse_seal_event(stream, records[js])
+        parsed = parse_seal_event(stream, records[js], origin)
     except MalformedSealError as exc:
         problem: str | None = exc.problem
     else:

@@ -82,11 +82,61 @@ def read_range(log: Log, stream: str, first: int, last: int) -> list[Record]:
     return out
 
 
+#: The provenance an import stores right after the events it copied, as a
+#: ``session.properties`` event: the stream they were exported from and how many there
+#: were (``import.events``), so that their seals, which name that stream, verify here.
+IMPORT_STREAM = "import.stream"
+IMPORT_EVENTS = "import.events"
+
+
+#: The imported prefixes of a stream: ``(stream they came from, N)`` per import, N rising
+#: (a copy of a copy holds one per import).
+Origins = tuple[tuple[str, int], ...]
+
+
+def origin_in(records: Sequence[Record]) -> Origins:
+    """``(original stream, N)`` for each import that copied seqs 1..N into these records:
+    its provenance event is at seq N + 1, where nothing written later can be. Empty for a
+    stream that was never imported."""
+    props = str(Kind.PROPERTIES)
+    found: list[tuple[str, int]] = []
+    for r in records:
+        if r.kind != props:
+            continue
+        try:
+            d = orjson.loads(r.payload)
+        except orjson.JSONDecodeError:
+            continue
+        p = d.get("properties") if isinstance(d, dict) else None
+        if not isinstance(p, dict):
+            continue
+        src, n = p.get(IMPORT_STREAM), p.get(IMPORT_EVENTS)
+        if not (isinstance(src, str) and src and isinstance(n, str) and n.isdigit()):
+            continue
+        if int(n) + 1 == r.seq:
+            found.append((src, int(n)))
+    return tuple(sorted(found, key=lambda o: o[1]))
+
+
+def sealed_in(origins: Origins, seq: int, stream: str) -> str:
+    """The stream a seal stored at ``seq`` names: the one its imported prefix came from."""
+    for src, n in origins:
+        if seq <= n:
+            return src
+    return stream
+
+
+def import_origin(log: Log, stream: str) -> Origins:
+    """`origin_in` over the stream's properties events, read from ``log``."""
+    return origin_in(_read_kind(log, stream, Kind.PROPERTIES))
+
+
 def seals(log: Log, stream: str) -> list[Seal]:
     """Every seal stored on ``stream``, oldest first; a malformed one raises."""
+    origin = import_origin(log, stream)
     out = []
     for r in _read_kind(log, stream, Kind.RECORD_SEALED):
-        out.append(parse_seal_event(stream, r))
+        out.append(parse_seal_event(stream, r, origin))
     return out
 
 
@@ -101,8 +151,10 @@ def _read_kind(log: Log, stream: str, kind: str) -> list[Record]:
         after = page[-1].seq
 
 
-def parse_seal_event(stream: str, r: Record) -> Seal:
+def parse_seal_event(stream: str, r: Record, origin: Origins = ()) -> Seal:
     """The seal stored in record ``r``, checked strictly (`MalformedSealError` if not).
+    ``origin``: the stream's imported prefix (`origin_in`): a seal stored within it names
+    the stream it was exported from.
 
     Besides the seal itself the event may hold nothing but its seq, time (equal to the
     seal's) and kind, so that no byte of even the newest, uncovered seal event can change
@@ -124,7 +176,8 @@ def parse_seal_event(stream: str, r: Record) -> Seal:
     record = d.get("record")
     if not isinstance(record, dict):
         raise MalformedSealError("the event has no record object", seq=r.seq)
-    seal = Seal.from_record(record, stream=stream, seq=r.seq)
+    named = sealed_in(origin, r.seq, stream)
+    seal = Seal.from_record(record, stream=named, seq=r.seq)
     if d.get("time") != seal.time:
         raise MalformedSealError("the event's time differs from the seal's time", seq=r.seq)
     return seal
@@ -135,7 +188,7 @@ def next_unsealed(log: Log, stream: str) -> int:
     records = _read_kind(log, stream, Kind.RECORD_SEALED)
     if not records:
         return 1
-    return parse_seal_event(stream, records[-1]).last + 1
+    return parse_seal_event(stream, records[-1], import_origin(log, stream)).last + 1
 
 
 def prepare_seal(

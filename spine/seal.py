@@ -43,11 +43,22 @@ from ._seal_proof import InclusionProof, prove, verify_inclusion
 from ._seal_record import SEAL_VERSION, SIGNING_DOMAIN, Seal, signed_bytes
 from ._seal_report import Finding, FindingKind, SealCheck, Tier, VerifyReport, verified_event
 from ._seal_verify import verify_records, verify_stream
-from ._sealing import compute_seal, prepare_seal, seal_event, seal_stream, seals
+from ._sealing import (
+    IMPORT_EVENTS,
+    IMPORT_STREAM,
+    compute_seal,
+    import_origin,
+    prepare_seal,
+    seal_event,
+    seal_stream,
+    seals,
+)
 
 __all__ = [
     "BUNDLE_FORMAT",
     "BUNDLE_VERSION",
+    "IMPORT_EVENTS",
+    "IMPORT_STREAM",
     "SEAL_VERSION",
     "SIGNING_DOMAIN",
     "Bundle",
@@ -74,6 +85,7 @@ __all__ = [
     "build_bundle",
     "compute_seal",
     "export_bundle",
+    "import_origin",
     "key_id_of",
     "leaf_hash",
     "merkle_root",

@@ -18,6 +18,7 @@ import pytest
 from conftest import wait_for
 from gateway_support import SseReader, client, running_gateway
 
+from actors.errors import IdempotencyConflict
 from actors.gateway import (
     ROUTES,
     GatewayError,
@@ -115,6 +116,30 @@ def test_a_retry_with_the_same_idempotency_key_returns_the_same_ack(http: httpx.
     assert again["seq"] == first["seq"] and again["duplicate"] is True
     _wait_turn_end(http, "idem-1", first["seq"])
     assert _kinds(http, "idem-1").count("user.message") == 1
+
+
+def test_a_reused_idempotency_key_with_another_text_is_a_422_naming_the_key(
+    gw: GatewayHandle, http: httpx.Client
+) -> None:
+    """The same Idempotency-Key with a different text answers 422 idempotency_conflict
+    naming the key, stores nothing, and the first message stays the only one; the Host
+    API raises IdempotencyConflict (an InvalidRequest) for the same reuse."""
+    _new(http, "idem-2")
+    headers = {"Idempotency-Key": "k-2"}
+    url = "/v1/sessions/idem-2/messages"
+    first = http.post(url, json={"text": "first text"}, headers=headers).json()
+    _wait_turn_end(http, "idem-2", first["seq"])
+    last = http.get("/v1/sessions/idem-2").json()["last_seq"]
+    r = http.post(url, json={"text": "another text"}, headers=headers)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"] == "idempotency_conflict" and "'k-2'" in r.json()["message"]
+    assert http.get("/v1/sessions/idem-2").json()["last_seq"] == last
+    evs = http.get("/v1/sessions/idem-2/history").json()["events"]
+    assert [e["text"] for e in evs if e["kind"] == "user.message"] == ["first text"]
+    again = http.post(url, json={"text": "first text"}, headers=headers).json()
+    assert again["duplicate"] and again["seq"] == first["seq"]
+    with pytest.raises(IdempotencyConflict, match="'http:k-2'"):
+        gw.host.send("idem-2", "a third text", key="http:k-2")
 
 
 def test_a_session_id_outside_latin_1_is_created_and_its_location_percent_encoded(
@@ -965,7 +990,8 @@ def test_serve_http_prints_the_url_and_the_readme_curl_examples_work(
 def test_a_waiting_action_is_listed_and_decided_over_http(http: httpx.Client) -> None:
     """A sandboxed session's fetch waits; GET approvals lists it, POST approvals/{call}
     approves it (a repeat is a duplicate), and a bad call or decision is an error."""
-    _new(http, "gov-1", metadata={"governance.trust": "sandboxed"})
+    meta = {"governance.trust": "sandboxed", "governance.egress_allow": "127.0.0.1"}
+    _new(http, "gov-1", metadata=meta)
     fetch = '!tool http_get {"url": "http://127.0.0.1:9/"}'
     assert http.post("/v1/sessions/gov-1/messages", json={"text": fetch}).status_code == 201
 
@@ -990,3 +1016,51 @@ def test_a_waiting_action_is_listed_and_decided_over_http(http: httpx.Client) ->
     assert r.status_code == 422 and "no action 99999" in r.json()["message"]
     wait_for(lambda: not listed(), 20)
     assert http.get("/v1/sessions/gov-1/status").json()["pending"] == []
+
+
+def test_approvals_and_status_give_a_waiting_actions_input_as_the_same_json_object(
+    http: httpx.Client,
+) -> None:
+    """The approvals route and the status route both answer ``input`` as the tool's
+    arguments as a JSON object (as the stream's events do), never a JSON string of them."""
+    meta = {"governance.trust": "sandboxed", "governance.egress_allow": "127.0.0.1"}
+    _new(http, "gov-input", metadata=meta)
+    fetch = '!tool http_get {"url": "http://127.0.0.1:9/a b"}'
+    assert http.post("/v1/sessions/gov-input/messages", json={"text": fetch}).status_code == 201
+
+    def listed() -> list[dict[str, Any]]:
+        return http.get("/v1/sessions/gov-input/approvals").json()["pending"]  # type: ignore[no-any-return]
+
+    (w,) = wait_for(listed, 20)
+    (s,) = http.get("/v1/sessions/gov-input/status").json()["pending"]
+    want = {"url": "http://127.0.0.1:9/a b"}
+    assert w["input"] == want and s["input"] == want
+    evs = http.get("/v1/sessions/gov-input/history").json()["events"]
+    (asked,) = [e for e in evs if e["kind"] == "action.pending"]
+    assert asked["input"] == want
+    r = http.post(f"/v1/sessions/gov-input/approvals/{w['call']}", json={"decision": "reject"})
+    assert r.status_code == 200
+
+
+def test_a_passivated_session_is_listed_and_read_with_its_metadata_and_stays_passivated(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Once a session passivates, GET /v1/sessions and GET /v1/sessions/{id} answer its
+    metadata from the projections, and neither brings it back (it stays passivated, no
+    process starts); an unknown id is still 404."""
+    with running_gateway(tmp_path / "data", idle_timeout=0.3) as g, client(g) as http:
+        meta = {"ore.model.name": "kept", "team": "blue"}
+        _new(http, "idle-1", metadata=meta)
+        r = http.post("/v1/sessions/idle-1/messages", json={"text": "hello"})
+        _wait_turn_end(http, "idle-1", r.json()["seq"])
+        wait_for(lambda: g.host.stats()["passivated"] >= 1, 20)
+        passivated = g.host.stats()["passivated"]
+        for _ in range(3):
+            (listed,) = http.get("/v1/sessions").json()["sessions"]
+            one = http.get("/v1/sessions/idle-1").json()
+            assert listed == one
+            assert one["state"] == "passivated" and one["metadata"] == meta
+        # No read started it again (a woken session would be live, then passivate anew).
+        assert g.host.stats()["passivated"] == passivated
+        assert http.get("/v1/sessions").json()["sessions"][0]["state"] == "passivated"
+        assert http.get("/v1/sessions/nobody").status_code == 404

@@ -158,11 +158,14 @@ def test_a_reload_replays_the_same_transcript(page: Any, gw: GatewayHandle) -> N
     _shot(page, "reloaded")
 
 
-def test_a_pending_action_is_approved_from_the_page(page: Any, gw: GatewayHandle) -> None:
-    """The governance panel shows a waiting action with Approve and Reject; Approve runs it
-    and the panel empties."""
+def test_a_pending_action_shows_its_input_and_is_approved_in_the_transcript(
+    page: Any, gw: GatewayHandle
+) -> None:
+    """The governance panel shows a waiting action with its input text (not
+    ``[object Object]``) and Approve and Reject; Approve runs it, the panel empties and the
+    transcript shows the request and the decision."""
     with client(gw) as http:
-        meta = {"governance.trust": "sandboxed"}
+        meta = {"governance.trust": "sandboxed", "governance.egress_allow": "127.0.0.1"}
         assert (
             http.post("/v1/sessions", json={"id": "web-gov", "metadata": meta}).status_code == 201
         )
@@ -171,10 +174,15 @@ def test_a_pending_action_is_approved_from_the_page(page: Any, gw: GatewayHandle
     page.wait_for_selector("#session-list li.active[data-id='web-gov']")
     page.fill("#input", '!tool http_get {"url": "http://127.0.0.1:9/"}')
     page.press("#input", "Enter")
-    page.wait_for_selector("#pending .pending:has-text('http_get')")
+    prompt = page.wait_for_selector("#pending .pending:has-text('http_get')")
+    text = prompt.text_content()
+    assert '{"url":"http://127.0.0.1:9/"}' in text and "[object Object]" not in text
+    asked = page.wait_for_selector(".note.approval:has-text('approval asked')")
+    assert 'http_get {"url":"http://127.0.0.1:9/"}' in asked.text_content()
     _shot(page, "approval")
     page.click("#pending button.approve")
     page.wait_for_function("document.querySelectorAll('#pending .pending').length === 0")
+    page.wait_for_selector(".note.approval.approved:has-text('approved: http_get')")
     with client(gw) as http:
         evs = http.get("/v1/sessions/web-gov/history").json()["events"]
     approvals = [e for e in evs if e["kind"] == "action.approval"]

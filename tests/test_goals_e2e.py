@@ -294,7 +294,7 @@ def test_children_with_an_approval_and_a_blocked_egress_fold_into_the_tree(
         mp.wait(sid, timeout=0.2)  # the parent waits for its child's approval
     mp.approve(kids[0], waiting.call)
     answer = mp.wait(sid, timeout=60)
-    assert "deployed prod" in answer and "refused: loopback" in answer
+    assert "deployed prod" in answer and "refused by governance (egress_refused)" in answer
     assert log.read_text() == "deploy prod\n"
     evs = mp.history(sid)
     p = project(evs)
@@ -309,10 +309,11 @@ def test_children_with_an_approval_and_a_blocked_egress_fold_into_the_tree(
             turns=1,
             result=mp.wait(kid, timeout=0),
             trust="standard",
-            blocked=0,
+            # The fetch is refused by the gate (egress first): a blocked action.
+            blocked=blocked,
             seal=RecordState.RECORDING,
         )
-        for kid, objective in zip(kids, (deploy, fetch), strict=True)
+        for kid, objective, blocked in zip(kids, (deploy, fetch), (0, 1), strict=True)
     ]
     assert [(e.host, e.allowed, e.reason) for e in p.egress] == [("127.0.0.1", False, "loopback")]
     approvals = [e for e in evs if e.kind == Kind.ACTION_APPROVAL]
@@ -453,7 +454,7 @@ def test_a_fan_out_with_an_approval_and_a_blocked_egress_against_the_fake_openai
         mp.approve(kids[0], waiting.call)
         answer = mp.wait(sid, timeout=60)
         assert answer.startswith("done: ") and "deployed prod" in answer
-        assert "refused" in answer and "loopback" in answer
+        assert "refused by governance (egress_refused)" in answer
         assert log.read_text() == "deploy prod\n"  # approved once, run once
         evs = mp.history(sid)
         assert _goal_events(evs) == [Kind.SESSION_STARTED, Kind.CONVERGED]
@@ -478,11 +479,11 @@ def test_a_fan_out_with_an_approval_and_a_blocked_egress_against_the_fake_openai
                 turns=1,
                 result=p.fanout[1].result,
                 trust="standard",
-                blocked=0,
+                blocked=1,
                 seal=RecordState.RECORDING,
             ),
         ]
-        assert "loopback" in p.fanout[1].result
+        assert "egress_refused" in p.fanout[1].result
         assert [(e.host, e.allowed, e.reason) for e in p.egress] == [
             ("127.0.0.1", False, "loopback")
         ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import ipaddress
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -219,6 +220,59 @@ def test_a_second_tool_call_over_budget_is_rejected_mid_turn() -> None:
     assert _govern(kit, "calculator", "a").events[0].kind == Kind.ACTION_ADMITTED
     ev = _govern(kit, "calculator", "b").events[0]
     assert (ev.kind, ev.fault) == (Kind.ACTION_REJECTED, "budget_exceeded")
+
+
+FETCH = Requirement(trust="standard", capabilities=frozenset({"net"}), egress="url")
+
+
+@pytest.mark.parametrize(
+    ("trust", "url", "resolved", "allow", "want"),
+    [
+        # A sandboxed fetch would wait for a human: a refused destination is refused first.
+        ("sandboxed", "http://169.254.169.254/latest/meta-data/", None, "", "metadata"),
+        ("sandboxed", "http://127.0.0.1:9/", None, "", "loopback"),
+        ("sandboxed", "http://[::1]/", None, "", "loopback"),
+        ("sandboxed", "http://intranet.example/", ("10.0.0.7",), "", "private"),
+        ("sandboxed", "http://nowhere.example/", (), "", "dns_failure"),
+        ("standard", "http://169.254.169.254/", None, "", "metadata"),
+        # Allowed destinations go on to trust and approvals as before.
+        ("sandboxed", "http://127.0.0.1:9/", None, "127.0.0.1", "pending"),
+        ("sandboxed", "http://example.com/", ("93.184.216.34",), "", "pending"),
+        ("standard", "http://example.com/", ("93.184.216.34",), "", "admitted"),
+        # A name nobody looked up is left to the tool's own guard when it dials.
+        ("sandboxed", "http://example.com/", None, "", "pending"),
+        # No URL to check: the tool refuses the call itself.
+        ("sandboxed", "ftp://169.254.169.254/", None, "", "pending"),
+    ],
+)
+def test_the_gate_refuses_what_the_egress_guard_would_before_asking_anyone(
+    trust: str, url: str, resolved: tuple[str, ...] | None, allow: str, want: str
+) -> None:
+    """A fetch whose destination the guard refuses is rejected (fault egress_refused, the
+    guard's net.egress decision stored) without an action.pending; others are unchanged."""
+    kit = SessionKit()
+    _turn(kit, {"governance.trust": trust, "governance.egress_allow": allow})
+    turn = kit.state.running.turn  # type: ignore[union-attr]
+    args = json.dumps({"url": url})
+    cmd = c.Govern(
+        turn=turn, action="http_get", tool_use_id="f1", input=args, need=FETCH, resolved=resolved
+    )
+    out = kit.run(cmd)
+    if want == "pending":
+        assert out.kinds == ["action.pending"] and not out.effects
+        return
+    if want == "admitted":
+        assert out.kinds == ["action.admitted"] and out.effects[0].verdict == "admit"
+        return
+    assert out.kinds == ["action.rejected", "net.egress"]
+    rej, dial = out.events
+    assert (rej.fault, rej.call) == ("egress_refused", rej.seq)
+    assert f"refused: {want}" in rej.error
+    assert (dial.allowed, dial.reason) == (False, want)
+    (ans,) = out.effects
+    assert (ans.verdict, ans.fault) == ("reject", "egress_refused")
+    p = project(kit.events)
+    assert (p.pending, p.egress_blocked, p.rejected) == ((), 1, 1)
 
 
 def _pending(kit: SessionKit) -> int:
@@ -499,3 +553,20 @@ def test_actions_in_flight_when_a_turn_is_cut_off_are_ended_with_a_fault() -> No
         assert ends[-1] == (call, fault) and all(f == fault for _, f in ends)
         p = project(kit.events)
         assert {str(a.state) for a in p.actions} == {"done"}
+
+
+def test_a_refused_destination_is_refused_after_capabilities_and_before_approval() -> None:
+    """gate(): a missing capability is named first; otherwise a destination the egress
+    guard refuses is refused where an approval would have been asked."""
+    sandboxed = Policy(trust="sandboxed")
+    spent = Spent()
+    assert gate(sandboxed, "http_get", FETCH, spent) == (Verdict.PENDING, None)
+    assert gate(sandboxed, "http_get", FETCH, spent, egress_refused=True) == (
+        Verdict.REJECT,
+        Fault.EGRESS_REFUSED,
+    )
+    no_net = Policy(trust="sandboxed", capabilities=frozenset())
+    assert gate(no_net, "http_get", FETCH, spent, egress_refused=True) == (
+        Verdict.REJECT,
+        Fault.CAPABILITY_DENIED,
+    )

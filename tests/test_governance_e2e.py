@@ -97,7 +97,10 @@ def test_every_gate_outcome_on_real_processes(mp: Host, web: str, tmp_path: path
     evs = _turn(mp, sid, "!tool http_get " + json.dumps({"url": web}))
     (eg,) = [e for e in evs if e.kind == Kind.EGRESS]
     assert (eg.host, eg.allowed, eg.reason) == ("127.0.0.1", False, "loopback")
-    assert _results(evs)[0][1] and "refused: loopback" in _results(evs)[0][0]
+    # Refused by the gate before the tool runs; the rejection names the destination.
+    assert _results(evs)[0] == ("not run: refused by governance (egress_refused)", True)
+    (rej,) = [e for e in evs if e.kind == Kind.ACTION_REJECTED]
+    assert rej.error == "egress to 127.0.0.1 refused: loopback"
 
     mp.set_metadata(sid, {"governance.egress_allow": "127.0.0.1/32"})
     evs = _turn(mp, sid, "!tool http_get " + json.dumps({"url": web}))
@@ -167,11 +170,12 @@ def test_every_gate_outcome_on_real_processes(mp: Host, web: str, tmp_path: path
         ("127.0.0.1", False, "loopback"),
         ("127.0.0.1", True, "allowlisted"),
     ]
-    assert status.rejected == 3 and status.containment == "standard"
+    assert status.rejected == 4 and status.containment == "standard"
     assert status.pending == ()
     blocked = [(a.action, a.fault) for a in status.actions if str(a.state) == "blocked"]
     assert blocked == [
         ("shell", "capability_denied"),
+        ("http_get", "egress_refused"),
         ("deploy", "approval_rejected"),
         ("calculator", "budget_exceeded"),
     ]
@@ -297,7 +301,27 @@ def test_every_gate_outcome_against_a_model_server(
 
         history = mp.history(sid)
         status = wait_for(lambda: (s := mp.status(sid)) == project(history) and s, 20)
-        assert (status.egress_allowed, status.egress_blocked, status.rejected) == (1, 1, 3)
+        assert (status.egress_allowed, status.egress_blocked, status.rejected) == (1, 1, 4)
         assert status.pending == ()
     finally:
         server.close()
+
+
+def test_a_fetch_the_egress_guard_refuses_is_rejected_before_anyone_is_asked(mp: Host) -> None:
+    """A sandboxed session fetches the cloud metadata address and a name that resolves to
+    loopback: both are refused by the gate (fault egress_refused, the guard's decision in
+    the egress ledger) and the turn ends without an approval request."""
+    sid = mp.create(metadata={"governance.trust": "sandboxed"})
+    fetches = [
+        "!tool http_get " + json.dumps({"url": "http://169.254.169.254/latest/meta-data/"}),
+        "!tool http_get " + json.dumps({"url": "http://localhost:9/"}),
+    ]
+    evs = _turn(mp, sid, "\n".join(fetches))
+    assert not [e for e in mp.history(sid) if e.kind == Kind.ACTION_PENDING]
+    rejected = [e for e in evs if e.kind == Kind.ACTION_REJECTED]
+    assert [e.fault for e in rejected] == ["egress_refused", "egress_refused"]
+    reasons = sorted(e.reason for e in evs if e.kind == Kind.EGRESS)
+    assert reasons == ["loopback", "metadata"]
+    assert [r for r, _ in _results(evs)] == ["not run: refused by governance (egress_refused)"] * 2
+    status = wait_for(lambda: (s := mp.status(sid)).turns == 1 and s, 20)
+    assert (status.pending, status.egress_blocked, status.rejected) == ((), 2, 2)

@@ -527,3 +527,68 @@ def test_a_row_of_another_schema_version_is_sealed_with_its_version_and_proven_o
     with SqliteLog(db) as log:
         report = verify_stream(log, S, key, append=False)
     assert report.problem is not None and report.problem.seq == 2, report.summary()
+
+
+@pytest.mark.parametrize(
+    ("marker_at", "passes"),
+    [("right after", True), ("later", False), ("none", False)],
+)
+def test_a_copy_under_another_id_verifies_only_with_its_import_provenance(
+    marker_at: str, passes: bool
+) -> None:
+    """Seals stored in a copy name the stream they were made in: they verify in the copy
+    when the provenance event sits right after the copied events (where nothing written
+    later can be) and names that stream; a provenance written later proves nothing. The
+    report says what was imported, and sealing goes on after the copy."""
+    from spine.seal import IMPORT_EVENTS, IMPORT_STREAM, Keyring, SigningKey, seal_stream
+
+    key = SigningKey.generate()
+    log = MemoryLog()
+    log.append("orig", [Event(kind=Kind.USER_MESSAGE, text=t) for t in ("a", "b")])
+    seal_stream(log, "orig", key)
+    copied = [r.event() for r in log.read("orig", 0, None)]
+    marker = Event(
+        kind=Kind.PROPERTIES,
+        properties={IMPORT_STREAM: "orig", IMPORT_EVENTS: str(len(copied))},
+    )
+    tail = [Event(kind=Kind.USER_MESSAGE, text="c")]
+    if marker_at == "right after":
+        tail = [marker, *tail]
+    elif marker_at == "later":
+        tail = [*tail, marker]
+    log.append("copy", [*copied, *tail], expected_seq=0)
+    report = verify_stream(log, "copy", Keyring([key.public_key]), append=False)
+    assert report.ok is passes
+    if passes:
+        assert "seqs 1..3 imported from stream 'orig'" in report.summary()
+        seal_stream(log, "copy", key)
+        again = verify_stream(log, "copy", Keyring([key.public_key]), append=False)
+        assert again.ok and len(again.checks) == 2
+    else:
+        assert "seals stream 'orig'" in report.summary()
+
+
+def test_a_copy_of_a_copy_verifies_each_imported_prefix_as_its_own_stream() -> None:
+    """Imported twice (orig -> copy -> copy2, each sealing after its import): seals in
+    each prefix name the stream they were made in, and all of them verify in copy2."""
+    from spine.seal import IMPORT_EVENTS, IMPORT_STREAM, Keyring, SigningKey, seal_stream
+
+    key = SigningKey.generate()
+    ring = Keyring([key.public_key])
+    log = MemoryLog()
+    log.append("orig", [Event(kind=Kind.USER_MESSAGE, text="a")])
+    seal_stream(log, "orig", key)
+    src = "orig"
+    for name in ("copy", "copy2"):
+        copied = [r.event() for r in log.read(src, 0, None)]
+        marker = Event(
+            kind=Kind.PROPERTIES,
+            properties={IMPORT_STREAM: src, IMPORT_EVENTS: str(len(copied))},
+        )
+        more = Event(kind=Kind.USER_MESSAGE, text=name)
+        log.append(name, [*copied, marker, more], expected_seq=0)
+        seal_stream(log, name, key)
+        src = name
+    report = verify_stream(log, "copy2", ring, append=False)
+    assert report.ok and len(report.checks) == 3, report.summary()
+    assert "imported from stream 'copy'" in report.summary()

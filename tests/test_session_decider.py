@@ -107,6 +107,60 @@ def test_a_redelivered_key_is_acknowledged_again_without_a_second_event() -> Non
     assert again.reply.seq == first.reply.seq
 
 
+def _first(kit: SessionKit, what: str) -> None:
+    if what == "message":
+        kit.send("hello", key="k1")
+        kit.finish()
+    elif what == "interrupt":
+        kit.send("go")
+        kit.interrupt("stop", key="k1")
+    elif what == "switch":
+        kit.switch("other", key="k1")
+    else:
+        kit.send("/set a 1", key="k1")
+
+
+@pytest.mark.parametrize(
+    ("first", "again", "conflict"),
+    [
+        ("message", ("send", "hello"), False),
+        ("message", ("send", "hello, but longer"), True),
+        ("message", ("send", ""), True),
+        ("message", ("interrupt", "hello"), True),
+        ("message", ("switch", "other"), True),
+        ("interrupt", ("interrupt", "stop"), False),
+        ("interrupt", ("interrupt", "halt"), True),
+        ("interrupt", ("send", "stop"), True),
+        ("switch", ("switch", "other"), False),
+        ("switch", ("switch", "elsewhere"), True),
+        # A consumed slash command stored only what it changed: nothing to compare.
+        ("slash", ("send", "/set a 1"), False),
+    ],
+)
+def test_a_reused_key_with_a_different_body_is_a_conflict_and_stores_nothing(
+    first: str, again: tuple[str, str], conflict: bool
+) -> None:
+    """Same key, same request: the first ack again. Same key, another body or kind: an
+    IdempotencyConflict naming the key, and nothing is stored."""
+    kit = SessionKit()
+    kit.create()
+    _first(kit, first)
+    before = kit.events
+    how, arg = again
+    if how == "send":
+        out = kit.send(arg, key="k1")
+    elif how == "interrupt":
+        out = kit.interrupt(arg, key="k1")
+    else:
+        out = kit.switch(arg, key="k1")
+    assert kit.events == before and out.events == ()
+    if conflict:
+        assert out.error == "IdempotencyConflict"
+        assert "'k1'" in out.reply.message and "nothing was stored" in out.reply.message
+    else:
+        assert out.error == "" and out.reply.duplicate
+
+
 @pytest.mark.parametrize("terminal", ["closed", "failed"])
 @pytest.mark.parametrize("command", ["send", "interrupt", "set_metadata", "switch", "seal"])
 def test_a_closed_or_failed_session_refuses_ingress(terminal: str, command: str) -> None:

@@ -20,11 +20,15 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import attrs
+import orjson
 
 __all__ = [
     "EgressDecision",
     "classify",
+    "destination",
     "http_get",
+    "literal",
+    "precheck",
     "resolve",
     "verdict",
 ]
@@ -118,6 +122,53 @@ def verdict(host: str, addresses: Sequence[IP], allow: Iterable[str] = ()) -> Eg
     if classify(first) != "public":
         return EgressDecision(host=str(first), allowed=True, reason="allowlisted")
     return EgressDecision(host=str(first), allowed=True, reason="public")
+
+
+def destination(input_json: str, arg: str) -> tuple[str, int] | None:
+    """The host and port of the URL in argument ``arg`` of a tool's input, or None when
+    the input names no http(s) URL there (the tool itself then refuses the call)."""
+    try:
+        args = orjson.loads(input_json or "{}")
+    except orjson.JSONDecodeError:
+        return None
+    url = args.get(arg) if isinstance(args, dict) else None
+    if not isinstance(url, str):
+        return None
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not host:
+        return None
+    return host, port or (443 if parts.scheme == "https" else 80)
+
+
+def literal(host: str) -> IP | None:
+    """``host`` as an address when it is written as one (no lookup needed), else None."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def precheck(
+    host: str, resolved: Sequence[str] | None, allow: Iterable[str] = ()
+) -> EgressDecision | None:
+    """The guard's verdict on ``host`` before the action runs: from the address itself
+    when ``host`` is one, else from the addresses it was looked up to (``resolved``);
+    None when it is a name nobody looked up (the guard still checks it when it dials)."""
+    addr = literal(host)
+    if addr is not None:
+        return verdict(host, [addr], allow)
+    if resolved is None:
+        return None
+    addrs: list[IP] = []
+    for text in resolved:
+        a = literal(text)
+        if a is not None:
+            addrs.append(a)
+    return verdict(host, addrs, allow)
 
 
 def resolve(host: str, port: int) -> list[IP]:

@@ -78,16 +78,21 @@ class Fault(enum.StrEnum):
     APPROVAL_REJECTED = "approval_rejected"
     TRUST_TOO_LOW = "trust_too_low"
     CANCELLED = "cancelled"
+    #: The egress guard refuses the destination the action would reach.
+    EGRESS_REFUSED = "egress_refused"
 
 
 @attrs.frozen(kw_only=True)
 class Requirement:
     """What an action needs: the lowest trust it may run under, the capabilities it uses,
-    and whether a human must approve every call."""
+    whether a human must approve every call, and ``egress``: the argument that holds the
+    URL the action connects to (the gate checks that destination with the egress guard
+    before anything else, so nobody is asked about a fetch the guard would refuse)."""
 
     trust: str = "sandboxed"
     capabilities: frozenset[str] = frozenset()
     approval: bool = False
+    egress: str = ""
 
 
 def _int(md: Mapping[str, str], key: str) -> int | None:
@@ -199,13 +204,20 @@ def _rank(trust: str) -> int:
 
 
 def gate(
-    policy: Policy, action: str, need: Requirement, spent: Spent
+    policy: Policy,
+    action: str,
+    need: Requirement,
+    spent: Spent,
+    *,
+    egress_refused: bool = False,
 ) -> tuple[Verdict, Fault | None]:
     """The verdict on one action: ``model`` (a model call), a tool's name, or ``spawn``.
 
-    Budgets come first (nothing more runs once one is spent), then capabilities, then trust
-    and approval: an action the session's trust is too low for, or one that always needs a
-    human, waits for approval when approvals are on, and is refused when they are off.
+    Budgets come first (nothing more runs once one is spent), then capabilities, then the
+    destination (``egress_refused``: the egress guard refuses where the action would
+    connect, so it is refused before any human is asked), then trust and approval: an
+    action the session's trust is too low for, or one that always needs a human, waits for
+    approval when approvals are on, and is refused when they are off.
     """
     if policy.max_cost is not None:
         cost = policy.cost(spent)
@@ -228,6 +240,8 @@ def gate(
             return Verdict.REJECT, Fault.BUDGET_EXCEEDED
     if policy.capabilities is not None and not need.capabilities <= policy.capabilities:
         return Verdict.REJECT, Fault.CAPABILITY_DENIED
+    if egress_refused:
+        return Verdict.REJECT, Fault.EGRESS_REFUSED
     too_low = _rank(policy.trust) < _rank(need.trust)
     if too_low or need.approval:
         if policy.approvals:

@@ -243,7 +243,7 @@ HTTP_GET = Tool(
     ),
     parameters=_one_string("url"),
     fn=_http_get,
-    requirement=Requirement(trust="standard", capabilities=frozenset({"net"})),
+    requirement=Requirement(trust="standard", capabilities=frozenset({"net"}), egress="url"),
     context=True,
 )
 

@@ -114,11 +114,16 @@ def _say(host: Host, sid: str, out: Any, text: str) -> None:
 
 
 def _governed_fetch(host: Host, out: Any) -> str:
-    """Governance: a sandboxed session's fetch waits for a human, who approves it; the
-    egress guard then refuses the cloud metadata address it points at."""
+    """Governance: a sandboxed session's fetch of the cloud metadata address is refused by
+    the egress guard before anyone is asked; its fetch of an allowlisted address waits for a
+    human, who approves it (nothing listens there: the tool reports the refused connection)."""
     style = out.style
-    gid = host.create("guarded", metadata={"governance.trust": "sandboxed"})
-    fetch = '!tool http_get {"url": "http://169.254.169.254/latest/meta-data/"}'
+    meta = {"governance.trust": "sandboxed", "governance.egress_allow": "127.0.0.1"}
+    gid = host.create("guarded", metadata=meta)
+    fetch = (
+        '!tool http_get {"url": "http://169.254.169.254/latest/meta-data/"}\n'
+        '!tool http_get {"url": "http://127.0.0.1:9/"}'
+    )
     out.line(f"\n[{gid}, trust sandboxed] > {fetch}")
     ack = host.send(gid, fetch)
     deadline = time.monotonic() + 20

@@ -102,9 +102,13 @@ def export(args: argparse.Namespace, out: Out) -> int:
         if not to_stdout and os.path.exists(args.file) and not args.force:
             raise CliError(f"{args.file!r} exists: pass --force to overwrite it")
         tmp = args.file + ".tmp"
+        header = {"format": EXPORT_FORMAT, "session": sid, "events": last}
+        keys = _sealing_keys(args.data, log, sid, last)
+        if keys:
+            header["keys"] = keys
         with contextlib.ExitStack() as stack:
             f = out.stdout if to_stdout else stack.enter_context(open(tmp, "w"))
-            f.write(json_line({"format": EXPORT_FORMAT, "session": sid, "events": last}) + "\n")
+            f.write(json_line(header) + "\n")
             after = 0
             while after < last and (page := log.read(sid, after, 1000)):
                 for rec in page:
@@ -122,6 +126,21 @@ def export(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+def _sealing_keys(data: str, log: Any, sid: str, last: int) -> dict[str, str]:
+    """The public keys (id to hex) of the seals in seqs 1..last that this data directory
+    holds, so the copy's seals can be checked where it is imported."""
+    from spine import Kind
+    from spine.seal import KeyStore
+
+    ids = {
+        str(r.event().record.get("keyId", ""))
+        for r in log.read(sid, 0, None, kinds=[Kind.RECORD_SEALED])
+        if r.seq <= last
+    }
+    ring = KeyStore(os.path.join(data, "keys")).keyring()
+    return {k: key.hex() for k in sorted(ids) if (key := ring.get(k)) is not None}
+
+
 def import_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="an export (- for stdin)")
     p.add_argument("--session", default=None, metavar="ID", help="store under ID instead")
@@ -131,20 +150,33 @@ def import_args(p: argparse.ArgumentParser) -> None:
 def import_(args: argparse.Namespace, out: Out) -> int:
     """Append an export as a new stream, seqs as they were; an existing stream is refused
     (the log's expected-seq check makes that atomic even against a concurrent writer)."""
-    from ._transfer import read_export
+    from ._transfer import provenance, read_export_keys
 
     try:
         if args.file == "-":
-            sid, events = read_export(sys.stdin, EXPORT_FORMAT)
+            source, events, keys = read_export_keys(sys.stdin, EXPORT_FORMAT)
         else:
             with open(args.file) as f:
-                sid, events = read_export(f, EXPORT_FORMAT)
+                source, events, keys = read_export_keys(f, EXPORT_FORMAT)
     except FileNotFoundError:
         raise CliError(f"no such file: {args.file!r}", EXIT_USAGE) from None
     except ValueError as exc:
         raise CliError(f"{args.file}: {exc}") from None
-    sid = session_id(args.session or sid)
-    from spine import ConflictError, private_dir
+    sid = session_id(args.session or source)
+    from spine import ConflictError, InvalidArgumentError, private_dir
+    from spine.seal import KeyStore, PublicKey
+
+    public = []
+    for key_id, text in keys.items():
+        try:
+            key = PublicKey.from_hex(text)
+        except InvalidArgumentError as exc:
+            raise CliError(f"{args.file}: key {key_id}: {exc}") from None
+        if key.key_id != key_id:
+            raise CliError(f"{args.file}: the header's key {key_id} is key {key.key_id}")
+        public.append(key)
+    name = "-" if args.file == "-" else os.path.basename(args.file)
+    events = [*events, provenance(source, events, keys, name)]
 
     private_dir(args.data)
     with spine_log(args) as log:
@@ -154,14 +186,19 @@ def import_(args: argparse.Namespace, out: Out) -> int:
                 f"session {sid!r} already has {existing} events: import never overwrites a "
                 "stream (pass --session ID to import under another id)"
             )
+        # The sealing keys first: a copy whose seals cannot be checked is never stored.
+        store = KeyStore(os.path.join(args.data, "keys"))
+        for key in public:
+            store.trust(key)
         try:
             log.append(sid, events, expected_seq=0)
         except ConflictError:
             raise CliError(f"session {sid!r} was written meanwhile: nothing imported") from None
+    copied = len(events) - 1
     if args.json:
-        out.line(json_line({"session": sid, "events": len(events)}))
+        out.line(json_line({"session": sid, "events": copied, "from": source}))
     else:
-        out.line(f"imported {sid}: {len(events)} events")
+        out.line(f"imported {sid}: {copied} events from {source!r}")
     return 0
 
 

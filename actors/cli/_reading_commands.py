@@ -150,8 +150,21 @@ def status(args: argparse.Namespace, out: Out) -> int:
     if u is not None:
         fields["input_tokens"] = u.input_tokens
         fields["output_tokens"] = u.output_tokens
+    # What governance decided, as the README says the projection shows it.
+    for k in ("admitted", "completed", "rejected", "egress_allowed", "egress_blocked"):
+        fields[k] = getattr(p, k)
+    fields["pending"] = len(p.pending)
+    waiting = [f"call {w.call} {w.action} {w.input}" for w in p.pending]
+    egress = [f"{x.host} {'allowed' if x.allowed else 'blocked'} ({x.reason})" for x in p.egress]
     fanout = getattr(p, "fanout", ())
     if args.json:
+        fields["pending"] = [
+            {"call": w.call, "action": w.action, "turn": w.turn, "input": json_value(w.input)}
+            for w in p.pending
+        ]
+        fields["egress"] = [
+            {"host": x.host, "allowed": x.allowed, "reason": x.reason} for x in p.egress
+        ]
         if fanout:
             fields["fanout"] = [
                 {k: str(v) if k in ("state", "seal") else v for k, v in attrs.asdict(c).items()}
@@ -162,11 +175,26 @@ def status(args: argparse.Namespace, out: Out) -> int:
     width = max(len(k) for k in fields)
     for k, v in fields.items():
         out.line(f"{out.style.paint('bold', k.ljust(width))}  {v}")
+    for title, lines in (("waiting for approval", waiting), ("egress", egress)):
+        if lines:
+            out.line(out.style.paint("bold", title))
+            for line in lines:
+                out.line("  " + line)
     if fanout:
         out.line(out.style.paint("bold", "fanout"))
         for line in fanout_tree(sid, fanout, out.style):
             out.line("  " + line)
     return 0
+
+
+def json_value(text: str) -> Any:
+    """A tool's arguments as the JSON value they are (as the HTTP routes give them)."""
+    import json
+
+    try:
+        return json.loads(text) if text else {}
+    except ValueError:
+        return text
 
 
 def trace_args(p: argparse.ArgumentParser) -> None:

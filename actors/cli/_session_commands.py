@@ -232,6 +232,7 @@ def pending_args(p: argparse.ArgumentParser) -> None:
 def pending(args: argparse.Namespace, out: Out) -> int:
     """The session's actions waiting for approval, read from the spine."""
     from ..host import pending_actions
+    from ._reading_commands import json_value
 
     sid = session_id(args.session)
     with open_spine(args) as log:
@@ -242,7 +243,12 @@ def pending(args: argparse.Namespace, out: Out) -> int:
         if args.json:
             out.line(
                 json_line(
-                    {"call": ev.call, "action": ev.action, "turn": ev.turn, "input": ev.input}
+                    {
+                        "call": ev.call,
+                        "action": ev.action,
+                        "turn": ev.turn,
+                        "input": json_value(ev.input),
+                    }
                 )
             )
         else:

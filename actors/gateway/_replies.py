@@ -68,10 +68,32 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def input_json(text: str) -> Any:
+    """A tool's arguments as the JSON value they are (``{}`` for none): every route that
+    shows an action's ``input`` answers this one type, as the events on the stream do."""
+    if not text:
+        return {}
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+
+
+def pending_json(entry: Any) -> dict[str, Any]:
+    """An action waiting for approval (an ``action.pending`` event or a `PendingEntry`)."""
+    return {
+        "call": entry.call,
+        "action": entry.action,
+        "turn": entry.turn,
+        "input": input_json(entry.input),
+    }
+
+
 def status_json(p: Any) -> dict[str, Any]:
     """The status projection with the seed's field names (camelCase), plus the cache
     hit rate the page shows (cached input tokens over all input tokens)."""
     out: dict[str, Any] = _plain(p)
+    out["pending"] = [pending_json(x) for x in p.pending]
     u = p.usage
     total = u.input_tokens + u.cache_read_tokens
     rate = u.cache_read_tokens / total if total else 0.0

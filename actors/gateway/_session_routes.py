@@ -16,7 +16,14 @@ from spine import history as stream_history
 from .. import errors as e
 from ..session.goals import budget_problem
 from ._gateway import Gateway, call, known
-from ._replies import HttpError, ack_json, info_json, json_response, session_path
+from ._replies import (
+    HttpError,
+    ack_json,
+    info_json,
+    json_response,
+    pending_json,
+    session_path,
+)
 from ._requests import (
     field,
     float_param,
@@ -61,7 +68,8 @@ async def create_session(gw: Gateway, request: Request) -> Response:
 
 @route("GET", "/v1/sessions/{id}", "read")
 async def get_session(gw: Gateway, request: Request) -> Response:
-    info = await call(gw.host.get, session_id(request))
+    # Read from the Runner's registry and the projections: a read never wakes a session.
+    info = await call(gw.host.info, session_id(request))
     return json_response(info_json(info))
 
 
@@ -81,7 +89,15 @@ async def send_message(gw: Gateway, request: Request) -> Response:
     if not isinstance(text, str):
         raise HttpError(422, "invalid_field", "'text' must be a string")
     key = idempotency_key(request)
-    ack = await call(gw.host.send, sid, text, key=f"http:{key}" if key else None)
+    try:
+        ack = await call(gw.host.send, sid, text, key=f"http:{key}" if key else None)
+    except e.IdempotencyConflict:
+        raise HttpError(
+            422,
+            "idempotency_conflict",
+            f"Idempotency-Key {key!r} was already used for a different message in session "
+            f"{sid!r}: nothing was stored (send a new request with a new key)",
+        ) from None
     return json_response(ack_json(ack), 201)
 
 
@@ -177,14 +193,7 @@ async def approvals(gw: Gateway, request: Request) -> Response:
     sid = session_id(request)
     await known(gw, sid)
     waiting = await call(gw.host.pending, sid)
-    return json_response(
-        {
-            "pending": [
-                {"call": e.call, "action": e.action, "turn": e.turn, "input": e.input}
-                for e in waiting
-            ]
-        }
-    )
+    return json_response({"pending": [pending_json(e) for e in waiting]})
 
 
 @route("POST", "/v1/sessions/{id}/approvals/{call}", "write")

@@ -29,7 +29,7 @@ from projections import (
 from spine import Event, Kind, Log, history, subscribe
 
 from .. import messages as m
-from ..errors import ActorsError, HostTimeout
+from ..errors import ActorsError, HostTimeout, SessionNotFound
 from .goals import wait_goal
 from .replies import request_id
 from .runtime import Runtime
@@ -68,18 +68,38 @@ class SessionReading:
     def sessions(self) -> list[m.SessionInfo]:
         """Every session the spine knows, with its state. A session the Runner has not
         loaded since it started is "passivated" to the Runner; the sessions index tells
-        whether it is in fact closed or failed."""
+        whether it is in fact closed or failed, and the status projection gives its
+        metadata (no process holds it). Reading never brings a session back."""
         infos = list(self._request(m.ListSessions(request_id=request_id())).sessions)
-        index = self.index() if any(i.state == "passivated" for i in infos) else None
-        if index is None:
+        if not any(i.state == "passivated" for i in infos):
             return infos
+        index = self.index()
         out = []
         for info in infos:
-            known = index.get(info.session_id)
-            if info.state == "passivated" and known is not None and known.terminal:
-                info = attrs.evolve(info, state=known.terminal)
+            if info.state == "passivated":
+                info = self._stored_info(info, index)
             out.append(info)
         return out
+
+    def info(self, session_id: str) -> m.SessionInfo:
+        """Where a session stands, as `sessions` tells it: unlike `Host.get`, a passivated
+        session stays passivated (a read must not start a process). Raises
+        `SessionNotFound` for an unknown id."""
+        for info in self._request(m.ListSessions(request_id=request_id())).sessions:
+            if info.session_id == session_id:
+                if info.state == "passivated":
+                    return self._stored_info(info, self.index())
+                return info  # type: ignore[no-any-return]
+        raise SessionNotFound(f"no session {session_id}", session_id=session_id)
+
+    def _stored_info(self, info: m.SessionInfo, index: SessionsIndex | None) -> m.SessionInfo:
+        """A passivated session's info completed from the projections."""
+        known = index.get(info.session_id) if index is not None else None
+        if known is not None and known.terminal:
+            info = attrs.evolve(info, state=known.terminal)
+        if not info.metadata and info.last_seq > 0:
+            info = attrs.evolve(info, metadata=dict(self.status(info.session_id).metadata))
+        return info
 
     def pending(self, session_id: str) -> list[Event]:
         """The actions of ``session_id`` waiting for approval (their ``action.pending``

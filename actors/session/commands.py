@@ -70,6 +70,9 @@ class Receive:
     request_id: str
     ingress: Ingress
     stored: tuple[tuple[int, str], ...] = ()
+    #: The events of that earlier delivery, to tell a retry from another request that
+    #: reuses its key.
+    prior: tuple[Event, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -158,6 +161,9 @@ class Govern:
     tool_use_id: str = ""
     input: str = ""
     need: Requirement = attrs.field(factory=Requirement)
+    #: The addresses the worker looked the action's destination up to (``need.egress``
+    #: names one by a host name); None when nothing was looked up.
+    resolved: tuple[str, ...] | None = None
     #: Unix time the session received the request (stamped by the shell: a goal run's
     #: wall-time budget is checked against it).
     now: float = 0.0

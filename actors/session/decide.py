@@ -19,7 +19,7 @@ from projections import secret_problem
 from spine import Event, Kind, Phase, validate_session_id
 
 from .. import messages as m
-from ..interceptors import NoticeItem
+from ..interceptors import Ingress, NoticeItem
 from ..policy import BUSY_POLICY_KEY, BusyPolicy
 from . import goals
 from .commands import (
@@ -144,7 +144,35 @@ def _open(s: Session, cmd: Open) -> Decision:
 # -- ingress -----------------------------------------------------------------------------
 
 
+#: The stored kinds that record an ingress itself (a properties change is stored as the
+#: difference it made, so it is not compared).
+_INGRESS_KINDS = frozenset({Kind.USER_MESSAGE, Kind.INTERRUPT, Kind.SESSION_SWITCH})
+
+
+def reused_key(ingress: Ingress, prior: Sequence[Event]) -> bool:
+    """Whether ``ingress`` is another request than the one its key first stored: that
+    append recorded an ingress of another kind, or of the same kind with another body.
+    (An append that recorded none, a consumed slash command or a metadata change, has
+    nothing to compare and is a retry.)"""
+    first = next((e for e in prior if e.kind in _INGRESS_KINDS), None)
+    if first is None:
+        return False
+    if first.kind != ingress.kind:
+        return True
+    if first.kind == Kind.USER_MESSAGE:
+        return first.text != ingress.text
+    if first.kind == Kind.INTERRUPT:
+        return first.reason != (ingress.text or "interrupted")
+    return first.session != ingress.target
+
+
 def _receive(s: Session, cmd: Receive) -> Decision:
+    if cmd.prior and reused_key(cmd.ingress, cmd.prior):
+        text = (
+            f"idempotency key {cmd.ingress.key!r} was already used for a different request "
+            "in this session: nothing was stored (use a new key for a new request)"
+        )
+        return Decision(state=s, reply=failed(s, cmd.request_id, "IdempotencyConflict", text))
     if cmd.stored:
         # A redelivery of stored ingress is answered as the first delivery was, whatever
         # the session's state now: no interceptor runs, no policy applies again.

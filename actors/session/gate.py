@@ -15,6 +15,7 @@ import attrs
 from spine import Event, Kind
 
 from .. import messages as m
+from ..agents.egress import EgressDecision, destination, precheck
 from ..agents.governance import Fault, Policy, PolicyError, Spent, Verdict, gate
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
 from .goals import goal_gate
@@ -55,13 +56,21 @@ def govern(s: Session, cmd: Govern) -> Decision:
     if again is not None:
         return again
     fault: Fault | None
+    refused: EgressDecision | None = None
     try:
         policy = Policy.from_metadata(st.metadata)
         trust = policy.trust
         # A goal run's own budget first: it counts from the run's start.
         verdict, fault, err = goal_gate(st, run, cmd.action, cmd.now)
         if verdict == Verdict.ADMIT:
-            verdict, fault = gate(policy, cmd.action, cmd.need, _spent(st, run))
+            refused = _egress_refused(cmd, policy)
+            verdict, fault = gate(
+                policy, cmd.action, cmd.need, _spent(st, run), egress_refused=refused is not None
+            )
+            if fault == Fault.EGRESS_REFUSED and refused is not None:
+                err = f"egress to {refused.host} refused: {refused.reason}"
+            else:
+                refused = None
     except PolicyError as exc:
         # A policy that cannot be read admits nothing.
         verdict, fault, trust = Verdict.REJECT, None, ""
@@ -83,7 +92,30 @@ def govern(s: Session, cmd: Govern) -> Decision:
         return Decision(state=s, events=(ev,))
     fault_text = str(fault) if fault is not None else "policy_error"
     ev = Event(kind=Kind.ACTION_REJECTED, fault=fault_text, error=err, **base)
-    return Decision(state=s, events=(ev,), effects=(_answer(cmd, verdict, call, fault_text),))
+    events: tuple[Event, ...] = (ev,)
+    if refused is not None:
+        # The guard's decision, as the tool would have stored it (the egress ledger).
+        dial = Event(
+            kind=Kind.EGRESS,
+            turn=run.turn,
+            host=refused.host,
+            allowed=False,
+            reason=refused.reason,
+        )
+        events = (ev, dial)
+    return Decision(state=s, events=events, effects=(_answer(cmd, verdict, call, fault_text),))
+
+
+def _egress_refused(cmd: Govern, policy: Policy) -> EgressDecision | None:
+    """The guard's refusal of the action's destination, or None (allowed, none named,
+    or a name that was not looked up: the tool's own guard checks it when it dials)."""
+    if not cmd.need.egress:
+        return None
+    dest = destination(cmd.input, cmd.need.egress)
+    if dest is None:
+        return None
+    d = precheck(dest[0], cmd.resolved, policy.egress_allow)
+    return d if d is not None and not d.allowed else None
 
 
 def _asked_again(s: Session, cmd: Govern) -> Decision | None:

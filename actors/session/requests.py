@@ -81,8 +81,12 @@ class SessionRequests(DecisionExecution):
 
     def _with_stored(self, cmd: c.Receive) -> c.Receive:
         """The command with what an earlier delivery of its key stored, if any."""
-        stored = self._stored(cmd.ingress.key)
-        return attrs.evolve(cmd, stored=stored) if stored else cmd
+        assert self.log is not None and self.cfg is not None
+        prior = self.log.find_key(self.cfg.session_id, cmd.ingress.key)
+        if prior is None or not prior.records:
+            return cmd
+        stored = tuple((r.seq, r.kind) for r in prior.records)
+        return attrs.evolve(cmd, stored=stored, prior=tuple(r.event() for r in prior.records))
 
     def _stored(self, key: str) -> tuple[tuple[int, str], ...]:
         """What an earlier append with ``key`` stored, as ``(seq, kind)`` rows."""

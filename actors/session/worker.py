@@ -21,6 +21,7 @@ import attrs
 from spine import Event, Kind, Log, StreamSubscription, Usage, history, subscribe
 
 from ..agents import Agent, TurnInput
+from ..agents.egress import destination, literal, resolve
 from ..agents.governance import Requirement
 from .commands import Finished, Govern, Progress, Spawn
 
@@ -142,11 +143,23 @@ class TurnWorker:
         fut: concurrent.futures.Future[tuple[str, int, str]] = concurrent.futures.Future()
         self._waiting[(action, tool_use_id)] = fut
         self.flush()  # what was said before the action is stored before its verdict
-        self._send(
-            Govern(
-                turn=self.turn, action=action, tool_use_id=tool_use_id, input=input_json, need=need
-            )
+        cmd = Govern(
+            turn=self.turn, action=action, tool_use_id=tool_use_id, input=input_json, need=need
         )
+        dest = destination(input_json, need.egress) if need.egress else None
+        if dest is None or literal(dest[0]) is not None:
+            self._send(cmd)
+            return fut
+
+        def look_up() -> None:
+            # Off the agent's loop: the gate decides from the addresses, a lookup is I/O.
+            try:
+                found: tuple[str, ...] | None = tuple(str(a) for a in resolve(*dest))
+            except Exception:
+                found = None
+            self._send(attrs.evolve(cmd, resolved=found))
+
+        _THREADS.run(look_up)
         return fut
 
     def answer(self, action: str, tool_use_id: str, verdict: str, call: int, fault: str) -> None:

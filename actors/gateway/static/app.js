@@ -42,6 +42,11 @@ function add(cls, text) {
   return el;
 }
 
+// A tool's arguments as text: the routes and the events carry them as a JSON value.
+function inputText(input) {
+  return typeof input === "string" ? input : JSON.stringify(input ?? {});
+}
+
 function bubble(turn) {
   let el = state.turns.get(turn);
   if (!el) {
@@ -113,7 +118,22 @@ function onStored(ev, seq) {
     }
     case "tool.call":
       settle(ev.turn);
-      add("msg tool", `→ ${ev.tool} ${JSON.stringify(ev.input ?? {})}`);
+      add("msg tool", `→ ${ev.tool} ${inputText(ev.input)}`);
+      break;
+    case "action.pending":
+      add("note approval", `approval asked: ${ev.action} ${inputText(ev.input)} (call ${ev.call})`);
+      break;
+    case "action.approval":
+      add(
+        `note approval ${ev.allowed ? "approved" : "rejected"}`,
+        `${ev.allowed ? "approved" : "rejected"}: ${ev.action || ""} (call ${ev.call})${ev.reason ? ` ${ev.reason}` : ""}`,
+      );
+      break;
+    case "action.rejected":
+      // A human's rejection is shown by its action.approval; the rest are the gate's.
+      if (ev.fault && ev.fault !== "approval_rejected") {
+        add("note approval rejected", `refused: ${ev.action || ""} (${ev.fault}${ev.error ? `: ${ev.error}` : ""})`);
+      }
       break;
     case "tool.result":
       settle(ev.turn);
@@ -254,7 +274,7 @@ async function refreshStatus() {
       const div = document.createElement("div");
       div.className = "pending";
       const text = document.createElement("span");
-      text.textContent = `approval needed: ${w.action} ${w.input} (call ${w.call}) `;
+      text.textContent = `approval needed: ${w.action} ${inputText(w.input)} (call ${w.call}) `;
       div.appendChild(text);
       for (const [label, decision] of [["Approve", "approve"], ["Reject", "reject"]]) {
         const b = document.createElement("button");
