@@ -352,6 +352,61 @@ def test_seal_and_verify_through_the_daemon(daemon: Daemon) -> None:
     fails(run(daemon.data, "verify", "nobody"), 4, "unknown session")
 
 
+def test_a_spine_other_than_the_daemons_is_refused_by_commands_through_the_daemon(
+    daemon: Daemon, tmp_path: pathlib.Path
+) -> None:
+    """--spine naming another log than the daemon's is exit 2 naming both (never an answer
+    about the daemon's own spine); the daemon's own spine named explicitly is fine; check
+    reads the other spine offline and finds the edit there."""
+    ok(run(daemon.data, "send", "sp-1", "hello", "--create"))
+    ok(run(daemon.data, "seal", "sp-1"))
+    path = tmp_path / "sp-1.jsonl"
+    ok(run(daemon.data, "export", "sp-1", str(path)))
+    other = tmp_path / "other.db"
+    ok(run(daemon.data, "--spine", str(other), "import", str(path)))
+    db = sqlite3.connect(other)
+    db.execute("DROP TRIGGER events_append_only_update")
+    db.execute("UPDATE events SET payload = replace(payload, 'hello', 'HELLO') WHERE seq = 2")
+    db.commit()
+    db.close()
+    assert "HELLO" in ok(run(daemon.data, "--spine", str(other), "history", "sp-1"))
+    for cmd in (("verify", "sp-1"), ("seal", "sp-1"), ("send", "sp-1", "x"), ("sessions",)):
+        line = fails(run(daemon.data, "--spine", str(other), *cmd), 2, "--spine", "other.db")
+        assert "spine.db" in line and f"`{cmd[0]}` goes through the daemon" in line, line
+    own = str(daemon.data / "spine.db")
+    assert "verified seqs 1.." in ok(run(daemon.data, "--spine", own, "verify", "sp-1"))
+    checked = run(daemon.data, "--spine", str(other), "check")
+    assert checked.returncode == 1 and "sp-1: 1 seal(s), TAMPERED at seq 2" in checked.stdout
+    stats = run(daemon.data, "--spine", str(other), "stats")
+    assert stats.returncode == 0 and "the daemon serves another spine" in stats.stderr
+
+
+def test_check_verifies_every_seal_of_a_postgres_spine(
+    daemon: Daemon, tmp_path: pathlib.Path, pg_url: str
+) -> None:
+    """check --spine postgresql://... verifies each session's seals and rows there (the
+    pages are the server's to check), and finds an edited event by seq."""
+    ok(run(daemon.data, "send", "pgc-1", "hello", "--create"))
+    ok(run(daemon.data, "seal", "pgc-1"))
+    path = tmp_path / "pgc-1.jsonl"
+    ok(run(daemon.data, "export", "pgc-1", str(path)))
+    ok(run(daemon.data, "--spine", pg_url, "import", str(path)))
+    out = ok(run(daemon.data, "--spine", pg_url, "check"))
+    assert "integrity: not checked here (postgresql" in out and "pgc-1: 1 seal(s), ok" in out
+    done = json.loads(ok(run(daemon.data, "--spine", pg_url, "check", "--json")))
+    assert done["ok"] is True and [r["session"] for r in done["sessions"]] == ["pgc-1"]
+    import psycopg
+
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("DROP TRIGGER IF EXISTS spine_events_append_only ON spine_events")
+        conn.execute(
+            "UPDATE spine_events SET payload = convert_to(replace(convert_from(payload, 'UTF8'),"
+            " 'hello', 'HELLO'), 'UTF8') WHERE seq = 2"
+        )
+    out = run(daemon.data, "--spine", pg_url, "check")
+    assert out.returncode == 1 and "pgc-1: 1 seal(s), TAMPERED at seq 2" in out.stdout
+
+
 def test_rebuild_folds_every_event_again_with_a_progress_display(daemon: Daemon) -> None:
     """rebuild reports the events it folded; on a terminal it draws events/s and ETA."""
     ok(run(daemon.data, "send", "rb-1", "hello", "--create"))

@@ -9,7 +9,15 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from ._access import add_json, attach, open_spine, payload_line, session_id, unknown_session
+from ._access import (
+    add_json,
+    attach,
+    open_spine,
+    payload_line,
+    session_id,
+    spine_conflict,
+    unknown_session,
+)
 from ._daemon import EXIT_USAGE, CliError, read_daemon
 from ._format import event_line, fanout_tree, json_line, parse_kinds, table
 from ._output import Out
@@ -271,23 +279,46 @@ def stats_args(p: argparse.ArgumentParser) -> None:
     add_json(p)
 
 
+def _fold_metrics(log: Log, out: Out) -> Any:
+    """The log's figures, folded row by row; a row that does not decode is named on
+    stderr and left out, so one damaged event does not hide every other figure."""
+    from projections import MetricsFolder
+    from spine import DecodeError, decode_event
+
+    folder = MetricsFolder()
+    position = 0
+    while rows := log.read_rows(position, 5000):
+        for stream, seq, pos, _kind, _version, payload in rows:
+            position = pos
+            try:
+                ev = decode_event(payload)
+            except DecodeError as exc:
+                out.note(f"vertebra: left out {stream} seq {seq}, which does not decode: {exc}")
+                continue
+            folder.feed(stream, ev, pos)
+    return folder
+
+
 def stats(args: argparse.Namespace, out: Out) -> int:
     """The log's figures (no daemon needed) plus, when a daemon runs, its Runner's counters
     and the sessions by state, in the Prometheus text format (or JSON)."""
-    from ..otel import LogMetrics, metrics_figures, prometheus_text, session_states
+    from ..otel import metrics_figures, prometheus_text, session_states
 
     with open_spine(args) as log:
-        folder = LogMetrics().update(log)
+        folder = _fold_metrics(log, out)
     runner = states = runtime = None
     try:
-        read_daemon(args.data)
+        info = read_daemon(args.data)
     except CliError:
         out.note("no daemon runs: figures from the log only")
     else:
-        with attach(args) as host:
-            runtime = host.runner_stats()
-            runner = dict(runtime.counters)
-            states = session_states(host.sessions())
+        if spine_conflict(args, info.spine) is not None:
+            out.note("the daemon serves another spine: figures from the log only")
+        else:
+            with attach(args) as host:
+                runtime = host.runner_stats()
+                runner = dict(runtime.counters)
+                states = session_states(host.sessions())
     if args.json:
         out.line(json_line(metrics_figures(folder, runner, states, runtime)))
     else:
