@@ -186,6 +186,138 @@ def test_send_prints_the_turn_and_reports_unknown_sessions(daemon: Daemon) -> No
     fails(run(daemon.data, "send", "a.b", "hi"), 2, "bad session id")
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_send_exits_1_naming_the_cause_when_the_model_server_refuses_the_connection(
+    daemon: Daemon,
+) -> None:
+    """A turn whose model server refuses the connection fails: exit 1, the cause on stderr."""
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    ok(run(daemon.data, "send", "refused-1", f"/provider openai {url} m", "--create"))
+    out = run(daemon.data, "send", "refused-1", "hi")
+    line = fails(out, 1, "the turn in refused-1 failed")
+    assert "onnect" in line, line
+
+
+def test_send_exits_1_naming_the_variable_when_the_key_variable_is_missing(
+    daemon: Daemon,
+) -> None:
+    """A turn whose ore.model.api_key_env names an unset variable fails: exit 1 naming it."""
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    ok(run(daemon.data, "send", "nokey-1", f"/provider openai {url} m", "--create"))
+    ok(run(daemon.data, "send", "nokey-1", "/set ore.model.api_key_env VERTEBRA_NO_SUCH_KEY"))
+    fails(run(daemon.data, "send", "nokey-1", "hi"), 1, "failed", "VERTEBRA_NO_SUCH_KEY")
+
+
+def test_send_exits_1_when_its_turn_is_cancelled(daemon: Daemon) -> None:
+    """A send whose turn another client interrupts exits 1 saying it was cancelled."""
+    ok(run(daemon.data, "new", "cancel-1"))
+    proc = subprocess.Popen(
+        [*CLI, "--data", str(daemon.data), "send", "cancel-1", "!hang"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+    try:
+        wait_for(lambda: "turn.started" in run(daemon.data, "history", "cancel-1").stdout, 30)
+        ok(run(daemon.data, "interrupt", "cancel-1"))
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 1, err
+    assert err.strip().splitlines() == [
+        "vertebra: the turn in cancel-1 was cancelled (interrupted)"
+    ], err
+
+
+def test_send_exits_1_when_a_slash_command_answers_an_error(daemon: Daemon) -> None:
+    """A slash command answered with an error notice is exit 1, the notice on stderr."""
+    out = run(daemon.data, "send", "slash-1", "/temperature hot", "--create")
+    fails(out, 1, "slash-1 answered:")
+    out = run(daemon.data, "send", "slash-1", "/nosuch")
+    assert "[error] unknown command /nosuch" in out.stdout
+    fails(out, 1, "unknown command /nosuch")
+
+
+def test_send_streams_the_answer_as_it_is_written(daemon: Daemon) -> None:
+    """send prints the answer's text deltas as they stream, before the message is stored."""
+    ok(run(daemon.data, "new", "stream-1"))
+    term = Terminal(
+        [*CLI, "--data", str(daemon.data), "send", "stream-1", "!slow 0.3 one two three four"]
+    )
+    try:
+        term.expect("assistant> ")
+        at = term.expect("one")
+        # The first word is on the screen while the message is not stored yet.
+        stored = run(daemon.data, "history", "stream-1").stdout
+        assert "assistant.message" not in stored, stored
+        term.expect("four", after=at)
+        assert term.wait() == 0
+    finally:
+        term.close()
+    assert term.screen.count("one two three four") == 1, term.screen
+
+
+def test_send_with_the_same_key_twice_stores_one_message(daemon: Daemon) -> None:
+    """A retried send with the same --key is recognised: one user message is stored."""
+    first = ok(run(daemon.data, "send", "key-1", "only once", "--create", "--key", "k-1"))
+    assert "[scripted] only once" in first
+    again = run(daemon.data, "send", "key-1", "only once", "--key", "k-1")
+    assert again.returncode == 0 and "already stored at seq" in again.stderr, again.stderr
+    assert "turn.completed" in again.stdout
+    users = [
+        line
+        for line in ok(run(daemon.data, "history", "key-1", "--json")).splitlines()
+        if json.loads(line)["kind"] == "user.message"
+    ]
+    assert len(users) == 1, users
+    done = json.loads(
+        ok(run(daemon.data, "send", "key-1", "x", "--key", "k-1", "--json")).splitlines()[0]
+    )
+    assert done["duplicate"] is True
+    fails(run(daemon.data, "send", "key-1", "x", "--key", " "), 2, "--key")
+
+
+def test_send_says_at_once_when_the_daemon_dies_during_its_turn(own_daemon: Daemon) -> None:
+    """SIGKILL of the daemon while send waits for a hanging turn: exit 3 within seconds,
+    not after the 60 s turn timeout."""
+    import time
+
+    own_daemon.start()
+    ok(run(own_daemon.data, "new", "crash-1"))
+    proc = subprocess.Popen(
+        [*CLI, "--data", str(own_daemon.data), "send", "crash-1", "!hang"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+    try:
+        wait_for(lambda: "turn.started" in run(own_daemon.data, "history", "crash-1").stdout, 30)
+        assert own_daemon.proc is not None
+        killed = time.monotonic()
+        own_daemon.proc.kill()
+        own_daemon.wait_exited()
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 3, err
+    assert "is gone while the turn ran" in err and "vertebra serve" in err, err
+    assert took < 10, took
+
+
 def test_interrupt_cuts_a_running_turn_off(daemon: Daemon) -> None:
     """interrupt on a hanging turn closes it as cancelled; unknown sessions are exit 4."""
     ok(run(daemon.data, "send", "int-1", "!hang", "--create", "--no-wait"))
