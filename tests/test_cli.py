@@ -419,6 +419,120 @@ def test_tail_follows_live_from_a_seq_with_kinds_exactly_once(daemon: Daemon) ->
     fails(run(daemon.data, "tail", "nobody"), 4, "unknown session")
 
 
+def test_tail_exits_130_on_ctrl_c(daemon: Daemon) -> None:
+    """Ctrl-C (SIGINT) ends a tail with exit 130, as the README's exit codes say."""
+    ok(run(daemon.data, "send", "tail-int", "hello", "--create"))
+    proc = subprocess.Popen(
+        [*CLI, "--data", str(daemon.data), "tail", "tail-int"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+    try:
+        assert proc.stdout is not None
+        assert "user.message" in proc.stdout.readline() + proc.stdout.readline()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 130
+
+
+def test_offline_stats_names_an_unreadable_row_and_counts_the_rest(
+    daemon: Daemon, tmp_path: pathlib.Path
+) -> None:
+    """stats without a daemon over a spine with one row that does not decode names its
+    session and seq on stderr and still prints every other figure."""
+    ok(run(daemon.data, "send", "stats-1", "hello", "--create"))
+    path = tmp_path / "stats-1.jsonl"
+    ok(run(daemon.data, "export", "stats-1", str(path)))
+    data = tmp_path / "offline"
+    ok(run(data, "import", str(path)))
+    c = sqlite3.connect(data / "spine.db", isolation_level=None)
+    c.execute("DROP TRIGGER IF EXISTS events_append_only_update")
+    c.execute("UPDATE events SET payload = substr(payload, 1, 20) WHERE seq = 2")
+    c.close()
+    out = run(data, "stats")
+    assert out.returncode == 0, out.stderr
+    assert "left out stats-1 seq 2, which does not decode" in out.stderr, out.stderr
+    events = re.search(r"^vertebra_log_events_total(?:\{[^}]*\})? (\d+)$", out.stdout, re.M)
+    total = len(path.read_text().splitlines()) - 1
+    assert events is not None and int(events.group(1)) == total - 1, out.stdout
+
+
+def test_trace_prints_each_parent_span_above_its_children(daemon: Daemon) -> None:
+    """trace's human listing starts each trace at depth 0 and goes one level deeper at a
+    time: every child span is under its parent."""
+    ok(run(daemon.data, "send", "trace-1", '!tool calculator {"expression": "2+2"}', "--create"))
+    lines = ok(run(daemon.data, "trace", "trace-1")).splitlines()
+    assert lines
+    last: dict[str, int] = {}
+    for line in lines:
+        trace, rest = line.split(" ", 1)
+        depth = (len(rest) - len(rest.lstrip(" "))) // 2
+        assert depth <= last.get(trace, -1) + 1, lines
+        last[trace] = depth
+
+
+def test_hosts_on_a_single_daemon_lists_none(daemon: Daemon) -> None:
+    """hosts on a daemon that leads no cluster says so; --json prints no rows."""
+    out = run(daemon.data, "hosts")
+    assert out.returncode == 0 and out.stdout == "" and "no member hosts" in out.stderr
+    assert ok(run(daemon.data, "hosts", "--json")) == ""
+
+
+def test_hosts_lists_the_members_of_a_convention_the_daemon_leads(
+    tmp_path: pathlib.Path, pg_url: str, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """hosts on a convention leader lists each member: name, alive, capacity, sessions."""
+    from actors.system import free_port
+    from actors.transport_auth import share_secret
+
+    port = free_port()
+    leader = Daemon(tmp_path / "lead")
+    member = None
+    try:
+        leader.start(
+            "--spine", pg_url, "--convention-leader", "--bind", "127.0.0.1", "--port", str(port)
+        )
+        no_leftover_processes.extend(leader.systems)
+        share_secret(tmp_path / "lead", tmp_path / "m")
+        member = subprocess.Popen(
+            [
+                *CLI,
+                *("--data", str(tmp_path / "m"), "serve", "--spine", pg_url),
+                *("--join", f"127.0.0.1:{port}", "--host-name", "m1", "--capacity", "7"),
+                *("--bind", "127.0.0.1"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env(),
+        )
+
+        def rows() -> list[dict[str, Any]]:
+            out = ok(run(tmp_path / "lead", "hosts", "--json"))
+            return [json.loads(line) for line in out.splitlines()]
+
+        got = wait_for(lambda: [r for r in rows() if r["alive"]], 60, 0.2)
+        assert got == [{"host": "m1", "alive": True, "capacity": 7, "sessions": 0}]
+        table = ok(run(tmp_path / "lead", "hosts")).splitlines()
+        assert table[0].split() == ["HOST", "STATE", "CAPACITY", "SESSIONS"]
+        assert table[1].split() == ["m1", "alive", "7", "0"]
+    finally:
+        if member is not None:
+            member.send_signal(signal.SIGTERM)
+            try:
+                member.wait(30)
+            finally:
+                if member.poll() is None:
+                    member.kill()
+                    member.wait(10)
+        leader.stop()
+
+
 def test_tail_survives_a_daemon_restart(own_daemon: Daemon) -> None:
     """A tail keeps following across `vertebra stop` and a new `serve`: nothing lost,
     nothing twice."""

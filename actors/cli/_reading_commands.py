@@ -19,7 +19,7 @@ from ._access import (
     unknown_session,
 )
 from ._daemon import EXIT_USAGE, CliError, read_daemon
-from ._format import event_line, fanout_tree, json_line, parse_kinds, table
+from ._format import event_line, fanout_tree, json_line, parse_kinds, span_tree, table
 from ._output import Out
 from ._parser import positive, seq_number
 
@@ -114,6 +114,8 @@ def tail(args: argparse.Namespace, out: Out) -> int:
         log.watch()
         deadline = None if args.for_seconds is None else time.monotonic() + args.for_seconds
         with SessionSubscription(log, sid, after, kinds) as sub:
+            # Ctrl-C ends the tail as the README says: exit 130, like any interrupted
+            # command (`_main` maps the KeyboardInterrupt).
             try:
                 while deadline is None or time.monotonic() < deadline:
                     rec = sub.get_record(0.5)
@@ -125,8 +127,6 @@ def tail(args: argparse.Namespace, out: Out) -> int:
                         )
                     elif sub.closed:
                         break
-            except KeyboardInterrupt:
-                pass
             finally:
                 log.unwatch()
     return 0
@@ -260,18 +260,42 @@ def trace(args: argparse.Namespace, out: Out) -> int:
     if args.json:
         out.line(json_line({"session": sid, "spans": len(spans), "traces": traces}))
         return 0
-    names = {s.span_id: s for s in spans}
-    first = {t: i for i, t in reversed(list(enumerate(s.trace_id for s in spans)))}
-    for s in sorted(spans, key=lambda s: (first[s.trace_id], nanos(s.start))):
-        depth, p = 0, s.parent_span_id
-        while p in names:
-            depth, p = depth + 1, names[p].parent_span_id
+    for depth, s in span_tree(spans, lambda s: nanos(s.start)):
         ms = (s.end - s.start).total_seconds() * 1000 if s.start and s.end else 0.0
         tokens = s.attribute("gen_ai.usage.input_tokens")
         extra = f"  in={tokens} out={s.attribute('gen_ai.usage.output_tokens')}" if tokens else ""
         status = "  ERROR " + s.status_message if s.status == "ERROR" else ""
         out.line(f"{s.trace_id[:8]} {'  ' * depth}{s.name}  {ms:.1f} ms{extra}{status}")
     out.note(f"{len(spans)} spans in {traces} traces")
+    return 0
+
+
+def hosts_args(p: argparse.ArgumentParser) -> None:
+    add_json(p)
+
+
+def hosts(args: argparse.Namespace, out: Out) -> int:
+    """The member hosts the daemon (a convention leader) knows, from its Runner."""
+    with attach(args) as host:
+        rows = host.hosts()
+    if args.json:
+        for r in rows:
+            out.line(json_line(r))
+        return 0
+    if not rows:
+        out.note("no member hosts: this daemon runs every session itself")
+        return 0
+    table_rows = [
+        (
+            str(r.get("host", "")),
+            "alive" if r.get("alive") else "dead",
+            r.get("capacity", ""),
+            r.get("sessions", ""),
+        )
+        for r in rows
+    ]
+    for line in table(("HOST", "STATE", "CAPACITY", "SESSIONS"), table_rows, out.style):
+        out.line(line)
     return 0
 
 
@@ -330,6 +354,8 @@ def stats(args: argparse.Namespace, out: Out) -> int:
 __all__ = [
     "history",
     "history_args",
+    "hosts",
+    "hosts_args",
     "sessions",
     "sessions_args",
     "stats",
