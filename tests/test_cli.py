@@ -875,6 +875,13 @@ def test_the_demo_runs_to_the_end_and_leaves_a_gapless_stream(
     assert tree[4].startswith("    └── planner-toolu_1_0_2  done  turns 1")
     assert "guarded: 1 turns" in out.stdout and "egress blocked 1" in out.stdout
     assert os.path.exists(tmp_path / "d" / "spine.db")
+    # Again on the same data directory: a run of its own, the first one's left alone.
+    before = ok(run(tmp_path / "d", "history", "planner", "--json"))
+    again = run(tmp_path / "d", "demo")
+    assert again.returncode == 0, again.stderr
+    assert "verified planner-2: True" in again.stdout and "guarded-2: 1 turns" in again.stdout
+    assert "children ran concurrently: True" in again.stdout
+    assert ok(run(tmp_path / "d", "history", "planner", "--json")) == before
     # `vertebra status` draws the same tree from the stream, and lists it as JSON.
     status = run(tmp_path / "d", "status", "planner")
     assert status.returncode == 0, status.stderr
