@@ -11,6 +11,7 @@ import re
 import signal
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -1000,3 +1001,110 @@ def test_chat_asks_for_approval_inline_and_the_answer_decides(daemon: Daemon) ->
     faults = [e.get("fault") for e in hist if e["kind"] == "action.rejected"]
     assert faults == ["approval_rejected"]
     assert any(e["kind"] == "net.egress" for e in hist)  # the approved fetch ran (and was refused)
+
+
+# -- the README's examples ---------------------------------------------------------------------
+
+README = pathlib.Path(__file__).parent.parent / "README.md"
+#: A block whose first line says this is left out (it names what it needs).
+NOT_RUN = "# not run by the README test:"
+
+
+def readme_commands(text: str) -> list[str]:
+    """The README's shell commands in order: every ```sh block but those marked
+    `NOT_RUN`, continuation lines joined, comment lines left out."""
+    commands: list[str] = []
+    for block in re.findall(r"^```sh\n(.*?)^```$", text, re.M | re.S):
+        if block.startswith(NOT_RUN):
+            continue
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                commands.append(line)
+    return commands
+
+
+def test_the_readme_examples_run_in_order_on_one_data_directory(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """Every shell example of the README not marked as needing something else runs, top
+    to bottom, in one directory: the installs are this checkout, `vertebra serve` is a
+    daemon the test starts (its HTTP gateway on a free port, not 8080) and stops at the
+    end, and no command fails or answers an HTTP error."""
+    pytest.importorskip("starlette", reason="the HTTP examples need the http extra (starlette)")
+    pytest.importorskip("uvicorn", reason="the HTTP examples need the http extra (uvicorn)")
+    from actors.system import free_port
+
+    port = free_port()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "vertebra"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m actors.cli "$@"\n')
+    wrapper.chmod(0o755)
+    repo = README.parent
+    environ = env(
+        PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        PYTHONPATH=f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    daemon = Daemon(work / "vertebra-data")
+    script: list[str] = []
+    outputs: list[str] = []
+
+    def run_script() -> None:
+        if not script:
+            return
+        body = "\n".join(script)
+        script.clear()
+        done = subprocess.run(
+            ["bash", "-c", body],
+            cwd=work,
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            stdin=subprocess.DEVNULL,
+        )
+        outputs.append(done.stdout)
+        assert done.returncode == 0, (done.stdout, done.stderr)
+
+    try:
+        for command in readme_commands(README.read_text()):
+            command = command.replace(".venv/bin/vertebra", "vertebra")
+            command = command.replace("127.0.0.1:8080", f"127.0.0.1:{port}")
+            # The installs are this checkout's; the steps that only install are dropped.
+            steps = [
+                s.strip()
+                for s in command.split("&&")
+                if "pip install" not in s and "-m venv" not in s
+            ]
+            if not steps:
+                continue
+            command = " && ".join(steps)
+            if re.match(r"vertebra( --data \S+)? serve\b", command):
+                if daemon.proc is None:
+                    run_script()
+                    daemon.start("--http", f"127.0.0.1:{port}")
+                    no_leftover_processes.extend(daemon.systems)
+                continue
+            # Each command must succeed; an example ended by --max-time ends by timing out.
+            allowed = " -a $rc -ne 28" if "--max-time" in command else ""
+            quoted = command.replace("'", "'\"'\"'")
+            script.append(
+                f"{command}\nrc=$?\nif [ $rc -ne 0{allowed} ]; then "
+                f"echo 'README command failed ('$rc'): {quoted}' >&2; exit 1; fi"
+            )
+        run_script()
+        assert daemon.proc is not None, "the README starts no daemon"
+    finally:
+        daemon.stop()
+        daemon.check_no_leftovers()
+    out = "\n".join(outputs)
+    # The gateway's errors are {"error": CODE, "message": ...} (a 409 on a reused id...).
+    assert not re.search(r'\{"error":\s*"[^"]+",\s*"message"', out), out
+    assert "verified planner: True" in out and "[scripted] hello" in out
+    assert "already stored at seq" not in out  # said on stderr; stdout shows the turn
+    assert '"seq":2,"duplicate":false' in out.replace(" ", ""), out
+    assert '"state":"converged"' in out.replace(" ", ""), out
+    users = run(work / "vertebra-data", "history", "chat-1", "--json").stdout
+    assert [json.loads(x)["text"] for x in users.splitlines() if '"user.message"' in x] == ["hello"]
