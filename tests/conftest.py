@@ -25,7 +25,14 @@ def pg_server() -> Iterator[str]:
         yield url
         return
     from spine.testing import postgres_cluster
+    from spine.testing.postgres import postgres_bin_dir
 
+    if postgres_bin_dir() is None:
+        # The skip summary (-ra) prints this: it says what is missing and how to give it.
+        pytest.skip(
+            "PostgreSQL: no server binaries (initdb, pg_ctl) installed and VERTEBRA_TEST_PG "
+            "(a server URL) not set"
+        )
     # Durability is not under test here; the benchmark runs with fsync on.
     with postgres_cluster(fsync=False) as started:
         yield started

@@ -11,6 +11,7 @@ import re
 import signal
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -186,6 +187,138 @@ def test_send_prints_the_turn_and_reports_unknown_sessions(daemon: Daemon) -> No
     fails(run(daemon.data, "send", "a.b", "hi"), 2, "bad session id")
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_send_exits_1_naming_the_cause_when_the_model_server_refuses_the_connection(
+    daemon: Daemon,
+) -> None:
+    """A turn whose model server refuses the connection fails: exit 1, the cause on stderr."""
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    ok(run(daemon.data, "send", "refused-1", f"/provider openai {url} m", "--create"))
+    out = run(daemon.data, "send", "refused-1", "hi")
+    line = fails(out, 1, "the turn in refused-1 failed")
+    assert "onnect" in line, line
+
+
+def test_send_exits_1_naming_the_variable_when_the_key_variable_is_missing(
+    daemon: Daemon,
+) -> None:
+    """A turn whose ore.model.api_key_env names an unset variable fails: exit 1 naming it."""
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    ok(run(daemon.data, "send", "nokey-1", f"/provider openai {url} m", "--create"))
+    ok(run(daemon.data, "send", "nokey-1", "/set ore.model.api_key_env VERTEBRA_NO_SUCH_KEY"))
+    fails(run(daemon.data, "send", "nokey-1", "hi"), 1, "failed", "VERTEBRA_NO_SUCH_KEY")
+
+
+def test_send_exits_1_when_its_turn_is_cancelled(daemon: Daemon) -> None:
+    """A send whose turn another client interrupts exits 1 saying it was cancelled."""
+    ok(run(daemon.data, "new", "cancel-1"))
+    proc = subprocess.Popen(
+        [*CLI, "--data", str(daemon.data), "send", "cancel-1", "!hang"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+    try:
+        wait_for(lambda: "turn.started" in run(daemon.data, "history", "cancel-1").stdout, 30)
+        ok(run(daemon.data, "interrupt", "cancel-1"))
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 1, err
+    assert err.strip().splitlines() == [
+        "vertebra: the turn in cancel-1 was cancelled (interrupted)"
+    ], err
+
+
+def test_send_exits_1_when_a_slash_command_answers_an_error(daemon: Daemon) -> None:
+    """A slash command answered with an error notice is exit 1, the notice on stderr."""
+    out = run(daemon.data, "send", "slash-1", "/temperature hot", "--create")
+    fails(out, 1, "slash-1 answered:")
+    out = run(daemon.data, "send", "slash-1", "/nosuch")
+    assert "[error] unknown command /nosuch" in out.stdout
+    fails(out, 1, "unknown command /nosuch")
+
+
+def test_send_streams_the_answer_as_it_is_written(daemon: Daemon) -> None:
+    """send prints the answer's text deltas as they stream, before the message is stored."""
+    ok(run(daemon.data, "new", "stream-1"))
+    term = Terminal(
+        [*CLI, "--data", str(daemon.data), "send", "stream-1", "!slow 0.3 one two three four"]
+    )
+    try:
+        term.expect("assistant> ")
+        at = term.expect("one")
+        # The first word is on the screen while the message is not stored yet.
+        stored = run(daemon.data, "history", "stream-1").stdout
+        assert "assistant.message" not in stored, stored
+        term.expect("four", after=at)
+        assert term.wait() == 0
+    finally:
+        term.close()
+    assert term.screen.count("one two three four") == 1, term.screen
+
+
+def test_send_with_the_same_key_twice_stores_one_message(daemon: Daemon) -> None:
+    """A retried send with the same --key is recognised: one user message is stored."""
+    first = ok(run(daemon.data, "send", "key-1", "only once", "--create", "--key", "k-1"))
+    assert "[scripted] only once" in first
+    again = run(daemon.data, "send", "key-1", "only once", "--key", "k-1")
+    assert again.returncode == 0 and "already stored at seq" in again.stderr, again.stderr
+    assert "turn.completed" in again.stdout
+    users = [
+        line
+        for line in ok(run(daemon.data, "history", "key-1", "--json")).splitlines()
+        if json.loads(line)["kind"] == "user.message"
+    ]
+    assert len(users) == 1, users
+    done = json.loads(
+        ok(run(daemon.data, "send", "key-1", "x", "--key", "k-1", "--json")).splitlines()[0]
+    )
+    assert done["duplicate"] is True
+    fails(run(daemon.data, "send", "key-1", "x", "--key", " "), 2, "--key")
+
+
+def test_send_says_at_once_when_the_daemon_dies_during_its_turn(own_daemon: Daemon) -> None:
+    """SIGKILL of the daemon while send waits for a hanging turn: exit 3 within seconds,
+    not after the 60 s turn timeout."""
+    import time
+
+    own_daemon.start()
+    ok(run(own_daemon.data, "new", "crash-1"))
+    proc = subprocess.Popen(
+        [*CLI, "--data", str(own_daemon.data), "send", "crash-1", "!hang"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+    try:
+        wait_for(lambda: "turn.started" in run(own_daemon.data, "history", "crash-1").stdout, 30)
+        assert own_daemon.proc is not None
+        killed = time.monotonic()
+        own_daemon.proc.kill()
+        own_daemon.wait_exited()
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 3, err
+    assert "is gone while the turn ran" in err and "vertebra serve" in err, err
+    assert took < 10, took
+
+
 def test_interrupt_cuts_a_running_turn_off(daemon: Daemon) -> None:
     """interrupt on a hanging turn closes it as cancelled; unknown sessions are exit 4."""
     ok(run(daemon.data, "send", "int-1", "!hang", "--create", "--no-wait"))
@@ -287,6 +420,120 @@ def test_tail_follows_live_from_a_seq_with_kinds_exactly_once(daemon: Daemon) ->
     fails(run(daemon.data, "tail", "nobody"), 4, "unknown session")
 
 
+def test_tail_exits_130_on_ctrl_c(daemon: Daemon) -> None:
+    """Ctrl-C (SIGINT) ends a tail with exit 130, as the README's exit codes say."""
+    ok(run(daemon.data, "send", "tail-int", "hello", "--create"))
+    proc = subprocess.Popen(
+        [*CLI, "--data", str(daemon.data), "tail", "tail-int"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+    try:
+        assert proc.stdout is not None
+        assert "user.message" in proc.stdout.readline() + proc.stdout.readline()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 130
+
+
+def test_offline_stats_names_an_unreadable_row_and_counts_the_rest(
+    daemon: Daemon, tmp_path: pathlib.Path
+) -> None:
+    """stats without a daemon over a spine with one row that does not decode names its
+    session and seq on stderr and still prints every other figure."""
+    ok(run(daemon.data, "send", "stats-1", "hello", "--create"))
+    path = tmp_path / "stats-1.jsonl"
+    ok(run(daemon.data, "export", "stats-1", str(path)))
+    data = tmp_path / "offline"
+    ok(run(data, "import", str(path)))
+    c = sqlite3.connect(data / "spine.db", isolation_level=None)
+    c.execute("DROP TRIGGER IF EXISTS events_append_only_update")
+    c.execute("UPDATE events SET payload = substr(payload, 1, 20) WHERE seq = 2")
+    c.close()
+    out = run(data, "stats")
+    assert out.returncode == 0, out.stderr
+    assert "left out stats-1 seq 2, which does not decode" in out.stderr, out.stderr
+    events = re.search(r"^vertebra_log_events_total(?:\{[^}]*\})? (\d+)$", out.stdout, re.M)
+    total = len(path.read_text().splitlines()) - 1
+    assert events is not None and int(events.group(1)) == total - 1, out.stdout
+
+
+def test_trace_prints_each_parent_span_above_its_children(daemon: Daemon) -> None:
+    """trace's human listing starts each trace at depth 0 and goes one level deeper at a
+    time: every child span is under its parent."""
+    ok(run(daemon.data, "send", "trace-1", '!tool calculator {"expression": "2+2"}', "--create"))
+    lines = ok(run(daemon.data, "trace", "trace-1")).splitlines()
+    assert lines
+    last: dict[str, int] = {}
+    for line in lines:
+        trace, rest = line.split(" ", 1)
+        depth = (len(rest) - len(rest.lstrip(" "))) // 2
+        assert depth <= last.get(trace, -1) + 1, lines
+        last[trace] = depth
+
+
+def test_hosts_on_a_single_daemon_lists_none(daemon: Daemon) -> None:
+    """hosts on a daemon that leads no cluster says so; --json prints no rows."""
+    out = run(daemon.data, "hosts")
+    assert out.returncode == 0 and out.stdout == "" and "no member hosts" in out.stderr
+    assert ok(run(daemon.data, "hosts", "--json")) == ""
+
+
+def test_hosts_lists_the_members_of_a_convention_the_daemon_leads(
+    tmp_path: pathlib.Path, pg_url: str, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """hosts on a convention leader lists each member: name, alive, capacity, sessions."""
+    from actors.system import free_port
+    from actors.transport_auth import share_secret
+
+    port = free_port()
+    leader = Daemon(tmp_path / "lead")
+    member = None
+    try:
+        leader.start(
+            "--spine", pg_url, "--convention-leader", "--bind", "127.0.0.1", "--port", str(port)
+        )
+        no_leftover_processes.extend(leader.systems)
+        share_secret(tmp_path / "lead", tmp_path / "m")
+        member = subprocess.Popen(
+            [
+                *CLI,
+                *("--data", str(tmp_path / "m"), "serve", "--spine", pg_url),
+                *("--join", f"127.0.0.1:{port}", "--host-name", "m1", "--capacity", "7"),
+                *("--bind", "127.0.0.1"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env(),
+        )
+
+        def rows() -> list[dict[str, Any]]:
+            out = ok(run(tmp_path / "lead", "hosts", "--json"))
+            return [json.loads(line) for line in out.splitlines()]
+
+        got = wait_for(lambda: [r for r in rows() if r["alive"]], 60, 0.2)
+        assert got == [{"host": "m1", "alive": True, "capacity": 7, "sessions": 0}]
+        table = ok(run(tmp_path / "lead", "hosts")).splitlines()
+        assert table[0].split() == ["HOST", "STATE", "CAPACITY", "SESSIONS"]
+        assert table[1].split() == ["m1", "alive", "7", "0"]
+    finally:
+        if member is not None:
+            member.send_signal(signal.SIGTERM)
+            try:
+                member.wait(30)
+            finally:
+                if member.poll() is None:
+                    member.kill()
+                    member.wait(10)
+        leader.stop()
+
+
 def test_tail_survives_a_daemon_restart(own_daemon: Daemon) -> None:
     """A tail keeps following across `vertebra stop` and a new `serve`: nothing lost,
     nothing twice."""
@@ -384,6 +631,61 @@ def test_seal_and_verify_through_the_daemon(daemon: Daemon) -> None:
     assert json.loads(ok(run(daemon.data, "verify", "seal-1", "--json")))["ok"] is True
     fails(run(daemon.data, "seal", "nobody"), 4, "unknown session")
     fails(run(daemon.data, "verify", "nobody"), 4, "unknown session")
+
+
+def test_a_spine_other_than_the_daemons_is_refused_by_commands_through_the_daemon(
+    daemon: Daemon, tmp_path: pathlib.Path
+) -> None:
+    """--spine naming another log than the daemon's is exit 2 naming both (never an answer
+    about the daemon's own spine); the daemon's own spine named explicitly is fine; check
+    reads the other spine offline and finds the edit there."""
+    ok(run(daemon.data, "send", "sp-1", "hello", "--create"))
+    ok(run(daemon.data, "seal", "sp-1"))
+    path = tmp_path / "sp-1.jsonl"
+    ok(run(daemon.data, "export", "sp-1", str(path)))
+    other = tmp_path / "other.db"
+    ok(run(daemon.data, "--spine", str(other), "import", str(path)))
+    db = sqlite3.connect(other)
+    db.execute("DROP TRIGGER events_append_only_update")
+    db.execute("UPDATE events SET payload = replace(payload, 'hello', 'HELLO') WHERE seq = 2")
+    db.commit()
+    db.close()
+    assert "HELLO" in ok(run(daemon.data, "--spine", str(other), "history", "sp-1"))
+    for cmd in (("verify", "sp-1"), ("seal", "sp-1"), ("send", "sp-1", "x"), ("sessions",)):
+        line = fails(run(daemon.data, "--spine", str(other), *cmd), 2, "--spine", "other.db")
+        assert "spine.db" in line and f"`{cmd[0]}` goes through the daemon" in line, line
+    own = str(daemon.data / "spine.db")
+    assert "verified seqs 1.." in ok(run(daemon.data, "--spine", own, "verify", "sp-1"))
+    checked = run(daemon.data, "--spine", str(other), "check")
+    assert checked.returncode == 1 and "sp-1: 1 seal(s), TAMPERED at seq 2" in checked.stdout
+    stats = run(daemon.data, "--spine", str(other), "stats")
+    assert stats.returncode == 0 and "the daemon serves another spine" in stats.stderr
+
+
+def test_check_verifies_every_seal_of_a_postgres_spine(
+    daemon: Daemon, tmp_path: pathlib.Path, pg_url: str
+) -> None:
+    """check --spine postgresql://... verifies each session's seals and rows there (the
+    pages are the server's to check), and finds an edited event by seq."""
+    ok(run(daemon.data, "send", "pgc-1", "hello", "--create"))
+    ok(run(daemon.data, "seal", "pgc-1"))
+    path = tmp_path / "pgc-1.jsonl"
+    ok(run(daemon.data, "export", "pgc-1", str(path)))
+    ok(run(daemon.data, "--spine", pg_url, "import", str(path)))
+    out = ok(run(daemon.data, "--spine", pg_url, "check"))
+    assert "integrity: not checked here (postgresql" in out and "pgc-1: 1 seal(s), ok" in out
+    done = json.loads(ok(run(daemon.data, "--spine", pg_url, "check", "--json")))
+    assert done["ok"] is True and [r["session"] for r in done["sessions"]] == ["pgc-1"]
+    import psycopg
+
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("DROP TRIGGER IF EXISTS spine_events_append_only ON spine_events")
+        conn.execute(
+            "UPDATE spine_events SET payload = convert_to(replace(convert_from(payload, 'UTF8'),"
+            " 'hello', 'HELLO'), 'UTF8') WHERE seq = 2"
+        )
+    out = run(daemon.data, "--spine", pg_url, "check")
+    assert out.returncode == 1 and "pgc-1: 1 seal(s), TAMPERED at seq 2" in out.stdout
 
 
 def test_rebuild_folds_every_event_again_with_a_progress_display(daemon: Daemon) -> None:
@@ -569,6 +871,32 @@ def test_chat_talks_streams_interrupts_and_leaves_on_a_second_ctrl_c(daemon: Dae
     assert kinds_of(hist).count("turn.cancelled") == 1
 
 
+def test_chat_shows_other_clients_messages_and_answers_live_at_the_prompt(
+    daemon: Daemon,
+) -> None:
+    """While the chat waits for input, another client's message and its answer appear at
+    once (no Enter needed), and the half-typed line is drawn again below them, intact."""
+    term = _chat(daemon.data, "live-1", "--create")
+    try:
+        at = term.expect("you> ")
+        term.type("half ")
+        at = term.expect("half ", after=at)
+        ok(run(daemon.data, "send", "live-1", "from elsewhere"))
+        at = term.expect("(elsewhere) > from elsewhere", after=at)
+        at = term.expect("[scripted] from elsewhere", after=at)
+        at = term.expect("you> half ", after=at)
+        term.type("done\r")
+        at = term.expect("[scripted] half done", after=at)
+        term.expect("you> ", after=at)
+        term.type("\x04")
+        assert term.wait() == 0
+    finally:
+        term.close()
+    hist = ok(run(daemon.data, "history", "live-1", "--json"))
+    users = [json.loads(x)["text"] for x in hist.splitlines() if '"user.message"' in x]
+    assert users == ["from elsewhere", "half done"]
+
+
 def test_chat_leaves_on_ctrl_d_and_starts_a_new_session_without_an_id(daemon: Daemon) -> None:
     """chat without an id creates a session; Ctrl-D leaves at once with exit 0; other
     clients' messages appear before the next prompt."""
@@ -624,6 +952,13 @@ def test_the_demo_runs_to_the_end_and_leaves_a_gapless_stream(
     assert tree[4].startswith("    └── planner-toolu_1_0_2  done  turns 1")
     assert "guarded: 1 turns" in out.stdout and "egress blocked 1" in out.stdout
     assert os.path.exists(tmp_path / "d" / "spine.db")
+    # Again on the same data directory: a run of its own, the first one's left alone.
+    before = ok(run(tmp_path / "d", "history", "planner", "--json"))
+    again = run(tmp_path / "d", "demo")
+    assert again.returncode == 0, again.stderr
+    assert "verified planner-2: True" in again.stdout and "guarded-2: 1 turns" in again.stdout
+    assert "children ran concurrently: True" in again.stdout
+    assert ok(run(tmp_path / "d", "history", "planner", "--json")) == before
     # `vertebra status` draws the same tree from the stream, and lists it as JSON.
     status = run(tmp_path / "d", "status", "planner")
     assert status.returncode == 0, status.stderr
@@ -748,3 +1083,110 @@ def test_chat_asks_for_approval_inline_and_the_answer_decides(daemon: Daemon) ->
     faults = [e.get("fault") for e in hist if e["kind"] == "action.rejected"]
     assert faults == ["approval_rejected"]
     assert any(e["kind"] == "net.egress" for e in hist)  # the approved fetch ran (and was refused)
+
+
+# -- the README's examples ---------------------------------------------------------------------
+
+README = pathlib.Path(__file__).parent.parent / "README.md"
+#: A block whose first line says this is left out (it names what it needs).
+NOT_RUN = "# not run by the README test:"
+
+
+def readme_commands(text: str) -> list[str]:
+    """The README's shell commands in order: every ```sh block but those marked
+    `NOT_RUN`, continuation lines joined, comment lines left out."""
+    commands: list[str] = []
+    for block in re.findall(r"^```sh\n(.*?)^```$", text, re.M | re.S):
+        if block.startswith(NOT_RUN):
+            continue
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                commands.append(line)
+    return commands
+
+
+def test_the_readme_examples_run_in_order_on_one_data_directory(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """Every shell example of the README not marked as needing something else runs, top
+    to bottom, in one directory: the installs are this checkout, `vertebra serve` is a
+    daemon the test starts (its HTTP gateway on a free port, not 8080) and stops at the
+    end, and no command fails or answers an HTTP error."""
+    pytest.importorskip("starlette", reason="the HTTP examples need the http extra (starlette)")
+    pytest.importorskip("uvicorn", reason="the HTTP examples need the http extra (uvicorn)")
+    from actors.system import free_port
+
+    port = free_port()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "vertebra"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m actors.cli "$@"\n')
+    wrapper.chmod(0o755)
+    repo = README.parent
+    environ = env(
+        PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        PYTHONPATH=f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    daemon = Daemon(work / "vertebra-data")
+    script: list[str] = []
+    outputs: list[str] = []
+
+    def run_script() -> None:
+        if not script:
+            return
+        body = "\n".join(script)
+        script.clear()
+        done = subprocess.run(
+            ["bash", "-c", body],
+            cwd=work,
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            stdin=subprocess.DEVNULL,
+        )
+        outputs.append(done.stdout)
+        assert done.returncode == 0, (done.stdout, done.stderr)
+
+    try:
+        for command in readme_commands(README.read_text()):
+            command = command.replace(".venv/bin/vertebra", "vertebra")
+            command = command.replace("127.0.0.1:8080", f"127.0.0.1:{port}")
+            # The installs are this checkout's; the steps that only install are dropped.
+            steps = [
+                s.strip()
+                for s in command.split("&&")
+                if "pip install" not in s and "-m venv" not in s
+            ]
+            if not steps:
+                continue
+            command = " && ".join(steps)
+            if re.match(r"vertebra( --data \S+)? serve\b", command):
+                if daemon.proc is None:
+                    run_script()
+                    daemon.start("--http", f"127.0.0.1:{port}")
+                    no_leftover_processes.extend(daemon.systems)
+                continue
+            # Each command must succeed; an example ended by --max-time ends by timing out.
+            allowed = " -a $rc -ne 28" if "--max-time" in command else ""
+            quoted = command.replace("'", "'\"'\"'")
+            script.append(
+                f"{command}\nrc=$?\nif [ $rc -ne 0{allowed} ]; then "
+                f"echo 'README command failed ('$rc'): {quoted}' >&2; exit 1; fi"
+            )
+        run_script()
+        assert daemon.proc is not None, "the README starts no daemon"
+    finally:
+        daemon.stop()
+        daemon.check_no_leftovers()
+    out = "\n".join(outputs)
+    # The gateway's errors are {"error": CODE, "message": ...} (a 409 on a reused id...).
+    assert not re.search(r'\{"error":\s*"[^"]+",\s*"message"', out), out
+    assert "verified planner: True" in out and "[scripted] hello" in out
+    assert "already stored at seq" not in out  # said on stderr; stdout shows the turn
+    assert '"seq":2,"duplicate":false' in out.replace(" ", ""), out
+    assert '"state":"converged"' in out.replace(" ", ""), out
+    users = run(work / "vertebra-data", "history", "chat-1", "--json").stdout
+    assert [json.loads(x)["text"] for x in users.splitlines() if '"user.message"' in x] == ["hello"]

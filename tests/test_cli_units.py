@@ -228,3 +228,24 @@ def test_a_daemon_on_its_way_out_removes_only_its_own_daemon_file(tmp_path: path
     remove_daemon(data, pid=4242)
     assert not (tmp_path / DAEMON_FILE).exists()
     remove_daemon(data, pid=4242)  # already gone: nothing to do
+
+
+def test_spans_are_listed_parents_first_with_children_indented_under_them() -> None:
+    """A child that starts before its parent (or is stored before it) still comes after
+    it, one level deeper; siblings go by start; traces by their first span."""
+    from types import SimpleNamespace
+
+    from actors.cli._format import span_tree
+
+    def span(sid: str, parent: str, start: int, trace: str = "t1") -> SimpleNamespace:
+        return SimpleNamespace(span_id=sid, parent_span_id=parent, start=start, trace_id=trace)
+
+    spans = [
+        span("tool", "turn", 5),
+        span("model", "turn", 1),
+        span("turn", "", 2),
+        span("other", "", 0, trace="t2"),
+        span("nested", "tool", 6),
+    ]
+    tree = [(depth, s.span_id) for depth, s in span_tree(spans, lambda s: s.start)]
+    assert tree == [(0, "turn"), (1, "model"), (1, "tool"), (2, "nested"), (0, "other")]

@@ -30,10 +30,48 @@ def session_id(text: str) -> str:
     return text
 
 
+def _same_spine(a: str, b: str, data: str) -> bool:
+    """Whether two spine locations name one log (empty: the data directory's file)."""
+    from spine import LogSpec
+
+    try:
+        return LogSpec.parse(a or spine_file(data)) == LogSpec.parse(b or spine_file(data))
+    except ValueError:
+        return False
+
+
+def spine_conflict(args: argparse.Namespace, daemon_spine: str) -> str | None:
+    """Why ``--spine`` cannot go through the daemon (None: it names the daemon's own
+    spine, or is not given): the daemon acts on the spine it opened, and a command that
+    silently used it instead of the one named would report on another log."""
+    from spine import LogSpec
+
+    given = getattr(args, "spine", None) or ""
+    if not given or _same_spine(given, daemon_spine, args.data):
+        return None
+    theirs = LogSpec.parse(daemon_spine or spine_file(args.data)).redacted()
+    try:
+        mine = LogSpec.parse(given).redacted()
+    except ValueError:
+        mine = given
+    verify = args.command == "verify"
+    hint = "; `vertebra check --spine URL` verifies seals offline" if verify else ""
+    return (
+        f"--spine {mine} is not the spine the daemon of {args.data!r} serves ({theirs}): "
+        f"`{args.command}` goes through the daemon; drop --spine, or pass the --data of a "
+        f"daemon serving that spine{hint}"
+    )
+
+
 @contextlib.contextmanager
 def attach(args: argparse.Namespace) -> Iterator[Host]:
-    """A Host joined to the running daemon, released (the daemon keeps running) after."""
+    """A Host joined to the running daemon, released (the daemon keeps running) after.
+
+    A ``--spine`` naming another log than the daemon's is refused (exit 2)."""
     info = read_daemon(args.data)
+    conflict = spine_conflict(args, info.spine)
+    if conflict is not None:
+        raise CliError(conflict, EXIT_USAGE)
     from ..host import Host
 
     host = Host(args.data, attach=True, admin_port=info.admin_port, spine=info.spine or None)
@@ -107,6 +145,7 @@ __all__ = [
     "open_spine",
     "payload_line",
     "session_id",
+    "spine_conflict",
     "spine_file",
     "spine_log",
     "spine_url",

@@ -40,6 +40,8 @@ from ._parser import Command
 from ._reading_commands import (
     history,
     history_args,
+    hosts,
+    hosts_args,
     sessions,
     sessions_args,
     stats,
@@ -173,6 +175,13 @@ COMMANDS: tuple[Command, ...] = (
         ("vertebra sessions", "vertebra sessions --json"),
         sessions_args,
         sessions,
+    ),
+    Command(
+        "hosts",
+        "list the hosts of a cluster the daemon leads: alive, capacity, sessions placed",
+        ("vertebra hosts", "vertebra hosts --json"),
+        hosts_args,
+        hosts,
     ),
     Command(
         "submit",

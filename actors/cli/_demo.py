@@ -21,11 +21,25 @@ _HALVES = (
 )
 
 
-def _goal_run(host: Host, out: Any) -> str:
+def _run_suffix(host: Host) -> str:
+    """The suffix of this run's named sessions: none the first time, then ``-2``, ``-3``...
+    so the demo runs again and again on one data directory, each run on sessions of its
+    own (an earlier run's are left as they are)."""
+    n = 1
+    while any(host.history(name + (f"-{n}" if n > 1 else "")) for name in _NAMED):
+        n += 1
+    return f"-{n}" if n > 1 else ""
+
+
+#: The sessions the demo names (the others get fresh ids).
+_NAMED = ("guarded", "planner")
+
+
+def _goal_run(host: Host, out: Any, suffix: str = "") -> str:
     """A goal whose one response spawns two children; they run concurrently and fold back,
     and the parent answers with both results."""
     style = out.style
-    pid = host.create("planner", metadata={"objective": "delegate two halves"})
+    pid = host.create("planner" + suffix, metadata={"objective": "delegate two halves"})
     objective = "\n".join("!tool spawn " + json.dumps({"objective": h}) for h in _HALVES)
     out.line(f"\n[{pid}] goal: spawn two children, one per half of the work")
     t0 = time.time()
@@ -78,13 +92,14 @@ def run_demo(data: str, out: Any) -> int:
     os.makedirs(data, exist_ok=True)
     host = Host(data)
     try:
+        suffix = _run_suffix(host)
         sid = host.create(metadata={"objective": "show the runtime"})
         out.line(f"session {sid} (its own process, pid {host.session_pid(sid)})")
         _say(host, sid, out, "/model scripted-large")
         _say(host, sid, out, "What is the spine?")
         _say(host, sid, out, '!tool calculator {"expression": "17 * 23"}')
-        gid = _governed_fetch(host, out)
-        planner = _goal_run(host, out)
+        gid = _governed_fetch(host, out, suffix)
+        planner = _goal_run(host, out, suffix)
         _interrupted_turn(host, sid, out)
         _killed_and_back(host, sid, out, data)
         _late_replay(host, planner, out)
@@ -113,13 +128,13 @@ def _say(host: Host, sid: str, out: Any, text: str) -> None:
             out.line("  " + event_line(ev, out.style, sid))
 
 
-def _governed_fetch(host: Host, out: Any) -> str:
+def _governed_fetch(host: Host, out: Any, suffix: str = "") -> str:
     """Governance: a sandboxed session's fetch of the cloud metadata address is refused by
     the egress guard before anyone is asked; its fetch of an allowlisted address waits for a
     human, who approves it (nothing listens there: the tool reports the refused connection)."""
     style = out.style
     meta = {"governance.trust": "sandboxed", "governance.egress_allow": "127.0.0.1"}
-    gid = host.create("guarded", metadata=meta)
+    gid = host.create("guarded" + suffix, metadata=meta)
     fetch = (
         '!tool http_get {"url": "http://169.254.169.254/latest/meta-data/"}\n'
         '!tool http_get {"url": "http://127.0.0.1:9/"}'

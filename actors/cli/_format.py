@@ -8,7 +8,7 @@ imports neither the spine nor the actor layer (``vertebra --help`` must start fa
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 #: ANSI SGR codes by role.
@@ -141,6 +141,33 @@ def _short(text: str, width: int = 60) -> str:
     return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
+def span_tree(spans: Sequence[Any], start: Callable[[Any], int]) -> list[tuple[int, Any]]:
+    """The spans depth first with their depth: each parent above its children (indented
+    under it), siblings by ``start``; the traces in the order their first span comes."""
+    ids = {s.span_id for s in spans}
+    children: dict[str, list[Any]] = {}
+    roots: list[Any] = []
+    for s in spans:
+        if s.parent_span_id in ids and s.parent_span_id != s.span_id:
+            children.setdefault(s.parent_span_id, []).append(s)
+        else:
+            roots.append(s)
+    first = {t: i for i, t in reversed(list(enumerate(s.trace_id for s in spans)))}
+    roots.sort(key=lambda s: (first[s.trace_id], start(s)))
+    out: list[tuple[int, Any]] = []
+    seen: set[str] = set()
+    stack = [(0, s) for s in reversed(roots)]
+    while stack:
+        depth, s = stack.pop()
+        if s.span_id in seen:  # a cycle of parents would otherwise never end
+            continue
+        seen.add(s.span_id)
+        out.append((depth, s))
+        kids = sorted(children.get(s.span_id, ()), key=lambda c: start(c))
+        stack.extend((depth + 1, c) for c in reversed(kids))
+    return out
+
+
 def fanout_tree(root: str, children: Sequence[Any], style: Style) -> list[str]:
     """The fan-out tree of ``root`` drawn as a tree: each child (a `FanoutChild`, read by
     attribute) under the goal that spawned it, in spawn order, with its objective, state,
@@ -263,6 +290,7 @@ __all__ = [
     "parse_kinds",
     "parse_meta",
     "progress_line",
+    "span_tree",
     "table",
     "use_color",
 ]

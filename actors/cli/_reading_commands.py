@@ -9,9 +9,17 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from ._access import add_json, attach, open_spine, payload_line, session_id, unknown_session
+from ._access import (
+    add_json,
+    attach,
+    open_spine,
+    payload_line,
+    session_id,
+    spine_conflict,
+    unknown_session,
+)
 from ._daemon import EXIT_USAGE, CliError, read_daemon
-from ._format import event_line, fanout_tree, json_line, parse_kinds, table
+from ._format import event_line, fanout_tree, json_line, parse_kinds, span_tree, table
 from ._output import Out
 from ._parser import positive, seq_number
 
@@ -106,6 +114,8 @@ def tail(args: argparse.Namespace, out: Out) -> int:
         log.watch()
         deadline = None if args.for_seconds is None else time.monotonic() + args.for_seconds
         with SessionSubscription(log, sid, after, kinds) as sub:
+            # Ctrl-C ends the tail as the README says: exit 130, like any interrupted
+            # command (`_main` maps the KeyboardInterrupt).
             try:
                 while deadline is None or time.monotonic() < deadline:
                     rec = sub.get_record(0.5)
@@ -117,8 +127,6 @@ def tail(args: argparse.Namespace, out: Out) -> int:
                         )
                     elif sub.closed:
                         break
-            except KeyboardInterrupt:
-                pass
             finally:
                 log.unwatch()
     return 0
@@ -280,12 +288,7 @@ def trace(args: argparse.Namespace, out: Out) -> int:
     if args.json:
         out.line(json_line({"session": sid, "spans": len(spans), "traces": traces}))
         return 0
-    names = {s.span_id: s for s in spans}
-    first = {t: i for i, t in reversed(list(enumerate(s.trace_id for s in spans)))}
-    for s in sorted(spans, key=lambda s: (first[s.trace_id], nanos(s.start))):
-        depth, p = 0, s.parent_span_id
-        while p in names:
-            depth, p = depth + 1, names[p].parent_span_id
+    for depth, s in span_tree(spans, lambda s: nanos(s.start)):
         ms = (s.end - s.start).total_seconds() * 1000 if s.start and s.end else 0.0
         tokens = s.attribute("gen_ai.usage.input_tokens")
         extra = f"  in={tokens} out={s.attribute('gen_ai.usage.output_tokens')}" if tokens else ""
@@ -295,27 +298,79 @@ def trace(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+def hosts_args(p: argparse.ArgumentParser) -> None:
+    add_json(p)
+
+
+def hosts(args: argparse.Namespace, out: Out) -> int:
+    """The member hosts the daemon (a convention leader) knows, from its Runner."""
+    with attach(args) as host:
+        rows = host.hosts()
+    if args.json:
+        for r in rows:
+            out.line(json_line(r))
+        return 0
+    if not rows:
+        out.note("no member hosts: this daemon runs every session itself")
+        return 0
+    table_rows = [
+        (
+            str(r.get("host", "")),
+            "alive" if r.get("alive") else "dead",
+            r.get("capacity", ""),
+            r.get("sessions", ""),
+        )
+        for r in rows
+    ]
+    for line in table(("HOST", "STATE", "CAPACITY", "SESSIONS"), table_rows, out.style):
+        out.line(line)
+    return 0
+
+
 def stats_args(p: argparse.ArgumentParser) -> None:
     add_json(p)
+
+
+def _fold_metrics(log: Log, out: Out) -> Any:
+    """The log's figures, folded row by row; a row that does not decode is named on
+    stderr and left out, so one damaged event does not hide every other figure."""
+    from projections import MetricsFolder
+    from spine import DecodeError, decode_event
+
+    folder = MetricsFolder()
+    position = 0
+    while rows := log.read_rows(position, 5000):
+        for stream, seq, pos, _kind, _version, payload in rows:
+            position = pos
+            try:
+                ev = decode_event(payload)
+            except DecodeError as exc:
+                out.note(f"vertebra: left out {stream} seq {seq}, which does not decode: {exc}")
+                continue
+            folder.feed(stream, ev, pos)
+    return folder
 
 
 def stats(args: argparse.Namespace, out: Out) -> int:
     """The log's figures (no daemon needed) plus, when a daemon runs, its Runner's counters
     and the sessions by state, in the Prometheus text format (or JSON)."""
-    from ..otel import LogMetrics, metrics_figures, prometheus_text, session_states
+    from ..otel import metrics_figures, prometheus_text, session_states
 
     with open_spine(args) as log:
-        folder = LogMetrics().update(log)
+        folder = _fold_metrics(log, out)
     runner = states = runtime = None
     try:
-        read_daemon(args.data)
+        info = read_daemon(args.data)
     except CliError:
         out.note("no daemon runs: figures from the log only")
     else:
-        with attach(args) as host:
-            runtime = host.runner_stats()
-            runner = dict(runtime.counters)
-            states = session_states(host.sessions())
+        if spine_conflict(args, info.spine) is not None:
+            out.note("the daemon serves another spine: figures from the log only")
+        else:
+            with attach(args) as host:
+                runtime = host.runner_stats()
+                runner = dict(runtime.counters)
+                states = session_states(host.sessions())
     if args.json:
         out.line(json_line(metrics_figures(folder, runner, states, runtime)))
     else:
@@ -327,6 +382,8 @@ def stats(args: argparse.Namespace, out: Out) -> int:
 __all__ = [
     "history",
     "history_args",
+    "hosts",
+    "hosts_args",
     "sessions",
     "sessions_args",
     "stats",

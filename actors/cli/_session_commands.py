@@ -5,14 +5,26 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import queue
+import threading
 import time
 from typing import Any
 
 from ._access import add_json, attach, open_spine, payload_line, session_id, unknown_session
-from ._daemon import EXIT_FAILED, EXIT_USAGE, CliError
+from ._daemon import (
+    EXIT_FAILED,
+    EXIT_NO_DAEMON,
+    EXIT_USAGE,
+    CliError,
+    alive,
+    read_daemon,
+    start_hint,
+)
 from ._format import event_line, json_line, parse_meta
 from ._output import Out
 from ._parser import positive
+
+ASSISTANT_DELTA = "assistant.delta"
 
 
 def new_args(p: argparse.ArgumentParser) -> None:
@@ -59,42 +71,148 @@ def send_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--create", action="store_true", help="create the session if it is new")
     p.add_argument("--no-wait", dest="wait", action="store_false", help="do not wait for the turn")
     p.add_argument("--timeout", type=positive, default=60.0, metavar="S", help="turn timeout")
+    p.add_argument(
+        "--key",
+        default=None,
+        metavar="KEY",
+        help="idempotency key: a retry with the same key is stored once (and its turn shown)",
+    )
     add_json(p)
 
 
+#: How often a send waiting for its turn looks whether the daemon still runs.
+DAEMON_CHECK = 0.05
+
+
 def send(args: argparse.Namespace, out: Out) -> int:
+    """Send, print the notices, then follow the turn (its answer streams in) until it
+    ends: exit 1 if the turn failed or was cancelled or a slash command answered an error,
+    3 at once if the daemon goes away meanwhile."""
     sid = session_id(args.session)
     from ..errors import SessionAlreadyExists
 
+    if args.key is not None and not args.key.strip():
+        raise CliError("--key must not be empty", EXIT_USAGE)
+    pid = read_daemon(args.data).pid
     with attach(args) as host:
         if args.create:
             with contextlib.suppress(SessionAlreadyExists):
                 host.create(sid)
-        ack = host.send(sid, args.text)
+        stream = _DeltaPrinter(out, sid) if args.wait and not args.json else None
+        if stream is not None:
+            host.add_sink(stream.on_live, kinds=(ASSISTANT_DELTA,))
+        ack = host.send(sid, args.text, key=args.key)
         if args.json:
-            out.line(
-                json_line({"seq": ack.seq, "consumed": ack.consumed, "notices": list(ack.notices)})
-            )
+            fields = {"seq": ack.seq, "consumed": ack.consumed, "notices": list(ack.notices)}
+            out.line(json_line({**fields, "duplicate": ack.duplicate}))
         else:
             for severity, text in ack.notices:
                 out.line(f"[{severity}] {text}")
+            if ack.duplicate:
+                out.note(f"already stored at seq {ack.seq} (key {args.key!r}): not sent again")
+        errors = [text for severity, text in ack.notices if severity == "error"]
+        if errors:
+            raise CliError(f"{sid} answered: {errors[0]}")
         if ack.consumed or not args.wait:
             if not args.json:
                 out.line(f"stored at seq {ack.seq}" if ack.seq else "nothing stored")
             return 0
-        with host.subscribe(sid, ack.seq) as sub:
-            deadline = time.monotonic() + args.timeout
-            while (left := deadline - time.monotonic()) > 0:
-                rec = sub.get_record(left)
-                if rec is None:
-                    break
-                if args.json:
-                    out.line(payload_line(rec.payload))
-                else:
-                    out.line(event_line(rec.event(), out.style, sid))
-                if rec.kind in ("turn.completed", "turn.cancelled"):
-                    return 0
-        raise CliError(f"no turn ended in {sid} within {args.timeout:g}s")
+        ended = _follow_turn(host, sid, ack.seq, pid, args, out, stream)
+    if ended.kind == "turn.cancelled":
+        raise CliError(f"the turn in {sid} was cancelled ({ended.reason or 'interrupted'})")
+    if ended.error:
+        raise CliError(f"the turn in {sid} failed: {ended.error}")
+    return 0
+
+
+def _follow_turn(
+    host: Any,
+    sid: str,
+    after: int,
+    pid: int,
+    args: argparse.Namespace,
+    out: Out,
+    stream: _DeltaPrinter | None,
+) -> Any:
+    """Print the turn after seq ``after`` as it is stored; its ending event."""
+    with host.subscribe(sid, after) as sub:
+        deadline = time.monotonic() + args.timeout
+        while (left := deadline - time.monotonic()) > 0:
+            if stream is not None:
+                stream.flush()
+            rec = sub.get_record(min(left, DAEMON_CHECK))
+            if rec is None:
+                if sub.closed:
+                    raise CliError(f"session {sid!r} closed before its turn ended")
+                if not alive(pid):
+                    raise CliError(
+                        f"the daemon of {args.data!r} (pid {pid}) is gone while the turn ran "
+                        f"(the message is stored at seq {after}): {start_hint(args.data)}",
+                        EXIT_NO_DAEMON,
+                    )
+                continue
+            if args.json:
+                out.line(payload_line(rec.payload))
+            else:
+                ev = rec.event()
+                if stream is None or not stream.stored(ev):
+                    out.line(event_line(ev, out.style, sid))
+            if rec.kind in ("turn.completed", "turn.cancelled"):
+                return rec.event()
+    raise CliError(f"no turn ended in {sid} within {args.timeout:g}s")
+
+
+class _DeltaPrinter:
+    """The answer's text as the daemon streams it (a sink), printed by the sending thread;
+    once the message is stored only what did not stream is printed."""
+
+    def __init__(self, out: Out, sid: str) -> None:
+        self.out = out
+        self.sid = sid
+        self.deltas: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.streamed = ""
+        #: Deltas count until the message they stream is stored, again after a tool call.
+        self.streaming = threading.Event()
+        self.streaming.set()
+
+    def on_live(self, sid: str, ev: Any, live: Any) -> None:
+        # The sink pump's thread: only hand over.
+        if sid == self.sid and live is not None and self.streaming.is_set():
+            self.deltas.put(live[2])
+
+    def flush(self, drop: bool = False) -> None:
+        while True:
+            try:
+                text = self.deltas.get_nowait()
+            except queue.Empty:
+                return
+            if not drop and self.streaming.is_set():
+                if not self.streamed:
+                    self.out.stdout.write(self.out.style.paint("green", "assistant> "))
+                self.streamed += text
+                self.out.stdout.write(text)
+                self.out.stdout.flush()
+
+    def stored(self, ev: Any) -> bool:
+        """Take a stored event into account; True when the streamed text showed it."""
+        if ev.kind == "assistant.message":
+            self.flush()
+            self.streaming.clear()
+            shown, self.streamed = self.streamed, ""
+            if shown and ev.text.startswith(shown):
+                self.out.line(ev.text[len(shown) :])
+                return True
+            if shown:
+                self.out.line()
+        elif ev.kind in ("tool.call", "tool.result"):
+            self.flush(drop=True)
+            self.streaming.set()
+        elif ev.kind in ("turn.completed", "turn.cancelled"):
+            self.flush()
+            if self.streamed:
+                self.out.line()
+            self.streamed = ""
+        return False
 
 
 def submit_args(p: argparse.ArgumentParser) -> None:
