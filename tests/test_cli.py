@@ -282,9 +282,11 @@ def test_send_with_the_same_key_twice_stores_one_message(daemon: Daemon) -> None
     ]
     assert len(users) == 1, users
     done = json.loads(
-        ok(run(daemon.data, "send", "key-1", "x", "--key", "k-1", "--json")).splitlines()[0]
+        ok(run(daemon.data, "send", "key-1", "only once", "--key", "k-1", "--json")).splitlines()[0]
     )
     assert done["duplicate"] is True
+    # The same key with another text is a conflict: refused, nothing stored.
+    fails(run(daemon.data, "send", "key-1", "x", "--key", "k-1"), 2, "already used")
     fails(run(daemon.data, "send", "key-1", "x", "--key", " "), 2, "--key")
 
 
