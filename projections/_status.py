@@ -176,6 +176,14 @@ class Projection:
         return None
 
 
+def cache_hit_rate(usage: Usage) -> float:
+    """The seed's cache-hit-rate: cache-read tokens over input tokens (input already counts
+    the cached ones), 0 with no input; within [0, 1] whatever a provider reported."""
+    if usage.input_tokens <= 0:
+        return 0.0
+    return min(1.0, max(0.0, usage.cache_read_tokens / usage.input_tokens))
+
+
 def new_projection() -> Projection:
     """The status of a run with no events yet: recording, and otherwise zero."""
     return Projection()
