@@ -20,6 +20,7 @@ from conftest import wait_for
 
 from actors._version import __version__
 from actors.cli._commands import COMMANDS
+from spine import Event, Kind, LogSpec, Usage, open_log
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -335,6 +336,31 @@ def test_status_prints_the_projection(daemon: Daemon) -> None:
     assert fields["session"] == "st-1" and fields["turns"] == 1
     assert re.search(r"^turns\s+1$", ok(run(daemon.data, "status", "st-1")), re.M)
     fails(run(daemon.data, "status", "nobody"), 4, "unknown session")
+
+
+def test_status_json_spells_usage_with_the_seeds_names(tmp_path: pathlib.Path) -> None:
+    """status --json reads the spine alone and names the tokens as the seed does
+    (usage.inputTokens, outputTokens, cacheReadTokens, cacheWriteTokens), with the cache
+    hit rate of the status route."""
+    data = tmp_path / "data"
+    data.mkdir()
+    log = open_log(LogSpec.sqlite(str(data / "spine.db")))
+    try:
+        u = Usage(input_tokens=100, output_tokens=7, cache_read_tokens=80, cache_write_tokens=3)
+        log.append("u-1", [Event(kind=Kind.TURN_COMPLETED, turn=1, usage=u)])
+    finally:
+        log.close()
+    fields = json.loads(ok(run(data, "status", "u-1", "--json")))
+    assert fields["usage"] == {
+        "inputTokens": 100,
+        "outputTokens": 7,
+        "cacheReadTokens": 80,
+        "cacheWriteTokens": 3,
+    }
+    assert fields["cacheHitRate"] == 0.8 and "input_tokens" not in fields
+    text = ok(run(data, "status", "u-1"))
+    assert re.search(r"^usage\s+inputTokens 100  outputTokens 7", text, re.M)
+    assert re.search(r"^cacheHitRate\s+80%$", text, re.M)
 
 
 # -- seal, verify, rebuild ---------------------------------------------------------------------
