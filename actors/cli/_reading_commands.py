@@ -124,6 +124,16 @@ def tail(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+def _usage_fields(u: Any) -> dict[str, int]:
+    # The seed's Usage names, as the gateway's status route spells them.
+    return {
+        "inputTokens": u.input_tokens,
+        "outputTokens": u.output_tokens,
+        "cacheReadTokens": u.cache_read_tokens,
+        "cacheWriteTokens": u.cache_write_tokens,
+    }
+
+
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(w.title() for w in rest)
@@ -153,13 +163,7 @@ def status(args: argparse.Namespace, out: Out) -> int:
             fields[k] = getattr(p, k)
     u = getattr(p, "usage", None)
     if u is not None:
-        # The seed's Usage names, as the gateway's status route spells them.
-        fields["usage"] = {
-            "inputTokens": u.input_tokens,
-            "outputTokens": u.output_tokens,
-            "cacheReadTokens": u.cache_read_tokens,
-            "cacheWriteTokens": u.cache_write_tokens,
-        }
+        fields["usage"] = _usage_fields(u)
         fields["cacheHitRate"] = cache_hit_rate(u)
     fanout = getattr(p, "fanout", ())
     if args.json:
