@@ -47,6 +47,9 @@ class MetricsFolder:
         if position > self.position:
             self.position = position
         self.sessions.add(session_id)
+        if ev.goal and ev.goal != session_id:
+            # A child's events mirrored onto its parent's stream: counted on the child's own.
+            return
         kind = ev.kind
         if kind == Kind.TURN_STARTED:
             self._open[session_id] = ev.time

@@ -66,13 +66,20 @@ class Outcome(enum.StrEnum):
 
 @attrs.frozen(kw_only=True)
 class ActionEntry:
-    """One governed action in the ledger; ``call`` pairs an admission with its outcome."""
+    """One governed action in the ledger; ``(goal, call)`` pairs an admission with its
+    outcome.
+
+    ``goal`` is the child whose action it is (its events were mirrored onto this stream),
+    empty for the run's own: call ids are numbered per stream, so a child's call can have
+    the same number as one of the run's.
+    """
 
     call: int = 0
     action: str = ""
     trust: str = ""
     state: ActionState = ActionState.RUNNING
     fault: str = ""
+    goal: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -90,7 +97,8 @@ class FanoutChild:
 
     ``parent`` is the spawning goal's id as the spawn event carried it (empty for the run's
     root). ``seal`` stays recording while the child runs, even when a seal lands, because
-    its events are not final yet.
+    its events are not final yet. ``in_flight`` counts the child's admitted actions with no
+    outcome yet; its fold-back settles them (a child that ended has nothing in flight).
     """
 
     id: str
@@ -102,6 +110,7 @@ class FanoutChild:
     trust: str = ""
     blocked: int = 0
     seal: RecordState = RecordState.RECORDING
+    in_flight: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -165,6 +174,14 @@ class Projection:
             if c.id == child_id:
                 return c
         return None
+
+
+def cache_hit_rate(usage: Usage) -> float:
+    """The seed's cache-hit-rate: cache-read tokens over input tokens (input already counts
+    the cached ones), 0 with no input; within [0, 1] whatever a provider reported."""
+    if usage.input_tokens <= 0:
+        return 0.0
+    return min(1.0, max(0.0, usage.cache_read_tokens / usage.input_tokens))
 
 
 def new_projection() -> Projection:

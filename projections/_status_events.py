@@ -110,8 +110,24 @@ def _child_completed(p: Projection, ev: Event) -> Projection:
     if i < 0 or p.fanout[i].state != FanoutState.RUNNING:
         return p
     state = FanoutState.FAILED if ev.is_error else FanoutState.DONE
-    c = attrs.evolve(p.fanout[i], state=state, result=ev.result)
-    return attrs.evolve(p, fanout=_replace_child(p, i, c))
+    c = p.fanout[i]
+    # A child that folded back has nothing in flight: what it left without an outcome on
+    # this stream (a log from before outcomes were mirrored) is settled here.
+    actions = p.actions
+    if c.in_flight or any(a.goal == c.id and a.state == ActionState.RUNNING for a in actions):
+        actions = tuple(
+            attrs.evolve(a, state=ActionState.DONE)
+            if a.goal == c.id and a.state == ActionState.RUNNING
+            else a
+            for a in actions
+        )
+    c = attrs.evolve(c, state=state, result=ev.result, in_flight=0)
+    return attrs.evolve(
+        p,
+        completed=p.completed + p.fanout[i].in_flight,
+        actions=actions,
+        fanout=_replace_child(p, i, c),
+    )
 
 
 def _converged(p: Projection, ev: Event) -> Projection:
@@ -127,13 +143,22 @@ def _stalled(p: Projection, ev: Event) -> Projection:
     return _outcome_update(p, Outcome.STALLED, ev.error)
 
 
-def _settle(p: Projection, ev: Event, state: ActionState) -> tuple[ActionEntry, ...]:
-    # An outcome updates the entry its admission created; without one in the window it
-    # is still a recent decision, so it gets its own row.
+def _owner(p: Projection, goal: str) -> str:
+    # The goal an action belongs to, as its ledger entry keeps it: a spawned child's id,
+    # or empty for the run's own.
+    return goal if _child_index(p, goal) >= 0 else ""
+
+
+def _settle(
+    p: Projection, ev: Event, owner: str, state: ActionState
+) -> tuple[tuple[ActionEntry, ...], bool]:
+    # An outcome updates the entry its admission created (the same call of the same goal:
+    # call ids are numbered per stream); without one in the window it is still a recent
+    # decision, so it gets its own row. Also says whether it settled a running entry.
     if ev.call:
         for i in range(len(p.actions) - 1, -1, -1):
             e = p.actions[i]
-            if e.call == ev.call:
+            if e.call == ev.call and e.goal == owner:
                 updated = attrs.evolve(
                     e,
                     action=ev.action or e.action,
@@ -141,13 +166,17 @@ def _settle(p: Projection, ev: Event, state: ActionState) -> tuple[ActionEntry, 
                     state=state,
                     fault=ev.fault,
                 )
-                return (*p.actions[:i], updated, *p.actions[i + 1 :])
-    entry = ActionEntry(call=ev.call, action=ev.action, trust=ev.trust, state=state, fault=ev.fault)
-    return _bounded((*p.actions, entry), MAX_ACTIONS)
+                was_running = e.state == ActionState.RUNNING
+                return (*p.actions[:i], updated, *p.actions[i + 1 :]), was_running
+    entry = ActionEntry(
+        call=ev.call, action=ev.action, trust=ev.trust, state=state, fault=ev.fault, goal=owner
+    )
+    return _bounded((*p.actions, entry), MAX_ACTIONS), False
 
 
-def _unpend(p: Projection, call: int) -> tuple[PendingEntry, ...]:
-    if not p.pending:
+def _unpend(p: Projection, call: int, owner: str) -> tuple[PendingEntry, ...]:
+    # Only the run's own actions wait for approval here (a child's wait on its stream).
+    if not p.pending or owner:
         return p.pending
     return tuple(x for x in p.pending if x.call != call)
 
@@ -158,40 +187,57 @@ def _action_pending(p: Projection, ev: Event) -> Projection:
 
 
 def _action_admitted(p: Projection, ev: Event) -> Projection:
-    entry = ActionEntry(call=ev.call, action=ev.action, trust=ev.trust)
     fanout = p.fanout
     i = _child_index(p, ev.goal)
-    if i >= 0 and ev.trust:
-        fanout = _replace_child(p, i, attrs.evolve(p.fanout[i], trust=ev.trust))
+    owner = ev.goal if i >= 0 else ""
+    if i >= 0:
+        c = p.fanout[i]
+        fanout = _replace_child(
+            p, i, attrs.evolve(c, trust=ev.trust or c.trust, in_flight=c.in_flight + 1)
+        )
+    entry = ActionEntry(call=ev.call, action=ev.action, trust=ev.trust, goal=owner)
     return attrs.evolve(
         p,
         admitted=p.admitted + 1,
         containment=ev.trust or p.containment,
         actions=_bounded((*p.actions, entry), MAX_ACTIONS),
         fanout=fanout,
-        pending=_unpend(p, ev.call),
+        pending=_unpend(p, ev.call, owner),
     )
 
 
 def _action_completed(p: Projection, ev: Event) -> Projection:
-    return attrs.evolve(p, completed=p.completed + 1, actions=_settle(p, ev, ActionState.DONE))
+    owner = _owner(p, ev.goal)
+    actions, _ = _settle(p, ev, owner, ActionState.DONE)
+    fanout = p.fanout
+    if owner:
+        i = _child_index(p, owner)
+        c = p.fanout[i]
+        if c.in_flight:
+            fanout = _replace_child(p, i, attrs.evolve(c, in_flight=c.in_flight - 1))
+    return attrs.evolve(p, completed=p.completed + 1, actions=actions, fanout=fanout)
 
 
 def _action_rejected(p: Projection, ev: Event) -> Projection:
+    owner = _owner(p, ev.goal)
+    actions, was_running = _settle(p, ev, owner, ActionState.BLOCKED)
     fanout = p.fanout
-    i = _child_index(p, ev.goal)
-    if i >= 0:
+    if owner:
+        i = _child_index(p, owner)
         c = p.fanout[i]
+        in_flight = c.in_flight - 1 if was_running and c.in_flight else c.in_flight
         fanout = _replace_child(
-            p, i, attrs.evolve(c, blocked=c.blocked + 1, trust=ev.trust or c.trust)
+            p,
+            i,
+            attrs.evolve(c, blocked=c.blocked + 1, trust=ev.trust or c.trust, in_flight=in_flight),
         )
     return attrs.evolve(
         p,
         rejected=p.rejected + 1,
         containment=ev.trust or p.containment,
-        actions=_settle(p, ev, ActionState.BLOCKED),
+        actions=actions,
         fanout=fanout,
-        pending=_unpend(p, ev.call),
+        pending=_unpend(p, ev.call, owner),
     )
 
 

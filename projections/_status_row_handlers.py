@@ -21,9 +21,10 @@ if TYPE_CHECKING:
     from ._status_rows import StatusFolder
 
 # Fan-out child slots in the mutable list form.
-_C_ID, _C_PARENT, _C_OBJ, _C_STATE, _C_TURNS, _C_RESULT, _C_TRUST, _C_BLOCKED, _C_SEAL = range(9)
+(_C_ID, _C_PARENT, _C_OBJ, _C_STATE, _C_TURNS, _C_RESULT, _C_TRUST, _C_BLOCKED, _C_SEAL,
+ _C_IN_FLIGHT) = range(10)  # fmt: skip
 # Action ledger slots.
-_A_CALL, _A_ACTION, _A_TRUST, _A_STATE, _A_FAULT = range(5)
+_A_CALL, _A_ACTION, _A_TRUST, _A_STATE, _A_FAULT, _A_GOAL = range(6)
 
 _RUNNING = "running"
 
@@ -90,7 +91,7 @@ def _child_spawned(s: StatusFolder, d: Mapping[str, Any]) -> None:
         return
     s.children[cid] = len(s.fanout)
     s.fanout.append(
-        [cid, d.get("goal", ""), d.get("text", ""), _RUNNING, 0, "", "", 0, "recording"]
+        [cid, d.get("goal", ""), d.get("text", ""), _RUNNING, 0, "", "", 0, "recording", 0]
     )
 
 
@@ -102,6 +103,13 @@ def _child_completed(s: StatusFolder, d: Mapping[str, Any]) -> None:
     c[_C_RESULT] = d.get("result", "")
     if c[_C_SEAL] == "recording":
         s.unsealed.append(c)
+    # A child that folded back has nothing in flight (see the event path).
+    s.completed += c[_C_IN_FLIGHT]
+    c[_C_IN_FLIGHT] = 0
+    cid = c[_C_ID]
+    for a in s.actions:
+        if a[_A_GOAL] == cid and a[_A_STATE] == _RUNNING:
+            a[_A_STATE] = "done"
 
 
 def _converged(s: StatusFolder, d: Mapping[str, Any]) -> None:
@@ -119,7 +127,12 @@ def _stalled(s: StatusFolder, d: Mapping[str, Any]) -> None:
     s.error = d.get("error", "")
 
 
-def _settle(s: StatusFolder, d: Mapping[str, Any], state: str) -> None:
+def _owner(s: StatusFolder, d: Mapping[str, Any]) -> str:
+    goal: str = d.get("goal", "")
+    return goal if goal and goal in s.children else ""
+
+
+def _settle(s: StatusFolder, d: Mapping[str, Any], owner: str, state: str) -> bool:
     call = d.get("call", 0)
     action = d.get("action", "")
     trust = d.get("trust", "")
@@ -127,17 +140,19 @@ def _settle(s: StatusFolder, d: Mapping[str, Any], state: str) -> None:
     if call:
         # Newest first: an outcome usually follows its admission closely.
         for a in reversed(s.actions):
-            if a[_A_CALL] == call:
+            if a[_A_CALL] == call and a[_A_GOAL] == owner:
+                was_running: bool = a[_A_STATE] == _RUNNING
                 if action:
                     a[_A_ACTION] = action
                 if trust:
                     a[_A_TRUST] = trust
                 a[_A_STATE] = state
                 a[_A_FAULT] = fault
-                return
-    s.actions.append([call, action, trust, state, fault])
+                return was_running
+    s.actions.append([call, action, trust, state, fault, owner])
     if len(s.actions) > MAX_ACTIONS:
         del s.actions[0]
+    return False
 
 
 def _action_admitted(s: StatusFolder, d: Mapping[str, Any]) -> None:
@@ -145,16 +160,21 @@ def _action_admitted(s: StatusFolder, d: Mapping[str, Any]) -> None:
     trust = d.get("trust", "")
     if trust:
         s.containment = trust
-        goal = d.get("goal")
-        if goal:
-            i = s.children.get(goal)
-            if i is not None:
-                s.fanout[i][_C_TRUST] = trust
+    owner = ""
+    goal = d.get("goal")
+    if goal:
+        i = s.children.get(goal)
+        if i is not None:
+            owner = goal
+            c = s.fanout[i]
+            c[_C_IN_FLIGHT] += 1
+            if trust:
+                c[_C_TRUST] = trust
     acts = s.actions
-    acts.append([d.get("call", 0), d.get("action", ""), trust, _RUNNING, ""])
+    acts.append([d.get("call", 0), d.get("action", ""), trust, _RUNNING, "", owner])
     if len(acts) > MAX_ACTIONS:
         del acts[0]
-    if s.pending:
+    if s.pending and not owner:
         _unpend(s, d)
 
 
@@ -173,7 +193,12 @@ def _action_pending(s: StatusFolder, d: Mapping[str, Any]) -> None:
 
 def _action_completed(s: StatusFolder, d: Mapping[str, Any]) -> None:
     s.completed += 1
-    _settle(s, d, "done")
+    owner = _owner(s, d)
+    _settle(s, d, owner, "done")
+    if owner:
+        c = s.fanout[s.children[owner]]
+        if c[_C_IN_FLIGHT]:
+            c[_C_IN_FLIGHT] -= 1
 
 
 def _action_rejected(s: StatusFolder, d: Mapping[str, Any]) -> None:
@@ -181,13 +206,16 @@ def _action_rejected(s: StatusFolder, d: Mapping[str, Any]) -> None:
     trust = d.get("trust", "")
     if trust:
         s.containment = trust
-    c = _child(s, d.get("goal", ""))
-    if c is not None:
+    owner = _owner(s, d)
+    was_running = _settle(s, d, owner, "blocked")
+    if owner:
+        c = s.fanout[s.children[owner]]
         c[_C_BLOCKED] += 1
         if trust:
             c[_C_TRUST] = trust
-    _settle(s, d, "blocked")
-    if s.pending:
+        if was_running and c[_C_IN_FLIGHT]:
+            c[_C_IN_FLIGHT] -= 1
+    elif s.pending:
         _unpend(s, d)
 
 

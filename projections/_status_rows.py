@@ -121,7 +121,14 @@ class StatusFolder:
             completed=self.completed,
             rejected=self.rejected,
             actions=tuple(
-                ActionEntry(call=a[0], action=a[1], trust=a[2], state=ActionState(a[3]), fault=a[4])
+                ActionEntry(
+                    call=a[0],
+                    action=a[1],
+                    trust=a[2],
+                    state=ActionState(a[3]),
+                    fault=a[4],
+                    goal=a[5],
+                )
                 for a in self.actions
             ),
             egress_allowed=self.egress_allowed,
@@ -158,12 +165,12 @@ class StatusFolder:
         s.record = str(p.record)
         s.containment = p.containment
         s.admitted, s.completed, s.rejected = p.admitted, p.completed, p.rejected
-        s.actions = [[a.call, a.action, a.trust, str(a.state), a.fault] for a in p.actions]
+        s.actions = [[a.call, a.action, a.trust, str(a.state), a.fault, a.goal] for a in p.actions]
         s.egress_allowed, s.egress_blocked = p.egress_allowed, p.egress_blocked
         s.egress = [[e.host, e.allowed, e.reason] for e in p.egress]
         s.fanout = [
             [c.id, c.parent, c.objective, str(c.state), c.turns, c.result, c.trust, c.blocked,
-             str(c.seal)]
+             str(c.seal), c.in_flight]
             for c in p.fanout
         ]  # fmt: skip
         s._index_children()
@@ -222,10 +229,12 @@ class StatusFolder:
         s.record = d["record"]
         s.containment = d["containment"]
         s.admitted, s.completed, s.rejected = d["admitted"], d["completed"], d["rejected"]
-        s.actions = [list(a) for a in d["actions"]]
+        # A checkpoint of an older version (served while a rebuild replaces it) has
+        # shorter rows: its actions are the run's own, its children have nothing in flight.
+        s.actions = [_padded(a, _ACTION_SLOTS, "") for a in d["actions"]]
         s.egress_allowed, s.egress_blocked = d["egressAllowed"], d["egressBlocked"]
         s.egress = [list(e) for e in d["egress"]]
-        s.fanout = [list(c) for c in d["fanout"]]
+        s.fanout = [_padded(c, _CHILD_SLOTS, 0) for c in d["fanout"]]
         s._index_children()
         s.error = d["error"]
         s.outcome = d["outcome"]
@@ -233,6 +242,17 @@ class StatusFolder:
         s.metadata = dict(d["metadata"])
         s.pending = [list(x) for x in d.get("pending", ())]
         return s
+
+
+_ACTION_SLOTS = 6
+_CHILD_SLOTS = 10
+
+
+def _padded(row: list[Any], slots: int, fill: Any) -> list[Any]:
+    out = list(row)
+    if len(out) < slots:
+        out.extend([fill] * (slots - len(out)))
+    return out
 
 
 def _frozen_fanout(fanout: list[list[Any]]) -> tuple[FanoutChild, ...]:
@@ -247,6 +267,7 @@ def _frozen_fanout(fanout: list[list[Any]]) -> tuple[FanoutChild, ...]:
             trust=c[6],
             blocked=c[7],
             seal=RecordState(c[8]),
+            in_flight=c[9],
         )
         for c in fanout
     )

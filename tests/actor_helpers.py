@@ -39,6 +39,24 @@ class FailingFactory:
         raise RuntimeError("no model")
 
 
+class _PlainAgent:
+    """An agent of the caller's own: it writes its answer and knows nothing of governance
+    (it never reports the model call the session admitted for its turn)."""
+
+    def run(self, turn, out):  # type: ignore[no-untyped-def]
+        if turn.text == "fail":
+            raise RuntimeError("the plain agent failed")
+        out.text(f"plain: {turn.text}")
+        return "end_turn"
+
+
+class PlainFactory:
+    """A factory of the caller's own (any object with ``build``), building `_PlainAgent`."""
+
+    def build(self, spec, session_id):  # type: ignore[no-untyped-def]
+        return _PlainAgent()
+
+
 def _deploy(args):  # type: ignore[no-untyped-def]
     """Appends a line per run to the file named by ``args["log"]``: runs are counted."""
     with open(args["log"], "a") as f:

@@ -21,6 +21,7 @@ from conftest import wait_for
 
 from actors._version import __version__
 from actors.cli._commands import COMMANDS
+from spine import Event, Kind, LogSpec, Usage, open_log
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -618,6 +619,31 @@ def test_status_shows_admitted_rejected_pending_and_egress(daemon: Daemon) -> No
         assert re.search(pattern, text, re.M), text
     assert f"call {w['call']} http_get" in text and "169.254.169.254 blocked (metadata)" in text
     ok(run(daemon.data, "reject", "st-gov", str(w["call"])))
+
+
+def test_status_json_spells_usage_with_the_seeds_names(tmp_path: pathlib.Path) -> None:
+    """status --json reads the spine alone and names the tokens as the seed does
+    (usage.inputTokens, outputTokens, cacheReadTokens, cacheWriteTokens), with the cache
+    hit rate of the status route."""
+    data = tmp_path / "data"
+    data.mkdir()
+    log = open_log(LogSpec.sqlite(str(data / "spine.db")))
+    try:
+        u = Usage(input_tokens=100, output_tokens=7, cache_read_tokens=80, cache_write_tokens=3)
+        log.append("u-1", [Event(kind=Kind.TURN_COMPLETED, turn=1, usage=u)])
+    finally:
+        log.close()
+    fields = json.loads(ok(run(data, "status", "u-1", "--json")))
+    assert fields["usage"] == {
+        "inputTokens": 100,
+        "outputTokens": 7,
+        "cacheReadTokens": 80,
+        "cacheWriteTokens": 3,
+    }
+    assert fields["cacheHitRate"] == 0.8 and "input_tokens" not in fields
+    text = ok(run(data, "status", "u-1"))
+    assert re.search(r"^usage\s+inputTokens 100  outputTokens 7", text, re.M)
+    assert re.search(r"^cacheHitRate\s+80%$", text, re.M)
 
 
 # -- seal, verify, rebuild ---------------------------------------------------------------------

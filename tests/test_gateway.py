@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import wait_for
+from fake_models import FakeModelServer, chunk, usage_chunk
 from gateway_support import SseReader, client, running_gateway
 
 from actors.errors import IdempotencyConflict
@@ -31,6 +32,8 @@ from actors.gateway import (
 from actors.gateway._app import openapi_bytes
 from actors.gateway._hub import Batch, Client
 from actors.gateway._tokens import ADMIN_FILE, TOKENS_FILE
+from projections import cache_hit_rate
+from spine import Usage
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -182,6 +185,33 @@ def test_the_status_has_the_seed_field_names(http: httpx.Client) -> None:
     fields = {"record", "egressAllowed", "egressBlocked", "fanout", "actions", "cacheHitRate"}
     assert fields <= set(s)
     assert s["record"] == "recording"
+
+
+def test_the_cache_hit_rate_is_cache_reads_over_input_tokens(http: httpx.Client) -> None:
+    """A model call of 100 prompt tokens, 80 of them cached (input already counts them):
+    the status over HTTP says 0.8, the seed's cache-read over input."""
+    server = FakeModelServer()
+    try:
+        meta = {"ore.model.provider": "openai", "ore.model.base_url": server.url}
+        _new(http, "cache-1", metadata={**meta, "ore.model.name": "fake"})
+        server.queue(
+            [("sse", [chunk(content="hi"), chunk(finish="stop"), usage_chunk(100, 5, 80)]),
+             ("done",)]
+        )  # fmt: skip
+        ack = http.post("/v1/sessions/cache-1/messages", json={"text": "cached?"}).json()
+        _wait_turn_end(http, "cache-1", ack["seq"])
+        s = wait_for(lambda: (p := http.get("/v1/sessions/cache-1/status").json())["turns"] and p)
+        assert (s["usage"]["inputTokens"], s["usage"]["cacheReadTokens"]) == (100, 80)
+        assert s["cacheHitRate"] == pytest.approx(0.8)
+    finally:
+        server.close()
+
+
+def test_the_cache_hit_rate_rule_in_a_table() -> None:
+    """cache_hit_rate: reads over input, 0 with no input, never above 1."""
+    assert cache_hit_rate(Usage(input_tokens=100, cache_read_tokens=80)) == pytest.approx(0.8)
+    assert cache_hit_rate(Usage()) == 0.0 and cache_hit_rate(Usage(cache_read_tokens=3)) == 0.0
+    assert cache_hit_rate(Usage(input_tokens=2, cache_read_tokens=5)) == 1.0
 
 
 def test_history_pages_through_the_stream(http: httpx.Client) -> None:

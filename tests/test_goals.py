@@ -343,6 +343,23 @@ def test_a_childs_mirrored_events_do_not_touch_the_parents_state() -> None:
     assert (child.state, child.turns, child.result, child.trust) == ("done", 1, "ok", "standard")
 
 
+def test_a_childs_mirrored_events_keep_the_childs_own_turn_numbers() -> None:
+    """The child's turns 1, 2 and 3 are stored on the parent as 1, 2 and 3 (not all as
+    the parent's running turn 1), while the worker's own events get the running turn."""
+    kit = SessionKit(session_id="p")
+    kit.create()
+    _submit(kit)
+    _spawn(kit, "a")
+    mirrored = [Event(kind=Kind.TURN_COMPLETED, goal="p-a", turn=n) for n in (1, 2, 3)]
+    out = kit.progress(events=[*mirrored, Event(kind=Kind.TOOL_CALL, tool="x", tool_use_id="u")])
+    assert [(e.goal, e.turn) for e in out.events if e.kind == Kind.TURN_COMPLETED] == [
+        ("p-a", 1),
+        ("p-a", 2),
+        ("p-a", 3),
+    ]
+    assert [e.turn for e in out.events if e.kind == Kind.TOOL_CALL] == [1]
+
+
 # -- how a run ends: the provider's answer or the finish tool (goal.finish) ---------------
 
 

@@ -219,6 +219,33 @@ def test_a_goal_fans_out_to_two_concurrent_children_that_fold_back(mp: Host) -> 
     assert [c.seal for c in p.fanout] == ["verified", "verified"]
 
 
+def test_a_delegating_run_leaves_no_action_of_its_children_running_in_its_ledger(
+    mp: Host,
+) -> None:
+    """One child converges with a tool call, the other's model fails three turns in a row
+    and it stalls: every admission on the parent's stream (its own and its children's,
+    whose call ids collide with its own) is paired with its outcome, admitted == completed,
+    and the failing child's mirrored turns keep its own numbers 1, 2, 3."""
+    sid = mp.create()
+    mp.submit(sid, _spawns('!tool calculator {"expression": "6*7"}', "!fail boom"))
+    answer = mp.wait(sid, timeout=60)
+    assert "calculator returned 42" in answer and "stalled" in answer
+    evs = mp.history(sid)
+    kids = [e.child for e in evs if e.kind == Kind.CHILD_SPAWNED and e.goal == sid]
+    for p in (project(evs), mp.status(sid)):
+        assert [a for a in p.actions if a.state == "running"] == []
+        assert p.admitted == p.completed > 0
+        assert [(c.state, c.in_flight) for c in p.fanout] == [("done", 0), ("failed", 0)]
+        # The parent's own calls and its children's: each row paired with its own goal.
+        own = {(a.goal, a.call) for a in p.actions}
+        assert len(own) == len(p.actions) and {a.goal for a in p.actions} == {"", *kids}
+    failed = [(e.call, e.fault) for e in evs if e.goal == kids[1] and e.action == "model"]
+    assert [f for _, f in failed if f] == ["error"] * 3
+    turns = [e.turn for e in evs if e.kind == Kind.TURN_COMPLETED and e.goal == kids[1]]
+    assert turns == [e.turn for e in mp.history(kids[1]) if e.kind == Kind.TURN_COMPLETED]
+    assert turns == [1, 2, 3]
+
+
 def _started(h: Host, sid: str) -> bool:
     return any(e.kind == Kind.TURN_STARTED for e in h.history(sid))
 

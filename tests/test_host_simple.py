@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from actor_helpers import FailingFactory, PlainFactory
 
 from actors.host import Host, SessionSubscription
 from spine import Event, Kind, Phase
@@ -153,3 +154,32 @@ def test_the_host_checkpoints_the_wal_that_its_sessions_leave_alone(host: Host) 
     ack = host.send(sid, "hello")
     host.wait_turn(sid, ack.seq, timeout=20)
     wait_for(lambda: host._log.checkpoints >= 1, timeout=20)
+
+
+def test_a_custom_agents_turns_leave_no_model_call_running(tmp_path: pathlib.Path) -> None:
+    """A factory of the caller's own whose agent ignores governance: each turn's model
+    call, admitted at the turn's start, is completed by the turn's end (fault error when
+    the agent failed, also when the factory cannot build one), so the status ledger shows
+    no running row and admitted == completed."""
+    for factory, texts, faults in (
+        (PlainFactory(), ("hi", "fail", "again"), ["", "error", ""]),
+        (FailingFactory(), ("hi",), ["error"]),
+    ):
+        h = Host(tmp_path / type(factory).__name__, base="simpleSystemBase", factory=factory)
+        try:
+            sid = h.create()
+            for text in texts:
+                h.wait_turn(sid, h.send(sid, text).seq, timeout=10)
+            evs = h.history(sid)
+            done = [e for e in evs if e.kind == Kind.ACTION_COMPLETED and e.action == "model"]
+            assert [e.fault for e in done] == faults
+            admitted = [e.call for e in evs if e.kind == Kind.ACTION_ADMITTED]
+            assert [e.call for e in done] == admitted
+            for e in done:  # each settled before its turn's end
+                ended = next(x for x in evs if x.kind == Kind.TURN_COMPLETED and x.seq > e.seq)
+                assert ended.turn == e.turn
+            p = h.status(sid)
+            assert p.admitted == p.completed == len(texts)
+            assert [a.state for a in p.actions] == ["done"] * len(texts)
+        finally:
+            h.close()

@@ -12,6 +12,7 @@ import pytest
 from actors import messages as m
 from actors.errors import ActorsError, HostTimeout, SessionClosed
 from actors.host import SessionSubscription, merge
+from actors.host.reading import pending_actions
 from actors.host.replies import ReplyMatcher, raise_failed
 from actors.messages import Ack, RequestFailed, SinkBatch
 from projections import ProjectionFailed, QueryIndex
@@ -260,3 +261,21 @@ def test_a_create_is_never_sent_twice(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(HostTimeout):
         rt.request(m.CreateSession(request_id="r2", session_id="s"), 0.2)
     assert len(t.sent) == 1
+
+
+def test_a_childs_mirrored_admission_and_turn_leave_the_parents_waiting_action_listed() -> None:
+    """pending() keys on the run's own calls and turns: a child's events mirrored onto
+    the parent with the same call or turn number do not answer the parent's approval."""
+    log = MemoryLog()
+    waiting = Event(kind=Kind.ACTION_PENDING, turn=1, action="deploy", call=4)
+    log.append("p", [Event(kind=Kind.TURN_STARTED, turn=1), waiting])
+    log.append(
+        "p",
+        [
+            Event(kind=Kind.ACTION_ADMITTED, goal="p-k", action="model", call=4),
+            Event(kind=Kind.TURN_COMPLETED, goal="p-k", turn=1),
+        ],
+    )
+    assert [(e.call, e.action) for e in pending_actions(log, "p")] == [(4, "deploy")]
+    log.append("p", [Event(kind=Kind.ACTION_ADMITTED, action="deploy", call=4)])
+    assert pending_actions(log, "p") == []

@@ -7,6 +7,7 @@ import json
 import pathlib
 import re
 
+import attrs
 import httpx
 import pytest
 from cli_support import run
@@ -18,7 +19,7 @@ from test_projections_spans import PARENT, parent_events
 from actors.gateway import create_token
 from actors.otel import LogMetrics, prometheus_text
 from projections import LATENCY_BUCKETS, MetricsFolder
-from spine import LogSpec, open_log
+from spine import Event, Kind, LogSpec, Usage, open_log
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -76,6 +77,23 @@ def test_the_log_fold_counts_turns_tokens_calls_and_latency() -> None:
     assert m.latency_buckets[LATENCY_BUCKETS.index(0.1)] == 3
     assert m.latency_buckets[LATENCY_BUCKETS.index(0.25)] == 4
     assert (m.position, m.open_turns) == (33, 0)
+
+
+def test_a_childs_events_mirrored_onto_its_parent_are_counted_once() -> None:
+    """A child's turn, tokens and failed model call are counted from its own stream; their
+    copies on the parent's stream (attributed to the child by goal) add nothing."""
+    own = [
+        Event(kind=Kind.ACTION_ADMITTED, action="model", call=3),
+        Event(kind=Kind.ACTION_COMPLETED, action="model", call=3, fault="error"),
+        Event(kind=Kind.TURN_COMPLETED, turn=1, usage=Usage(input_tokens=7, output_tokens=2)),
+    ]
+    m = MetricsFolder()
+    for ev in own:
+        m.feed("p-k", ev)
+    for ev in own:
+        m.feed("p", attrs.evolve(ev, goal="p-k"))
+    assert (m.model_calls, m.model_faults, m.actions["admitted"]) == (1, 1, 1)
+    assert m.turns["completed"] == 1 and m.tokens["input"] == 7
 
 
 def test_the_text_format_is_well_formed_and_complete() -> None:

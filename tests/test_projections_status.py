@@ -284,6 +284,102 @@ def test_a_childs_turns_trust_and_blocked_count_come_from_its_own_events() -> No
     assert p.turns == 2  # the run counts every turn on its stream, the children's included
 
 
+def _fan_out(mirror_outcomes: bool) -> list[Event]:
+    """A parent that spawns child ``k`` (its spawn is the parent's call 5) whose own calls
+    3 and 5 are mirrored onto the parent's stream when it folds back: the admissions only
+    (a log written before outcomes were mirrored) or with their completions."""
+    child = [
+        ev(Kind.ACTION_ADMITTED, goal="k", call=3, action="model", trust="standard"),
+        ev(Kind.ACTION_COMPLETED, goal="k", call=3, action="model"),
+        ev(Kind.ACTION_ADMITTED, goal="k", call=5, action="calculator", trust="standard"),
+        ev(Kind.ACTION_COMPLETED, goal="k", call=5, action="calculator", fault="tool_error"),
+        ev(Kind.TURN_COMPLETED, goal="k", turn=1),
+    ]
+    if not mirror_outcomes:
+        child = [e for e in child if e.kind != Kind.ACTION_COMPLETED]
+    return [
+        ev(Kind.SESSION_STARTED, goal="p", text="plan"),
+        ev(Kind.ACTION_ADMITTED, call=3, action="model", trust="standard"),
+        ev(Kind.ACTION_COMPLETED, call=3, action="model"),
+        ev(Kind.ACTION_ADMITTED, call=5, action="spawn", trust="standard"),
+        ev(Kind.CHILD_SPAWNED, goal="p", child="k", text="sub"),
+        *child,
+        ev(Kind.CHILD_COMPLETED, goal="p", child="k", result="ok"),
+        ev(Kind.ACTION_COMPLETED, call=5, action="spawn"),
+        ev(Kind.ACTION_ADMITTED, call=9, action="model", trust="standard"),
+        ev(Kind.ACTION_COMPLETED, call=9, action="model"),
+        ev(Kind.CONVERGED, goal="p", text="done"),
+    ]
+
+
+@pytest.mark.parametrize("mirror_outcomes", [True, False], ids=["outcomes", "older log"])
+def test_a_childs_mirrored_actions_pair_by_child_and_call_and_settle_by_its_fold_back(
+    mirror_outcomes: bool,
+) -> None:
+    """A child's call ids collide with the parent's: each outcome settles the row of its
+    own goal, nothing is left running after a converged run and admitted == completed,
+    also in a log that mirrored only a child's admissions (its fold-back settles them)."""
+    evs = stored(_fan_out(mirror_outcomes))
+    p = project(evs)
+    assert fold_rows(evs) == p
+    assert [(a.goal, a.call, a.action, a.state) for a in p.actions] == [
+        ("", 3, "model", ActionState.DONE),
+        ("", 5, "spawn", ActionState.DONE),
+        ("k", 3, "model", ActionState.DONE),
+        ("k", 5, "calculator", ActionState.DONE),
+        ("", 9, "model", ActionState.DONE),
+    ]
+    assert [a.fault for a in p.actions][3] == ("tool_error" if mirror_outcomes else "")
+    assert p.admitted == p.completed == 5 and p.rejected == 0
+    (child,) = p.fanout
+    assert (child.state, child.in_flight, child.turns) == (FanoutState.DONE, 0, 1)
+
+
+def test_a_childs_actions_are_in_flight_until_their_outcomes_or_its_fold_back() -> None:
+    """Before the fold-back, a child's unanswered admission counts as in flight (admitted
+    minus completed) and its own running row names the child; the parent's row with the
+    same call is not touched by the child's outcome."""
+    evs = _fan_out(mirror_outcomes=False)
+    cut = next(i for i, e in enumerate(evs) if e.kind == Kind.CHILD_COMPLETED)
+    p = project(evs[:cut])
+    assert p.admitted - p.completed == 3  # the parent's spawn and the child's two calls
+    assert p.child("k") is not None and p.child("k").in_flight == 2  # type: ignore[union-attr]
+    spawn = next(a for a in p.actions if a.action == "spawn")
+    assert (spawn.goal, spawn.state) == ("", ActionState.RUNNING)
+    p = reduce(p, ev(Kind.ACTION_COMPLETED, goal="k", call=5, action="calculator"))
+    spawn = next(a for a in p.actions if a.action == "spawn")
+    assert spawn.state == ActionState.RUNNING
+    assert p.child("k").in_flight == 1  # type: ignore[union-attr]
+
+
+def test_a_childs_approved_admission_leaves_the_parents_waiting_action_alone() -> None:
+    """A mirrored admission with the same call as one of the run's own pending actions
+    does not settle it: only the run's own events answer its approvals."""
+    evs = [
+        ev(Kind.CHILD_SPAWNED, goal="p", child="k"),
+        ev(Kind.ACTION_PENDING, call=4, action="deploy", turn=1),
+        ev(Kind.ACTION_ADMITTED, goal="k", call=4, action="deploy"),
+        ev(Kind.ACTION_REJECTED, goal="k", call=4, action="deploy", fault="x"),
+    ]
+    p = project(evs)
+    assert [x.call for x in p.pending] == [4]
+    assert fold_rows(stored(evs)) == p
+
+
+def test_an_older_checkpoint_without_goals_or_in_flight_slots_loads() -> None:
+    """A status checkpoint dumped before ledger rows named their goal (and children their
+    in-flight count) loads as the run's own actions and children with nothing in flight."""
+    f = StatusFolder()
+    for e in stored(_fan_out(mirror_outcomes=True)[:5]):
+        f.feed(orjson.loads(encode_event(e)))
+    old = orjson.loads(orjson.dumps(f.dump()))
+    old["actions"] = [a[:5] for a in old["actions"]]
+    old["fanout"] = [c[:9] for c in old["fanout"]]
+    p = StatusFolder.load(old).freeze()
+    assert [(a.goal, a.call) for a in p.actions] == [("", 3), ("", 5)]
+    assert [c.in_flight for c in p.fanout] == [0]
+
+
 def test_a_childs_own_terminal_event_does_not_end_the_run() -> None:
     """A converged or stalled event whose goal names a child leaves the run live."""
     p = project(

@@ -5,6 +5,7 @@ Everything here runs without processes through `actors.testing.SessionKit`.
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from actors.interceptors import Emitter, Ingress, InterceptResult, SessionView, SlashCommands
@@ -12,6 +13,7 @@ from actors.policy import BusyPolicy
 from actors.session import commands as c
 from actors.spec import AgentSpec
 from actors.testing import SessionKit
+from projections import project
 from spine import Event, Kind, Phase, Usage
 
 DONE = str(Kind.LIFECYCLE)
@@ -88,6 +90,7 @@ def test_an_enqueued_message_runs_when_the_turn_ends() -> None:
     out = kit.finish(text="one")
     assert out.kinds == [
         "assistant.message",
+        "action.completed",
         "turn.completed",
         DONE,
         "turn.started",
@@ -233,6 +236,55 @@ def test_output_of_a_cancelled_turn_that_arrives_late_is_ignored() -> None:
     assert late_progress.live == ()
 
 
+# -- the turn's model call: admitted at its start, settled by its end at the latest -------
+
+
+def _model_calls(kit: SessionKit) -> list[tuple[str, int, str]]:
+    return [
+        (str(e.kind), e.call, e.fault)
+        for e in kit.events
+        if e.kind in (Kind.ACTION_ADMITTED, Kind.ACTION_COMPLETED) and e.action == "model"
+    ]
+
+
+@pytest.mark.parametrize(("stop", "fault"), [("end_turn", ""), ("error", "error")])
+def test_a_model_call_its_agent_never_reports_is_settled_by_the_turns_end(
+    stop: str, fault: str
+) -> None:
+    """An agent of the caller's own knows nothing of the model call admitted for it: the
+    turn's end completes it (fault error when the turn failed), so no row stays running."""
+    kit = _running()
+    kit.finish(stop_reason=stop, text="one", error="boom" if fault else "")
+    ((_, call, _), *_) = _model_calls(kit)
+    assert _model_calls(kit) == [("action.admitted", call, ""), ("action.completed", call, fault)]
+    p = project(kit.events)
+    assert p.admitted == p.completed == 1
+    assert [a.state for a in p.actions] == ["done"]
+
+
+def test_a_model_call_the_agent_reports_is_not_completed_twice() -> None:
+    """The built-in agents complete the call themselves (in the turn's last output or an
+    earlier one): the turn's end adds nothing."""
+    kit = _running()
+    call = kit.state.stored.turn_actions["model\x00"][0]
+    done = Event(kind=Kind.ACTION_COMPLETED, action="model", call=call)
+    kit.run(c.Finished(turn=1, stop_reason="end_turn", text="a", events=(done,)))
+    kit.send("again")
+    call = kit.state.stored.turn_actions["model\x00"][0]
+    kit.progress(events=[attrs.evolve(done, call=call)])
+    kit.finish(text="b")
+    kinds = [k for k, _, _ in _model_calls(kit)]
+    assert kinds == ["action.admitted", "action.completed"] * 2
+
+
+def test_a_turn_its_agent_ends_as_cancelled_settles_its_model_call_as_cancelled() -> None:
+    """An agent that stops on its own with stop reason cancelled: its admitted call ends
+    with fault cancelled."""
+    kit = _running()
+    kit.finish(stop_reason="cancelled", text="partial")
+    assert [f for k, _, f in _model_calls(kit) if k == "action.completed"] == ["cancelled"]
+
+
 # -- turns that cannot start ---------------------------------------------------------------
 
 
@@ -241,8 +293,15 @@ def test_a_factory_failure_fails_the_turn_and_the_next_message_runs() -> None:
     kit = _running()
     kit.send("second")
     out = kit.start_failed("no model")
-    assert out.kinds == ["turn.completed", DONE, "turn.started", "action.admitted"]
-    assert "agent factory failed: no model" in out.events[0].error
+    assert out.kinds == [
+        "action.completed",
+        "turn.completed",
+        DONE,
+        "turn.started",
+        "action.admitted",
+    ]
+    assert (out.events[0].action, out.events[0].fault) == ("model", "error")
+    assert "agent factory failed: no model" in out.events[1].error
     assert kit.state.running is not None and kit.state.running.turn == 2
 
 

@@ -132,6 +132,21 @@ def tail(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+def _usage_fields(u: Any) -> dict[str, int]:
+    # The seed's Usage names, as the gateway's status route spells them.
+    return {
+        "inputTokens": u.input_tokens,
+        "outputTokens": u.output_tokens,
+        "cacheReadTokens": u.cache_read_tokens,
+        "cacheWriteTokens": u.cache_write_tokens,
+    }
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(w.title() for w in rest)
+
+
 def status_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", metavar="SESSION")
     add_json(p)
@@ -141,7 +156,7 @@ def status(args: argparse.Namespace, out: Out) -> int:
     sid = session_id(args.session)
     import attrs
 
-    from projections import project_stored
+    from projections import cache_hit_rate, project_stored
 
     with open_spine(args) as log:
         # Folded from the stored rows: a row that does not decode makes the session
@@ -156,8 +171,8 @@ def status(args: argparse.Namespace, out: Out) -> int:
             fields[k] = getattr(p, k)
     u = getattr(p, "usage", None)
     if u is not None:
-        fields["input_tokens"] = u.input_tokens
-        fields["output_tokens"] = u.output_tokens
+        fields["usage"] = _usage_fields(u)
+        fields["cacheHitRate"] = cache_hit_rate(u)
     # What governance decided, as the README says the projection shows it.
     for k in ("admitted", "completed", "rejected", "egress_allowed", "egress_blocked"):
         fields[k] = getattr(p, k)
@@ -175,13 +190,20 @@ def status(args: argparse.Namespace, out: Out) -> int:
         ]
         if fanout:
             fields["fanout"] = [
-                {k: str(v) if k in ("state", "seal") else v for k, v in attrs.asdict(c).items()}
+                {
+                    _camel(k): str(v) if k in ("state", "seal") else v
+                    for k, v in attrs.asdict(c).items()
+                }
                 for c in fanout
             ]
         out.line(json_line(fields))
         return 0
     width = max(len(k) for k in fields)
     for k, v in fields.items():
+        if isinstance(v, dict):
+            v = "  ".join(f"{name} {n}" for name, n in v.items())
+        elif isinstance(v, float):
+            v = f"{v:.0%}"
         out.line(f"{out.style.paint('bold', k.ljust(width))}  {v}")
     for title, lines in (("waiting for approval", waiting), ("egress", egress)):
         if lines:

@@ -3,13 +3,14 @@ raises to send one) and the JSON shapes of a session's info, an ack and its stat
 
 from __future__ import annotations
 
-import math
 import urllib.parse
 from typing import Any
 
 import attrs
 import orjson
 from starlette.responses import Response
+
+from projections import cache_hit_rate
 
 
 class HttpError(Exception):
@@ -91,11 +92,9 @@ def pending_json(entry: Any) -> dict[str, Any]:
 
 def status_json(p: Any) -> dict[str, Any]:
     """The status projection with the seed's field names (camelCase), plus the cache
-    hit rate the page shows (cached input tokens over all input tokens)."""
+    hit rate the page shows (the seed's: cache-read tokens over input tokens, which
+    already count the cached ones)."""
     out: dict[str, Any] = _plain(p)
     out["pending"] = [pending_json(x) for x in p.pending]
-    u = p.usage
-    total = u.input_tokens + u.cache_read_tokens
-    rate = u.cache_read_tokens / total if total else 0.0
-    out["cacheHitRate"] = rate if math.isfinite(rate) else 0.0
+    out["cacheHitRate"] = cache_hit_rate(p.usage)
     return out

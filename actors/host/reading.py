@@ -41,6 +41,8 @@ def pending_actions(log: Log, session_id: str) -> list[Event]:
     """The ``action.pending`` events of ``session_id`` not yet decided, oldest first."""
     waiting: dict[int, Event] = {}
     for ev in history(log, session_id):
+        if ev.goal and ev.goal != session_id:
+            continue  # a child's events mirrored here: its calls and turns are its own
         if ev.kind == Kind.ACTION_PENDING:
             waiting[ev.call] = ev
         elif ev.kind in (Kind.ACTION_ADMITTED, Kind.ACTION_REJECTED) and ev.call in waiting:

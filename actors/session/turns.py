@@ -7,7 +7,7 @@ import attrs
 
 from spine import Event, Kind, Phase, Usage
 
-from ..agents.governance import Policy, PolicyError, Requirement, Spent, Verdict, gate
+from ..agents.governance import Fault, Policy, PolicyError, Requirement, Spent, Verdict, gate
 from ..spec import AgentSpec, SettingsError, TurnInput
 from . import goals
 from .commands import (
@@ -26,7 +26,7 @@ from .commands import (
 )
 from .gate import withdrawn
 from .replace import replace
-from .state import SessionState, fold
+from .state import SessionState, fold, unfinished
 
 
 def done_event(turn: int = 0) -> Event:
@@ -163,6 +163,30 @@ def current(s: Session, turn: int) -> Running | None:
     return run if run is not None and run.turn == turn else None
 
 
+def _in_turn(e: Event, turn: int, session_id: str) -> Event:
+    # The worker's events are the running turn's; a child's mirrored onto this stream
+    # (attributed by goal) keep the child's own turn number.
+    if e.goal and e.goal != session_id:
+        return e
+    return attrs.evolve(e, turn=turn)
+
+
+def unreported(st: SessionState, events: list[Event], fault: str) -> list[Event]:
+    """``action.completed`` with ``fault`` for the turn's admitted actions that neither
+    the stream nor ``events`` (the turn's last output) gives an outcome: the turn's end is
+    theirs (an agent of the caller's own does not report the model call the session
+    admitted for it at the turn's start)."""
+    if not any(status == "admitted" for _, status in st.turn_actions.values()):
+        return []
+    own = st.session_id
+    ended = {
+        e.call
+        for e in events
+        if e.kind in (Kind.ACTION_COMPLETED, Kind.ACTION_REJECTED) and e.goal in ("", own)
+    }
+    return [e for e in unfinished(st, fault) if e.call not in ended]
+
+
 def _ends_a_reply(e: Event) -> bool:
     # A model's text is complete once it asks for tools or its call is over.
     return e.kind == Kind.TOOL_CALL or (e.kind == Kind.ACTION_COMPLETED and e.action == "model")
@@ -186,7 +210,8 @@ def progress(s: Session, cmd: Progress) -> Decision:
         # the calls, so the conversation rebuilt from the stream has them in order.
         events.append(Event(kind=Kind.ASSISTANT, turn=run.turn, text=run.text[run.said :]))
         run = attrs.evolve(run, said=len(run.text))
-    events.extend(attrs.evolve(e, turn=run.turn) for e in cmd.events)
+    sid = s.stored.session_id
+    events.extend(_in_turn(e, run.turn, sid) for e in cmd.events)
     return Decision(state=replace(s, running=run), events=tuple(events), live=live)
 
 
@@ -202,7 +227,9 @@ def finished(s: Session, cmd: Finished) -> Decision:
             Live(after_seq=s.stored.last_seq, kind=ASSISTANT_DELTA, severity="", text=cmd.text),
         )
     events: list[Event] = []
+    st = s.stored
     if cmd.stop_reason == "cancelled":
+        events.extend(attrs.evolve(e, turn=run.turn) for e in unreported(st, [], Fault.CANCELLED))
         events.append(
             Event(
                 kind=Kind.TURN_CANCELLED, turn=run.turn, text=text, usage=usage, reason="cancelled"
@@ -216,7 +243,9 @@ def finished(s: Session, cmd: Finished) -> Decision:
         failed = cmd.stop_reason == "error"
         if text and not failed:
             events.append(Event(kind=Kind.ASSISTANT, turn=run.turn, text=text))
-        events.extend(attrs.evolve(e, turn=run.turn) for e in cmd.events)
+        events.extend(_in_turn(e, run.turn, st.session_id) for e in cmd.events)
+        fault = "error" if cmd.stop_reason == "error" else ""
+        events.extend(attrs.evolve(e, turn=run.turn) for e in unreported(st, events, fault))
         events.append(
             Event(
                 kind=Kind.TURN_COMPLETED,
@@ -245,8 +274,10 @@ def start_failed(s: Session, cmd: StartFailed) -> Decision:
         stop_reason="error",
         error=f"agent factory failed: {cmd.error}",
     )
-    events = [ended, done_event(run.turn)]
     st = s.stored
+    # The model call admitted at the turn's start never ran.
+    never = [attrs.evolve(e, turn=run.turn) for e in unreported(st, [], "error")]
+    events = [*never, ended, done_event(run.turn)]
     if st.running_goal is not None:
         events.extend(goals.ended(fold(st, events, st.last_seq + 1), "error", ""))
     return Decision(state=attrs.evolve(s, running=None), events=tuple(events))

@@ -29,11 +29,13 @@ from .commands import Finished, Govern, Progress, Spawn
 _POLL = 0.25
 
 #: A child's events copied onto its parent's stream when it folds back: what the parent's
-#: status projection folds into the child's node (turns, trust, blocked, grandchildren).
+#: status projection folds into the child's node (turns, trust, blocked, grandchildren)
+#: and its action ledger, each admission with its outcome (paired by child and call).
 MIRRORED = frozenset(
     {
         Kind.TURN_COMPLETED,
         Kind.ACTION_ADMITTED,
+        Kind.ACTION_COMPLETED,
         Kind.ACTION_REJECTED,
         Kind.EGRESS,
         Kind.CHILD_SPAWNED,
@@ -44,7 +46,8 @@ MIRRORED = frozenset(
 
 def mirror(ev: Event, child: str) -> Event:
     """``ev`` of ``child``'s stream as its parent stores it: attributed to the child (a
-    grandchild's events keep their own goal), numbered by the parent's log."""
+    grandchild's events keep their own goal), numbered by the parent's log; its turn and
+    call stay the child's own."""
     return attrs.evolve(ev, seq=0, goal=ev.goal or child)
 
 

@@ -267,7 +267,10 @@ async function refreshStatus() {
   rec.className = `badge ${p.record}`;
   $("actions").replaceChildren(
     row(["call", "action", "trust", "state"]),
-    ...(p.actions || []).map((a) => row([a.call, a.action, a.trust, a.state + (a.fault ? ` (${a.fault})` : "")])),
+    // A child's calls are numbered on its own stream: name the child beside its call.
+    ...(p.actions || []).map((a) =>
+      row([a.goal ? `${a.goal} #${a.call}` : a.call, a.action, a.trust, a.state + (a.fault ? ` (${a.fault})` : "")]),
+    ),
   );
   $("pending").replaceChildren(
     ...(p.pending || []).map((w) => {
