@@ -8,12 +8,14 @@ import os
 import pathlib
 import signal
 import subprocess
+import sys
 
 import pytest
 from cli_support import CLI, Daemon, env, run
 from conftest import wait_for
 
-from actors.cli._daemon import EXIT_NO_DAEMON, lock_held, lock_holders
+from actors._version import __version__
+from actors.cli._daemon import EXIT_NO_DAEMON, LOCK_FILE, lock_held, lock_holders
 from actors.system import free_port, processes_in_session
 
 
@@ -153,6 +155,74 @@ def test_a_client_on_a_bad_daemon_file_says_so_in_one_line_and_starts_nothing(
         if other is not None:
             other.stop()
             other.check_no_leftovers()
+
+
+@pytest.fixture
+def bystander():  # type: ignore[no-untyped-def]
+    """A live process that has nothing to do with vertebra (stopped after the test)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+@pytest.mark.parametrize(
+    "version",
+    ["0.0.1", None, __version__],
+    ids=["another-version", "no-version", "this-version"],
+)
+def test_stop_signals_no_process_that_does_not_hold_the_data_directorys_lock(
+    tmp_path: pathlib.Path, bystander: subprocess.Popen[bytes], version: str | None
+) -> None:
+    """A daemon.json naming a live unrelated process (of any version, or none): stop
+    sends it nothing and says, with exit 3, that no daemon runs there."""
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    raw: dict[str, object] = {"pid": bystander.pid, "admin_port": free_port()}
+    if version is not None:
+        raw["version"] = version
+    (data / "daemon.json").write_text(json.dumps(raw))
+    out = run(data, "stop", "--timeout", "5", timeout=30)
+    assert out.returncode == EXIT_NO_DAEMON, out.stderr
+    assert "no daemon runs" in one_line(out) or "stale" in one_line(out)
+    assert "stopped" not in out.stdout
+    assert bystander.poll() is None
+
+
+def test_stop_signals_no_process_while_another_holds_the_lock(
+    tmp_path: pathlib.Path, bystander: subprocess.Popen[bytes]
+) -> None:
+    """The lock is held, but not by the pid daemon.json names: that pid is not the
+    daemon, and stop leaves it alone."""
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            f"fd = os.open({str(data / LOCK_FILE)!r}, os.O_RDWR | os.O_CREAT, 0o600)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "print('locked', flush=True)\n"
+            "time.sleep(120)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        (data / "daemon.json").write_text(
+            json.dumps({"pid": bystander.pid, "admin_port": free_port(), "version": "0.0.1"})
+        )
+        out = run(data, "stop", "--timeout", "5", timeout=30)
+        assert out.returncode == EXIT_NO_DAEMON, out.stderr
+        assert f"pid {bystander.pid}" in one_line(out) and "nothing was signalled" in out.stderr
+        assert bystander.poll() is None and holder.poll() is None
+    finally:
+        holder.kill()
+        holder.wait(10)
 
 
 def test_serve_on_a_damaged_database_fails_in_one_line_and_leaves_nothing(
