@@ -172,7 +172,10 @@ def acquire_lock(data: str) -> int:
     actor system (daemon.json's session, holding this very lock file) are killed first.
     A live daemon, or holders that cannot be told to be ours, are refused in one line.
     """
-    fd = os.open(_lock_path(data), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(_lock_path(data), os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise CliError(f"cannot open {_lock_path(data)!r}: {exc.strerror}") from None
     deadline = time.monotonic() + REAP_WAIT
     grace = time.monotonic() + HOLDER_GRACE
     reaped = False

@@ -77,6 +77,11 @@ def _claim_data_dir(data: str) -> None:
     from spine import private_dir
 
     private_dir(data)
+    if not os.access(data, os.W_OK):
+        raise CliError(
+            f"the data directory {data!r} is read-only: a daemon writes there (history, "
+            f"status, export and check read it as it is)"
+        )
     # Held (by this process and, inherited, every actor process) until the last of them
     # exits: a second daemon on the directory is refused, a dead one's leftovers reaped.
     acquire_lock(data)
