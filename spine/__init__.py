@@ -33,6 +33,7 @@ from ._private import UnsafeDataDirError, private_dir, private_file, private_sql
 from ._recover import LOST_KIND, LostRow, RecoveryReport, recover_sqlite
 from ._spec import LogSpec, load_backend, open_log
 from ._sqlite import SqliteLog
+from ._sqlite_schema import connect_read_only
 from ._subscribe import (
     DEFAULT_POLL_FLOOR,
     AllSubscription,
@@ -79,6 +80,7 @@ __all__ = [
     "UnsafeDataDirError",
     "Usage",
     "Wakeup",
+    "connect_read_only",
     "converter",
     "decode_event",
     "encode_event",

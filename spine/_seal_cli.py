@@ -57,10 +57,12 @@ def _verify(args: argparse.Namespace) -> int:
     return _print_report(bundle.verify(ring), args.json)
 
 
-def _open(path: str) -> SqliteLog:
+def _open(path: str, *, read_only: bool = False) -> SqliteLog:
+    """The spine at ``path``; ``read_only`` for a command that appends nothing, so a
+    read-only copy (or mount) of a spine can be verified, exported and proven from."""
     if not os.path.exists(path):
         raise SpineError(f"no spine database at {path!r}")
-    return SqliteLog(path)
+    return SqliteLog(path, read_only=read_only)
 
 
 def _verify_log(args: argparse.Namespace) -> int:
@@ -69,7 +71,7 @@ def _verify_log(args: argparse.Namespace) -> int:
     ring = _keys(args)
     if ring is None:
         raise SystemExit("verify-log needs --key or --keyring")
-    with _open(args.db) as log:
+    with _open(args.db, read_only=args.no_record) as log:
         report = verify_stream(log, args.stream, ring, append=not args.no_record)
     return _print_report(report, args.json)
 
@@ -90,7 +92,7 @@ def _seal(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from ._bundle import export_bundle
 
-    with _open(args.db) as log:
+    with _open(args.db, read_only=True) as log:
         b = export_bundle(log, args.stream, args.out, KeyStore(args.keys))
     print(f"wrote {args.out}: seqs {b.first}..{b.last}, {len(b.seals)} seal(s)")
     return 0
@@ -99,7 +101,7 @@ def _export(args: argparse.Namespace) -> int:
 def _prove(args: argparse.Namespace) -> int:
     from ._seal_proof import prove
 
-    with _open(args.db) as log:
+    with _open(args.db, read_only=True) as log:
         proof = prove(log, args.stream, args.seq)
     data = proof.to_json()
     if args.out:

@@ -4,6 +4,7 @@ connection with them: opening it, making the schema, inserting an append's batch
 from __future__ import annotations
 
 import contextlib
+import os
 import pathlib
 import sqlite3
 from collections.abc import Sequence
@@ -85,12 +86,10 @@ def connect(
 ) -> sqlite3.Connection:
     """A connection to the spine file at ``path``, set up as every `SqliteLog` uses it."""
     try:
-        target, uri = path, False
         if read_only:
-            target, uri = pathlib.Path(path).resolve().as_uri() + "?mode=ro", True
-        c = sqlite3.connect(
-            target, isolation_level=None, check_same_thread=False, timeout=busy, uri=uri
-        )
+            c = connect_read_only(path, busy=busy)
+        else:
+            c = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=busy)
         c.execute(f"PRAGMA busy_timeout = {int(busy * 1000)}")
         c.execute(f"PRAGMA synchronous = {sync}")
         if not autocheckpoint:
@@ -100,6 +99,56 @@ def connect(
             c.execute("PRAGMA wal_autocheckpoint = 0")
     except sqlite3.Error as exc:
         raise StorageError(f"cannot open spine database {path!r}: {exc}") from exc
+    return c
+
+
+def connect_read_only(path: str, *, busy: float = 30.0) -> sqlite3.Connection:
+    """A read-only connection to the SQLite file at ``path``, also where its directory
+    cannot be written (a read-only mount, a backup).
+
+    ``mode=ro`` reads through the WAL, but SQLite must be able to open or create the
+    ``-shm`` file beside the database for that. Where it cannot, and the directory is not
+    writable, the file is opened ``immutable=1`` (no locks, no shared memory, the WAL
+    unread); that is only right when the WAL holds nothing, so a non-empty ``-wal``
+    without a usable ``-shm`` is refused instead of read without its latest commits.
+    """
+    uri = pathlib.Path(path).resolve().as_uri()
+    c = _probe(uri + "?mode=ro", busy)
+    if isinstance(c, sqlite3.Connection):
+        return c
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.access(folder, os.W_OK):
+        raise StorageError(f"cannot open spine database {path!r} read-only: {c}")
+    try:
+        wal = os.path.getsize(path + "-wal")
+    except OSError:
+        wal = 0
+    if wal:
+        raise StorageError(
+            f"cannot read {path!r}: its directory is read-only and its write-ahead log "
+            f"({wal} bytes) cannot be read without a {os.path.basename(path)}-shm file "
+            f"there; copy the directory somewhere writable and read the copy"
+        )
+    c = _probe(uri + "?mode=ro&immutable=1", busy)
+    if isinstance(c, sqlite3.Connection):
+        return c
+    raise StorageError(f"cannot open spine database {path!r} read-only: {c}")
+
+
+def _probe(uri: str, busy: float) -> sqlite3.Connection | sqlite3.Error:
+    """A connection to ``uri`` that has read the schema (a WAL file's ``-shm`` is only
+    opened by the first read), or the error that read met."""
+    try:
+        c = sqlite3.connect(
+            uri, isolation_level=None, check_same_thread=False, timeout=busy, uri=True
+        )
+    except sqlite3.Error as exc:
+        return exc
+    try:
+        c.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as exc:
+        c.close()
+        return exc
     return c
 
 

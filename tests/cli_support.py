@@ -7,6 +7,7 @@ a pseudo-terminal, types into it and reads the screen, every wait bounded.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -17,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from conftest import wait_for
 
@@ -49,6 +50,62 @@ def run(
         timeout=timeout,
         input=stdin,
         env=env(**(extra_env or {})),
+    )
+
+
+#: Binds ``$0`` onto itself read-only in a mount namespace of its own, then runs the
+#: command: a read-only file system that stops root too (chmod does not).
+_READ_ONLY_MOUNT = 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" && exec "$@"'
+
+
+def read_only_prefix(folder: pathlib.Path) -> list[str] | None:
+    """The argv prefix that runs a command with ``folder`` read-only, or None where this
+    machine offers no way (root without mount namespaces). As root: a read-only bind
+    mount in a private mount namespace (it ends with the command); otherwise nothing,
+    the caller chmods the folder read-only (`read_only_folder`)."""
+    if os.geteuid() != 0:
+        return []
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", _READ_ONLY_MOUNT + ' && ! touch "$0/.w"', str(folder)],
+        capture_output=True,
+        timeout=30,
+    )
+    if probe.returncode != 0:
+        return None
+    return ["unshare", "-m", "sh", "-c", _READ_ONLY_MOUNT, str(folder)]
+
+
+@contextlib.contextmanager
+def read_only_folder(folder: pathlib.Path) -> Iterator[list[str]]:
+    """``folder`` made read-only for the commands run with the prefix this yields (see
+    `read_only_prefix`), restored afterwards; skips the test, saying why, where neither
+    a mount namespace nor permissions can make it read-only."""
+    import pytest
+
+    prefix = read_only_prefix(folder)
+    if prefix is None:
+        pytest.skip("running as root without mount namespaces: nothing makes a folder read-only")
+    modes = {p: p.stat().st_mode for p in [folder, *folder.rglob("*")]}
+    if not prefix:
+        for p in modes:
+            p.chmod(0o500 if p.is_dir() else 0o400)
+    try:
+        yield prefix
+    finally:
+        for p, mode in sorted(modes.items(), key=lambda kv: len(kv[0].parts)):
+            p.chmod(mode)
+
+
+def run_in(
+    prefix: list[str], argv: list[str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """The command ``argv`` under ``prefix`` (`read_only_folder`), to completion."""
+    return subprocess.run(
+        [*prefix, *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env(),
     )
 
 

@@ -38,10 +38,23 @@ from spine import Usage
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture(scope="module")
-def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayHandle]:
-    """One gateway over one daemon for the module (starting a daemon takes a second)."""
-    with running_gateway(tmp_path_factory.mktemp("gw") / "data") as g:
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def gw(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayHandle]:
+    """One gateway over one daemon for the module (starting a daemon takes a second), on
+    each spine: every route must read the daemon's own log, wherever it lives."""
+    data = tmp_path_factory.mktemp("gw") / "data"
+    if request.param == "sqlite":
+        with running_gateway(data) as g:
+            yield g
+        return
+    from spine.testing import fresh_schema
+
+    with (
+        fresh_schema(request.getfixturevalue("pg_server")) as url,
+        running_gateway(data, spine=url) as g,
+    ):
         yield g
 
 
@@ -823,11 +836,11 @@ def test_a_client_that_stops_reading_is_dropped_and_the_others_get_everything(
 ) -> None:
     """A live client that stops reading is disconnected once its unread bytes pass the
     bound; a reading client of the same stream meanwhile gets every event, in order."""
-    from actors.runner import spine_path
-    from spine import Event, Kind, SqliteLog
+    from actors.runner import spine_spec
+    from spine import Event, Kind, open_log
 
     stream, n = f"wire-slow-{direct}", 300
-    log = SqliteLog(spine_path(gw.gateway.host.data_dir))
+    log = open_log(spine_spec(gw.host.data_dir, gw.host.spine))
     log.append(stream, [Event(kind=Kind.USER_MESSAGE, text="0")])
     limit = gw.gateway.hubs.limit
     gw.gateway.hubs.limit = 256 * 1024

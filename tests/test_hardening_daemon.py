@@ -6,15 +6,20 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import signal
+import sqlite3
 import subprocess
+import sys
 
 import pytest
-from cli_support import CLI, Daemon, env, run
+from cli_support import CLI, Daemon, env, read_only_folder, run, run_in
 from conftest import wait_for
 
-from actors.cli._daemon import EXIT_NO_DAEMON, lock_held, lock_holders
+from actors._version import __version__
+from actors.cli._daemon import EXIT_NO_DAEMON, LOCK_FILE, lock_held, lock_holders
 from actors.system import free_port, processes_in_session
+from spine import Event, Kind, SqliteLog
 
 
 def one_line(out: subprocess.CompletedProcess[str]) -> str:
@@ -155,6 +160,74 @@ def test_a_client_on_a_bad_daemon_file_says_so_in_one_line_and_starts_nothing(
             other.check_no_leftovers()
 
 
+@pytest.fixture
+def bystander():  # type: ignore[no-untyped-def]
+    """A live process that has nothing to do with vertebra (stopped after the test)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+@pytest.mark.parametrize(
+    "version",
+    ["0.0.1", None, __version__],
+    ids=["another-version", "no-version", "this-version"],
+)
+def test_stop_signals_no_process_that_does_not_hold_the_data_directorys_lock(
+    tmp_path: pathlib.Path, bystander: subprocess.Popen[bytes], version: str | None
+) -> None:
+    """A daemon.json naming a live unrelated process (of any version, or none): stop
+    sends it nothing and says, with exit 3, that no daemon runs there."""
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    raw: dict[str, object] = {"pid": bystander.pid, "admin_port": free_port()}
+    if version is not None:
+        raw["version"] = version
+    (data / "daemon.json").write_text(json.dumps(raw))
+    out = run(data, "stop", "--timeout", "5", timeout=30)
+    assert out.returncode == EXIT_NO_DAEMON, out.stderr
+    assert "no daemon runs" in one_line(out) or "stale" in one_line(out)
+    assert "stopped" not in out.stdout
+    assert bystander.poll() is None
+
+
+def test_stop_signals_no_process_while_another_holds_the_lock(
+    tmp_path: pathlib.Path, bystander: subprocess.Popen[bytes]
+) -> None:
+    """The lock is held, but not by the pid daemon.json names: that pid is not the
+    daemon, and stop leaves it alone."""
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            f"fd = os.open({str(data / LOCK_FILE)!r}, os.O_RDWR | os.O_CREAT, 0o600)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "print('locked', flush=True)\n"
+            "time.sleep(120)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        (data / "daemon.json").write_text(
+            json.dumps({"pid": bystander.pid, "admin_port": free_port(), "version": "0.0.1"})
+        )
+        out = run(data, "stop", "--timeout", "5", timeout=30)
+        assert out.returncode == EXIT_NO_DAEMON, out.stderr
+        assert f"pid {bystander.pid}" in one_line(out) and "nothing was signalled" in out.stderr
+        assert bystander.poll() is None and holder.poll() is None
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
 def test_serve_on_a_damaged_database_fails_in_one_line_and_leaves_nothing(
     tmp_path: pathlib.Path,
 ) -> None:
@@ -175,3 +248,105 @@ def test_serve_on_an_invalid_port_fails_in_one_line(tmp_path: pathlib.Path) -> N
     out = run(tmp_path / "data", "serve", "--port", "70000", timeout=30)
     assert out.returncode != 0
     assert "65535" in one_line(out)
+
+
+# -- a read-only data directory ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sealed_data(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """A data directory a daemon left behind (stopped): one session, one turn, sealed."""
+    d = Daemon(tmp_path_factory.mktemp("sealed") / "data").start()
+    try:
+        assert run(d.data, "send", "ro-1", "--create", "hello").returncode == 0
+        assert run(d.data, "seal", "ro-1").returncode == 0
+    finally:
+        d.stop()
+        d.check_no_leftovers()
+    return d.data
+
+
+def _copy(src: pathlib.Path, dst: pathlib.Path) -> pathlib.Path:
+    shutil.copytree(src, dst)
+    dst.chmod(0o700)
+    return dst
+
+
+def _checkpointed(data: pathlib.Path) -> pathlib.Path:
+    """``data`` with its WAL copied into the database and removed (no -wal, no -shm)."""
+    c = sqlite3.connect(data / "spine.db")
+    c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    c.close()
+    assert not (data / "spine.db-wal").exists() and not (data / "spine.db-shm").exists()
+    return data
+
+
+@pytest.mark.parametrize("wal", ["as-left", "checkpointed"])
+def test_a_read_only_data_directory_is_read_exported_and_verified(
+    sealed_data: pathlib.Path, tmp_path: pathlib.Path, wal: str
+) -> None:
+    """On a read-only file system (with or without the WAL's files beside the database)
+    history, status, export, check and the offline seal verifier all work, and write
+    nothing there."""
+    data = _copy(sealed_data, tmp_path / "data")
+    if wal == "checkpointed":
+        _checkpointed(data)
+    before = sorted((p.name, p.stat().st_size) for p in data.iterdir())
+    out_file = tmp_path / "ro-1.jsonl"
+    cli = [*CLI, "--data", str(data)]
+    seal = [sys.executable, "-m", "spine.seal"]
+    with read_only_folder(data) as ro:
+        history = run_in(ro, [*cli, "history", "ro-1"])
+        assert history.returncode == 0, history.stderr
+        assert "[scripted] hello" in history.stdout and "record.sealed" in history.stdout
+        status = run_in(ro, [*cli, "status", "ro-1", "--json"])
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["turns"] == 1
+        export = run_in(ro, [*cli, "export", "ro-1", str(out_file)])
+        assert export.returncode == 0, export.stderr
+        check = run_in(ro, [*cli, "check"])
+        assert check.returncode == 0 and "ro-1: 1 seal(s), ok" in check.stdout, check
+        keys = ["--keyring", str(data / "keys")]
+        verify = run_in(
+            ro, [*seal, "verify-log", str(data / "spine.db"), "ro-1", "--no-record", *keys]
+        )
+        assert verify.returncode == 0 and "proofs     ok" in verify.stdout, verify
+        prove = run_in(ro, [*seal, "prove", str(data / "spine.db"), "ro-1", "2"])
+        assert prove.returncode == 0 and json.loads(prove.stdout)["seq"] == 2, prove
+    assert len(out_file.read_text().splitlines()) == history.stdout.count("\n") + 1
+    assert sorted((p.name, p.stat().st_size) for p in data.iterdir()) == before
+
+
+def test_a_read_only_copy_whose_wal_has_no_shm_is_refused_naming_why(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A write-ahead log with commits but no -shm file cannot be read on a read-only
+    file system: one line says so, instead of showing the file without those commits."""
+    live = tmp_path / "live"
+    live.mkdir(mode=0o700)
+    log = SqliteLog(live / "spine.db", autocheckpoint=False)
+    try:
+        log.append("w-1", [Event(kind=Kind.USER_MESSAGE, text="only in the WAL")])
+        data = tmp_path / "data"
+        data.mkdir(mode=0o700)
+        for name in ("spine.db", "spine.db-wal"):
+            shutil.copy(live / name, data / name)
+    finally:
+        log.close()
+    assert (data / "spine.db-wal").stat().st_size > 0
+    with read_only_folder(data) as ro:
+        out = run_in(ro, [*CLI, "--data", str(data), "history", "w-1"])
+    assert out.returncode == 1
+    assert "write-ahead log" in one_line(out) and "read-only" in one_line(out)
+
+
+def test_serve_on_a_read_only_data_directory_fails_in_one_line(
+    sealed_data: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """A daemon cannot run where it cannot write: one line, no traceback, exit 1."""
+    data = _copy(sealed_data, tmp_path / "data")
+    with read_only_folder(data) as ro:
+        out = run_in(ro, [*CLI, "--data", str(data), "serve", "--quiet"])
+    assert out.returncode == 1
+    assert "read-only" in one_line(out) and "Traceback" not in out.stderr
+    assert not (data / "daemon.json").exists()

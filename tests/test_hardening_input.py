@@ -96,6 +96,17 @@ def test_non_string_metadata_on_create_is_refused_at_once_naming_the_field(
     assert daemon._log.last_seq("md-1") == 0
 
 
+def test_metadata_that_is_not_a_mapping_is_refused_naming_the_field(daemon: Host) -> None:
+    """`Host.create(metadata=[1, 2])` and `set_metadata` with a list or a string raise
+    InvalidRequest naming `metadata` (not a raw AttributeError) and store nothing."""
+    for metadata in ([1, 2], "owner=me", 7):
+        with pytest.raises(InvalidRequest, match="metadata must be a mapping"):
+            daemon.create("md-2", metadata=metadata)  # type: ignore[arg-type]
+        with pytest.raises(InvalidRequest, match="metadata must be a mapping"):
+            daemon.set_metadata("fz-1", metadata)  # type: ignore[arg-type]
+    assert daemon._log.last_seq("md-2") == 0
+
+
 @settings(
     max_examples=120,
     deadline=None,

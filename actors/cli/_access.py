@@ -98,28 +98,29 @@ def spine_url(args: argparse.Namespace) -> str:
     return url
 
 
-def spine_log(args: argparse.Namespace) -> Log:
+def spine_log(args: argparse.Namespace, *, read_only: bool = False) -> Log:
     """The log ``--spine`` names, else the data directory's SQLite file; the caller
-    closes it."""
+    closes it. ``read_only``: the caller only reads, so nothing is created or written
+    (a read-only data directory can be read)."""
     from spine import LogSpec, open_log
 
     url = spine_url(args)
     if url:
         try:
-            return open_log(LogSpec.parse(url))
+            return open_log(LogSpec.parse(url), read_only=read_only)
         except ValueError as exc:
             raise CliError(f"bad --spine {url!r}: {exc}", EXIT_USAGE) from None
-    return open_log(LogSpec.sqlite(spine_file(args.data)))
+    return open_log(LogSpec.sqlite(spine_file(args.data)), read_only=read_only)
 
 
 @contextlib.contextmanager
 def open_spine(args: argparse.Namespace) -> Iterator[Log]:
-    """The spine of the data directory, read directly (no daemon needed)."""
+    """The spine of the data directory, read directly and read-only (no daemon needed)."""
     if not spine_url(args) and not os.path.exists(spine_file(args.data)):
         raise CliError(
             f"no spine in {args.data!r} (nothing stored there yet): {start_hint(args.data)}"
         )
-    log = spine_log(args)
+    log = spine_log(args, read_only=True)
     try:
         yield log
     finally:

@@ -110,6 +110,53 @@ def lock_holders(data: str) -> list[int]:
     return out
 
 
+def _lock_records(path: str) -> list[int] | None:
+    """The pids /proc/locks names for an exclusive flock on the file at ``path`` (its
+    inode), or None where the kernel does not say."""
+    try:
+        ino = os.stat(path).st_ino
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return None
+    out = []
+    for line in lines:
+        # "1: FLOCK  ADVISORY  WRITE 4721 fe:00:2146326 0 EOF" (a blocked waiter's line
+        # has "->" after its number and holds nothing).
+        parts = line.split()
+        if len(parts) < 6 or parts[1] != "FLOCK" or parts[3] != "WRITE":
+            continue
+        with contextlib.suppress(ValueError, IndexError):
+            if int(parts[5].rsplit(":", 1)[1]) == ino:
+                out.append(int(parts[4]))
+    return out
+
+
+def holds_lock(data: str, pid: int) -> bool:
+    """Whether ``pid`` is proven to be ``data``'s daemon: it runs, has the lock file open,
+    and the kernel records it as the process that took the lock (a reused pid, or a
+    process that only names itself in daemon.json, does neither)."""
+    if pid <= 0 or not alive(pid) or not lock_held(data):
+        return False
+    target = _lock_path(data)
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    opened = False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                opened = True
+                break
+    if not opened:
+        return False
+    pids = _lock_records(target)
+    return pids is None or pid in pids
+
+
 def _session_of(pid: int) -> int:
     try:
         return os.getsid(pid)
@@ -125,7 +172,10 @@ def acquire_lock(data: str) -> int:
     actor system (daemon.json's session, holding this very lock file) are killed first.
     A live daemon, or holders that cannot be told to be ours, are refused in one line.
     """
-    fd = os.open(_lock_path(data), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(_lock_path(data), os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise CliError(f"cannot open {_lock_path(data)!r}: {exc.strerror}") from None
     deadline = time.monotonic() + REAP_WAIT
     grace = time.monotonic() + HOLDER_GRACE
     reaped = False
@@ -271,6 +321,7 @@ __all__ = [
     "DaemonInfo",
     "acquire_lock",
     "alive",
+    "holds_lock",
     "lock_held",
     "read_daemon",
     "remove_daemon",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import pathlib
 from typing import Any
 
 from ._access import add_json, attach, session_id, spine_file, spine_url
@@ -87,14 +86,18 @@ def _integrity(path: str) -> list[str]:
     """SQLite's ``PRAGMA integrity_check`` on the file, opened read-only (["ok"]: sound)."""
     import sqlite3
 
+    from spine import StorageError, connect_read_only
+
     try:
-        c = sqlite3.connect(pathlib.Path(path).resolve().as_uri() + "?mode=ro", uri=True)
-        try:
-            return [str(r[0]) for r in c.execute("PRAGMA integrity_check")]
-        finally:
-            c.close()
+        c = connect_read_only(path)
+    except StorageError as exc:
+        return [str(exc)]
+    try:
+        return [str(r[0]) for r in c.execute("PRAGMA integrity_check")]
     except sqlite3.DatabaseError as exc:
         return [str(exc)]
+    finally:
+        c.close()
 
 
 def _check_sessions(data: str, spec: Any) -> list[dict[str, Any]]:

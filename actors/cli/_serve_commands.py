@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import threading
@@ -13,10 +14,13 @@ from typing import TYPE_CHECKING, Any
 from .._version import __version__
 from ._access import add_json
 from ._daemon import (
+    EXIT_NO_DAEMON,
     EXIT_USAGE,
+    LOCK_FILE,
     CliError,
     DaemonInfo,
     acquire_lock,
+    holds_lock,
     read_daemon,
     remove_daemon,
     wait_stopped,
@@ -73,6 +77,11 @@ def _claim_data_dir(data: str) -> None:
     from spine import private_dir
 
     private_dir(data)
+    if not os.access(data, os.W_OK):
+        raise CliError(
+            f"the data directory {data!r} is read-only: a daemon writes there (history, "
+            f"status, export and check read it as it is)"
+        )
     # Held (by this process and, inherited, every actor process) until the last of them
     # exits: a second daemon on the directory is refused, a dead one's leftovers reaped.
     acquire_lock(data)
@@ -280,10 +289,7 @@ def stop(args: argparse.Namespace, out: Out) -> int:
     """Ask the daemon to shut down (SIGTERM) and wait until it has."""
     # Any version: stopping is how an old daemon is replaced.
     info = read_daemon(args.data, check_version=False)
-    try:
-        os.kill(info.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
+    _signal_daemon(args.data, info.pid)
     if not wait_stopped(args.data, info.pid, args.timeout):
         raise CliError(f"the daemon (pid {info.pid}) did not stop within {args.timeout:g}s")
     if args.json:
@@ -291,6 +297,34 @@ def stop(args: argparse.Namespace, out: Out) -> int:
     else:
         out.line(f"stopped the daemon of {args.data} (pid {info.pid})")
     return 0
+
+
+def _signal_daemon(data: str, pid: int) -> None:
+    """SIGTERM ``pid`` only once it is proven to be ``data``'s daemon (it holds the
+    directory's lock): daemon.json alone may name any process (a reused pid, a copied or
+    hand-written file)."""
+    pidfd = -1
+    with contextlib.suppress(OSError, AttributeError):
+        # Pinned before the check: the pid cannot be reused between proof and signal.
+        pidfd = os.pidfd_open(pid)
+    try:
+        if not holds_lock(data, pid):
+            raise CliError(
+                f"no daemon runs on {data!r}: pid {pid}, named by its daemon.json, does not "
+                f"hold {LOCK_FILE}, so it is not this directory's daemon; nothing was "
+                f"signalled",
+                EXIT_NO_DAEMON,
+            )
+        try:
+            if pidfd >= 0:
+                signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+            else:
+                os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
 
 
 def demo_args(p: argparse.ArgumentParser) -> None:

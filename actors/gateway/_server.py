@@ -12,10 +12,10 @@ from typing import Any
 
 import uvicorn
 
-from spine import SqliteLog
+from spine import open_log
 
 from ..host import Host
-from ..runner import spine_path
+from ..runner import spine_spec
 from ._app import create_app
 from ._gateway import Gateway
 from ._tokens import TokenStore
@@ -124,7 +124,9 @@ def start_gateway(
     try:
         if host is None:
             owned = host = Host(data, **host_options)
-        log = SqliteLog(spine_path(data))
+        # The daemon's own spine, wherever it lives: a PostgreSQL spine leaves no
+        # sessions in the data directory's SQLite file.
+        log = open_log(spine_spec(host.data_dir, host.spine))
         log.watch()
         gw = Gateway(host=host, log=log, tokens=tokens, ping=ping)
         sink_id = host.add_sink(gw.on_sink)

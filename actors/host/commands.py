@@ -43,6 +43,19 @@ class SessionCommands:
             validate_session_id(sid)
         except ValueError as exc:
             raise InvalidRequest(str(exc), session_id=str(sid)) from None
+        if metadata is not None:
+            if not isinstance(metadata, Mapping):
+                raise InvalidRequest(
+                    f"metadata must be a mapping of strings to strings, got "
+                    f"{type(metadata).__name__}",
+                    session_id=sid,
+                )
+            for k, v in metadata.items():
+                if not isinstance(k, str) or not k or not isinstance(v, str):
+                    raise InvalidRequest(
+                        f"metadata must map non-empty string keys to strings, got {k!r}: {v!r}",
+                        session_id=sid,
+                    )
         problem = secret_problem(metadata or {})
         if problem is not None:
             raise InvalidRequest(problem, session_id=sid)
@@ -74,6 +87,11 @@ class SessionCommands:
         self, session_id: str, properties: Mapping[str, str | None], *, key: str | None = None
     ) -> m.Ack:
         """Change metadata (``None`` deletes a key); stored as a properties event."""
+        if not isinstance(properties, Mapping):
+            raise InvalidRequest(
+                f"metadata must be a mapping, got {type(properties).__name__}",
+                session_id=session_id,
+            )
         for k, v in properties.items():
             if not isinstance(k, str) or not k or (v is not None and not isinstance(v, str)):
                 raise InvalidRequest(

@@ -116,6 +116,8 @@ class Host(SessionCommands, SessionReading):
         #: A convention leader's one listening address (None: a single loopback host).
         self.convention_bind = convention_bind
         self.data_dir = cfg.data_dir
+        #: The spine's URL as given (empty: the SQLite file in the data directory).
+        self.spine = cfg.spine
         private_dir(self.data_dir)
         self.base = base
         self.timeout = timeout
