@@ -458,12 +458,12 @@ def test_offline_stats_names_an_unreadable_row_and_counts_the_rest(
     c = sqlite3.connect(data / "spine.db", isolation_level=None)
     c.execute("DROP TRIGGER IF EXISTS events_append_only_update")
     c.execute("UPDATE events SET payload = substr(payload, 1, 20) WHERE seq = 2")
+    (total,) = c.execute("SELECT count(*) FROM events").fetchone()
     c.close()
     out = run(data, "stats")
     assert out.returncode == 0, out.stderr
     assert "left out stats-1 seq 2, which does not decode" in out.stderr, out.stderr
     events = re.search(r"^vertebra_log_events_total(?:\{[^}]*\})? (\d+)$", out.stdout, re.M)
-    total = len(path.read_text().splitlines()) - 1
     assert events is not None and int(events.group(1)) == total - 1, out.stdout
 
 

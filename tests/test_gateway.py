@@ -974,7 +974,7 @@ def test_serve_http_prints_the_url_and_the_readme_curl_examples_work(
         )
         # curl --max-time ends the event stream with status 28; everything before ran.
         assert out.returncode == 28, out.stderr
-        assert '"id":"chat-1"' in out.stdout and '"seq":2' in out.stdout
+        assert '"id":"http-1"' in out.stdout and '"seq":2' in out.stdout
         assert "hello over http" in out.stdout and '"turns"' in out.stdout
         sse = out.stdout.replace("\r\n", "\n")
         assert "id: 3\nevent: turn.started" in sse and "id: 2\n" not in sse
@@ -986,7 +986,7 @@ def test_serve_http_prints_the_url_and_the_readme_curl_examples_work(
                 "token",
                 "create",
                 "--session",
-                "chat-1",
+                "http-1",
                 "--read-only",
             ],
             cwd=tmp_path,
@@ -1013,7 +1013,7 @@ def test_serve_http_prints_the_url_and_the_readme_curl_examples_work(
         assert '"state":"converged","answer":"[scripted] plan the release"' in goal.stdout
         scoped = ro.stdout.strip()
         headers = {"Authorization": f"Bearer {scoped}"}
-        base = f"http://127.0.0.1:{port}/v1/sessions/chat-1"
+        base = f"http://127.0.0.1:{port}/v1/sessions/http-1"
         assert httpx.get(base, headers=headers).status_code == 200
         assert (
             httpx.post(f"{base}/messages", headers=headers, json={"text": "x"}).status_code == 403
