@@ -70,6 +70,7 @@ PURE = [
     "actors/session/decide.py",
     "actors/session/gate.py",
     "actors/agents/governance.py",
+    "actors/agents/egress_rules.py",
     "actors/agents/accumulate.py",
     "actors/agents/formats.py",
     "actors/agents/wire.py",

@@ -163,18 +163,10 @@ def import_(args: argparse.Namespace, out: Out) -> int:
     except ValueError as exc:
         raise CliError(f"{args.file}: {exc}") from None
     sid = session_id(args.session or source)
-    from spine import ConflictError, InvalidArgumentError, private_dir
-    from spine.seal import KeyStore, PublicKey
+    from spine import ConflictError, private_dir
+    from spine.seal import KeyStore
 
-    public = []
-    for key_id, text in keys.items():
-        try:
-            key = PublicKey.from_hex(text)
-        except InvalidArgumentError as exc:
-            raise CliError(f"{args.file}: key {key_id}: {exc}") from None
-        if key.key_id != key_id:
-            raise CliError(f"{args.file}: the header's key {key_id} is key {key.key_id}")
-        public.append(key)
+    public = _export_keys(args.file, keys)
     name = "-" if args.file == "-" else os.path.basename(args.file)
     events = [*events, provenance(source, events, keys, name)]
 
@@ -200,6 +192,23 @@ def import_(args: argparse.Namespace, out: Out) -> int:
     else:
         out.line(f"imported {sid}: {copied} events from {source!r}")
     return 0
+
+
+def _export_keys(file: str, keys: dict[str, str]) -> list[Any]:
+    """The public keys an export's header carries, each checked against its id."""
+    from spine import InvalidArgumentError
+    from spine.seal import PublicKey
+
+    public = []
+    for key_id, text in keys.items():
+        try:
+            key = PublicKey.from_hex(text)
+        except InvalidArgumentError as exc:
+            raise CliError(f"{file}: key {key_id}: {exc}") from None
+        if key.key_id != key_id:
+            raise CliError(f"{file}: the header's key {key_id} is key {key.key_id}")
+        public.append(key)
+    return public
 
 
 def token_args(p: argparse.ArgumentParser) -> None:

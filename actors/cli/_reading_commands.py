@@ -154,8 +154,6 @@ def status_args(p: argparse.ArgumentParser) -> None:
 
 def status(args: argparse.Namespace, out: Out) -> int:
     sid = session_id(args.session)
-    import attrs
-
     from projections import cache_hit_rate, project_stored
 
     with open_spine(args) as log:
@@ -181,22 +179,7 @@ def status(args: argparse.Namespace, out: Out) -> int:
     egress = [f"{x.host} {'allowed' if x.allowed else 'blocked'} ({x.reason})" for x in p.egress]
     fanout = getattr(p, "fanout", ())
     if args.json:
-        fields["pending"] = [
-            {"call": w.call, "action": w.action, "turn": w.turn, "input": json_value(w.input)}
-            for w in p.pending
-        ]
-        fields["egress"] = [
-            {"host": x.host, "allowed": x.allowed, "reason": x.reason} for x in p.egress
-        ]
-        if fanout:
-            fields["fanout"] = [
-                {
-                    _camel(k): str(v) if k in ("state", "seal") else v
-                    for k, v in attrs.asdict(c).items()
-                }
-                for c in fanout
-            ]
-        out.line(json_line(fields))
+        out.line(json_line(_status_json(fields, p, fanout)))
         return 0
     width = max(len(k) for k in fields)
     for k, v in fields.items():
@@ -215,6 +198,25 @@ def status(args: argparse.Namespace, out: Out) -> int:
         for line in fanout_tree(sid, fanout, out.style):
             out.line("  " + line)
     return 0
+
+
+def _status_json(fields: dict[str, Any], p: Any, fanout: Any) -> dict[str, Any]:
+    """``fields`` with the waiting actions, the egress ledger and the fan-out tree as JSON."""
+    import attrs
+
+    fields["pending"] = [
+        {"call": w.call, "action": w.action, "turn": w.turn, "input": json_value(w.input)}
+        for w in p.pending
+    ]
+    fields["egress"] = [
+        {"host": x.host, "allowed": x.allowed, "reason": x.reason} for x in p.egress
+    ]
+    if fanout:
+        fields["fanout"] = [
+            {_camel(k): str(v) if k in ("state", "seal") else v for k, v in attrs.asdict(c).items()}
+            for c in fanout
+        ]
+    return fields
 
 
 def json_value(text: str) -> Any:

@@ -53,12 +53,15 @@ SYSTEM_SESSIONS: set[int] = set()
 BASES = ("multiprocTCPBase", "simpleSystemBase")
 
 
-def _check_base(base: str, attach: bool, admin_port: int | None) -> None:
-    """Refuse an unknown actor-system base, or attaching without a running system's port."""
+def _check_base(base: str, attach: bool, admin_port: int | None, leads: bool) -> None:
+    """Refuse an unknown actor-system base, attaching without a running system's port, or
+    a convention leader on a system it does not start itself."""
     if base not in BASES:
         raise InvalidRequest(f"base must be one of {BASES}, got {base!r}")
     if attach and (base != "multiprocTCPBase" or admin_port is None):
         raise InvalidRequest("attach=True needs the admin_port of the running system")
+    if leads and (base != "multiprocTCPBase" or attach):
+        raise InvalidRequest("a convention leader starts its own multiprocTCPBase system")
 
 
 class Host(SessionCommands, SessionReading):
@@ -96,7 +99,7 @@ class Host(SessionCommands, SessionReading):
         convention_bind: str | None = None,
         spare_sessions: int = 3,
     ) -> None:
-        _check_base(base, attach, admin_port)
+        _check_base(base, attach, admin_port, convention_bind is not None)
         cfg = RunnerConfig(
             data_dir=os.path.abspath(os.fspath(data_dir)),
             interceptors=tuple(interceptors) if interceptors is not None else (SlashCommands(),),
@@ -111,8 +114,6 @@ class Host(SessionCommands, SessionReading):
             # Everything runs in this process there: no process start to save.
             spare_sessions=0 if base == "simpleSystemBase" else spare_sessions,
         )
-        if convention_bind is not None and (base != "multiprocTCPBase" or attach):
-            raise InvalidRequest("a convention leader starts its own multiprocTCPBase system")
         #: A convention leader's one listening address (None: a single loopback host).
         self.convention_bind = convention_bind
         self.data_dir = cfg.data_dir

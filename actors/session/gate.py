@@ -15,7 +15,7 @@ import attrs
 from spine import Event, Kind
 
 from .. import messages as m
-from ..agents.egress import EgressDecision, destination, precheck
+from ..agents.egress_rules import EgressDecision, destination, precheck
 from ..agents.governance import Fault, Policy, PolicyError, Spent, Verdict, gate
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
 from .goals import goal_gate
