@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from .accumulate import ProviderStreamError, SseDecoder
-from .providers import PROVIDERS, known_providers
+from .providers import PROVIDERS
 from .wire import ModelRequest, StreamEvent
 
 try:
@@ -124,9 +124,7 @@ class HttpProvider:
     ) -> None:
         wire = PROVIDERS.get(fmt)
         if wire is None:
-            raise ValueError(
-                f"unknown wire format {fmt!r}, known: {', '.join(known_providers()[1:])}"
-            )
+            raise ValueError(f"unknown wire format {fmt!r}, known: {', '.join(PROVIDERS)}")
         if httpx is None:
             raise ProviderError(
                 f"the {fmt} provider needs the models extra: pip install 'vertebra[models]'"
