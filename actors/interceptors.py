@@ -24,12 +24,12 @@ import attrs
 from projections import (
     MODEL_BASE_URL,
     MODEL_PROVIDER,
-    PROVIDERS,
     parse_base_url,
     secret_problem,
 )
 from spine import EPHEMERAL_KINDS, Event, InvalidStreamIdError, Kind, Severity, validate_session_id
 
+from .agents.providers import known_providers
 from .errors import InvalidRequest
 from .spec import (
     MODEL_MAX_OUTPUT_TOKENS,
@@ -182,7 +182,7 @@ def _err(text: str) -> InterceptResult:
 
 _HELP = """\
 /model NAME         model for the next turns
-/provider NAME [URL [MODEL]]  wire format (scripted, openai, responses, anthropic),
+/provider NAME [URL [MODEL]]  wire format ({providers}),
                     server URL and model
 /temperature X      sampling temperature, 0 to 2
 /thinking LEVEL     thinking level: off, low, medium, high
@@ -215,9 +215,10 @@ def _model(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
 
 
 def _provider(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
-    usage = f"usage: /provider NAME [BASE_URL [MODEL]], NAME one of {', '.join(PROVIDERS)}"
+    known = known_providers()
+    usage = f"usage: /provider NAME [BASE_URL [MODEL]], NAME one of {', '.join(known)}"
     words = args[:1] + (args[1].split() if len(args) > 1 else [])
-    if not 1 <= len(words) <= 3 or words[0] not in PROVIDERS:
+    if not 1 <= len(words) <= 3 or words[0] not in known:
         return _err(usage)
     url = None
     if len(words) >= 2:
@@ -299,8 +300,12 @@ def _status(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
     return InterceptResult(event=None, notices=(NoticeItem(Severity.INFO, text),))
 
 
+def _help_text() -> str:
+    return _HELP.format(providers=", ".join(known_providers()))
+
+
 def _help(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
-    return InterceptResult(event=None, notices=(NoticeItem(Severity.INFO, _HELP),))
+    return InterceptResult(event=None, notices=(NoticeItem(Severity.INFO, _help_text()),))
 
 
 _COMMANDS = {

@@ -75,7 +75,8 @@ class AgentSpec:
     thinking_level: str = "off"
     temperature: float | None = None
     max_output_tokens: int | None = None
-    #: The wire format (`projections.PROVIDERS`); ``scripted`` runs offline.
+    #: The wire format (a name in `actors.agents.providers.PROVIDERS`); ``scripted`` runs
+    #: offline.
     provider: str = "scripted"
     base_url: str | None = None
     #: The name of the environment variable holding the API key (read when the turn runs).

@@ -441,7 +441,6 @@ def test_model_settings_read_every_key() -> None:
 @pytest.mark.parametrize(
     ("key", "value"),
     [
-        ("ore.model.provider", "gemini"),
         ("ore.model.base_url", "ftp://x"),
         ("ore.model.base_url", "not a url"),
         ("ore.model.include_usage", "maybe"),

@@ -1,8 +1,9 @@
 """The agent factory: one agent per turn, built from the session's metadata.
 
-The provider comes from ``ore.model.provider``; a setting the turn cannot use (no model
-name for a real server, an unset key variable, the ``models`` extra missing) fails that
-turn with an error naming it, never the session.
+The provider comes from ``ore.model.provider``, looked up in `providers.PROVIDERS`; a
+setting the turn cannot use (a provider no module provides, no model name for a real
+server, an unset key variable, the ``models`` extra missing) fails that turn with an
+error naming it, never the session.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 from ..spec import AgentSpec
 from .base import Agent, AgentError
 from .loop import ModelAgent, Provider
+from .providers import PROVIDERS, SCRIPTED, unknown_provider
 from .scripted import ScriptedProvider
 from .tools import ToolRegistry, builtin_tools
 
@@ -41,8 +43,10 @@ class ModelFactory:
         self.flush_interval = flush_interval
 
     def provider(self, spec: AgentSpec) -> Provider:
-        if spec.provider == "scripted":
+        if spec.provider == SCRIPTED:
             return ScriptedProvider(spec.model)
+        if spec.provider not in PROVIDERS:
+            raise AgentError(unknown_provider(spec.provider))
         from .http import HttpProvider, ProviderError
 
         if spec.model == "scripted":

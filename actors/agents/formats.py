@@ -1,10 +1,7 @@
-"""The three wire formats' requests (pure): the conversation, rebuilt from the session's
-own events, and the tools, each in the shape its server expects.
+"""The conversation a model call carries (pure), rebuilt from the session's own events.
 
-- ``openai``: chat completions (``POST {base}/chat/completions``), the protocol of vLLM,
-  llama.cpp's server, Ollama and hosted APIs;
-- ``responses``: the OpenAI Responses API (``POST {base}/responses``);
-- ``anthropic``: the Messages API (``POST {base}/messages``).
+Each wire format's request body, headers and endpoint live in its own module under
+`actors.agents.providers`; the body builders are named here too, where they were first.
 """
 
 from __future__ import annotations
@@ -14,43 +11,18 @@ from typing import Any
 
 import orjson
 
-from .wire import Message, ModelRequest, ToolCall
+from .providers.anthropic import anthropic_body
+from .providers.openai import chat_body
+from .providers.responses import responses_body
+from .wire import Message, ToolCall
 
 __all__ = [
-    "DEFAULT_BASE_URLS",
     "anthropic_body",
     "chat_body",
     "conversation",
-    "endpoint",
-    "headers",
     "responses_body",
+    "resume_point",
 ]
-
-DEFAULT_BASE_URLS = {
-    "openai": "https://api.openai.com/v1",
-    "responses": "https://api.openai.com/v1",
-    "anthropic": "https://api.anthropic.com/v1",
-}
-_PATHS = {"openai": "/chat/completions", "responses": "/responses", "anthropic": "/messages"}
-ANTHROPIC_VERSION = "2023-06-01"
-# Anthropic asks for an explicit thinking budget and an output cap above it.
-_THINKING_BUDGET = {"low": 1024, "medium": 4096, "high": 16384}
-_ANTHROPIC_DEFAULT_MAX = 4096
-
-
-def endpoint(provider: str, base_url: str | None) -> str:
-    return (base_url or DEFAULT_BASE_URLS[provider]).rstrip("/") + _PATHS[provider]
-
-
-def headers(provider: str, api_key: str | None) -> dict[str, str]:
-    h = {"content-type": "application/json", "accept": "text/event-stream"}
-    if provider == "anthropic":
-        h["anthropic-version"] = ANTHROPIC_VERSION
-        if api_key:
-            h["x-api-key"] = api_key
-    elif api_key:
-        h["authorization"] = f"Bearer {api_key}"
-    return h
 
 
 def _loads(text: str) -> dict[str, Any]:
@@ -162,166 +134,3 @@ def _paired(msgs: list[Message], answered: set[str] | None = None) -> tuple[Mess
             continue
         out.append(m)
     return tuple(out)
-
-
-def _args_object(call: ToolCall) -> Any:
-    try:
-        return orjson.loads(call.arguments)
-    except orjson.JSONDecodeError:
-        return {}
-
-
-def chat_body(req: ModelRequest) -> dict[str, Any]:
-    messages: list[dict[str, Any]] = []
-    if req.system:
-        messages.append({"role": "system", "content": req.system})
-    for m in req.messages:
-        if m.role == "tool":
-            messages.append({"role": "tool", "tool_call_id": m.tool_use_id, "content": m.text})
-        elif m.role == "assistant" and m.tool_calls:
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": m.text or None,
-                    "tool_calls": [
-                        {
-                            "id": c.id,
-                            "type": "function",
-                            "function": {"name": c.name, "arguments": c.arguments},
-                        }
-                        for c in m.tool_calls
-                    ],
-                }
-            )
-        else:
-            messages.append({"role": m.role, "content": m.text})
-    body: dict[str, Any] = {"model": req.model, "messages": messages, "stream": True}
-    if req.include_usage:
-        body["stream_options"] = {"include_usage": True}
-    if req.tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": dict(t.parameters),
-                },
-            }
-            for t in req.tools
-        ]
-    if req.temperature is not None:
-        body["temperature"] = req.temperature
-    if req.max_output_tokens is not None:
-        body["max_tokens"] = req.max_output_tokens
-    if req.thinking_level != "off":
-        body["reasoning_effort"] = req.thinking_level
-    return body
-
-
-def _message_item(role: str, part: str, text: str) -> dict[str, Any]:
-    # Every input item names its type: servers that read the items strictly (llama.cpp's)
-    # refuse one without it as soon as function calls are mixed in.
-    return {"type": "message", "role": role, "content": [{"type": part, "text": text}]}
-
-
-def responses_body(req: ModelRequest) -> dict[str, Any]:
-    items: list[dict[str, Any]] = []
-    for m in req.messages:
-        if m.role == "tool":
-            items.append(
-                {"type": "function_call_output", "call_id": m.tool_use_id, "output": m.text}
-            )
-        elif m.role == "assistant":
-            if m.text:
-                items.append(_message_item("assistant", "output_text", m.text))
-            for c in m.tool_calls:
-                items.append(
-                    {
-                        "type": "function_call",
-                        "call_id": c.id,
-                        "name": c.name,
-                        "arguments": c.arguments,
-                    }
-                )
-        else:
-            items.append(_message_item(m.role, "input_text", m.text))
-    body: dict[str, Any] = {"model": req.model, "input": items, "stream": True, "store": False}
-    if req.system:
-        body["instructions"] = req.system
-    if req.tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "name": t.name,
-                "description": t.description,
-                "parameters": dict(t.parameters),
-            }
-            for t in req.tools
-        ]
-    if req.temperature is not None:
-        body["temperature"] = req.temperature
-    if req.max_output_tokens is not None:
-        body["max_output_tokens"] = req.max_output_tokens
-    if req.thinking_level != "off":
-        body["reasoning"] = {"effort": req.thinking_level}
-    return body
-
-
-def anthropic_body(req: ModelRequest) -> dict[str, Any]:
-    messages = _anthropic_messages(req)
-    max_tokens = req.max_output_tokens or _ANTHROPIC_DEFAULT_MAX
-    body: dict[str, Any] = {"model": req.model, "messages": messages, "stream": True}
-    if req.system:
-        body["system"] = req.system
-    if req.tools:
-        body["tools"] = [
-            {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
-            for t in req.tools
-        ]
-    if req.thinking_level != "off":
-        budget = _THINKING_BUDGET[req.thinking_level]
-        body["thinking"] = {"type": "enabled", "budget_tokens": budget}
-        max_tokens = max(max_tokens, budget + 1024)
-    elif req.temperature is not None:
-        # Anthropic refuses a temperature together with extended thinking.
-        body["temperature"] = min(req.temperature, 1.0)
-    body["max_tokens"] = max_tokens
-    return body
-
-
-def _anthropic_messages(req: ModelRequest) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
-
-    def add(role: str, blocks: list[dict[str, Any]]) -> None:
-        # Tool results travel in a user turn; consecutive turns of one role are merged.
-        if messages and messages[-1]["role"] == role:
-            messages[-1]["content"].extend(blocks)
-        else:
-            messages.append({"role": role, "content": blocks})
-
-    for m in req.messages:
-        if m.role == "tool":
-            block: dict[str, Any] = {
-                "type": "tool_result",
-                "tool_use_id": m.tool_use_id,
-                "content": m.text,
-            }
-            if m.is_error:
-                block["is_error"] = True
-            add("user", [block])
-        elif m.role == "assistant":
-            blocks: list[dict[str, Any]] = [
-                {"type": "thinking", "thinking": t, "signature": sig} for t, sig in m.thinking
-            ]
-            if m.text:
-                blocks.append({"type": "text", "text": m.text})
-            blocks.extend(
-                {"type": "tool_use", "id": c.id, "name": c.name, "input": _args_object(c)}
-                for c in m.tool_calls
-            )
-            if blocks:
-                add("assistant", blocks)
-        else:
-            add("user", [{"type": "text", "text": m.text}])
-    return messages

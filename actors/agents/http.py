@@ -16,21 +16,14 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 import orjson
 
-from .accumulate import (
-    AnthropicAccumulator,
-    ChatAccumulator,
-    ProviderStreamError,
-    ResponsesAccumulator,
-    SseDecoder,
-)
-from .formats import anthropic_body, chat_body, endpoint, headers, responses_body
-from .whole import as_stream
+from .accumulate import ProviderStreamError, SseDecoder
+from .providers import PROVIDERS
 from .wire import ModelRequest, StreamEvent
 
 try:
@@ -40,16 +33,6 @@ except ImportError:  # pragma: no cover - the models extra is not installed
 
 __all__ = ["HttpProvider", "ProviderError", "available"]
 
-_BUILDERS: dict[str, Callable[[ModelRequest], dict[str, Any]]] = {
-    "openai": chat_body,
-    "responses": responses_body,
-    "anthropic": anthropic_body,
-}
-_ACCUMULATORS: dict[str, Callable[[], Any]] = {
-    "openai": ChatAccumulator,
-    "responses": ResponsesAccumulator,
-    "anthropic": AnthropicAccumulator,
-}
 _RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 _MAX_RETRY_AFTER = 60.0
 #: The largest whole (non-streamed) answer read.
@@ -125,7 +108,7 @@ class _Read:
 
 
 class HttpProvider:
-    """A `Provider` for one wire format (``openai``, ``responses``, ``anthropic``)."""
+    """A `Provider` for one wire format, by its name in `actors.agents.providers.PROVIDERS`."""
 
     def __init__(
         self,
@@ -139,15 +122,17 @@ class HttpProvider:
         backoff: float = 0.5,
         max_backoff: float = 8.0,
     ) -> None:
-        if fmt not in _BUILDERS:
-            raise ValueError(f"unknown wire format {fmt!r}")
+        wire = PROVIDERS.get(fmt)
+        if wire is None:
+            raise ValueError(f"unknown wire format {fmt!r}, known: {', '.join(PROVIDERS)}")
         if httpx is None:
             raise ProviderError(
                 f"the {fmt} provider needs the models extra: pip install 'vertebra[models]'"
             )
         self.fmt = fmt
-        self.url = endpoint(fmt, base_url)
-        self._headers = headers(fmt, api_key)
+        self.wire = wire
+        self.url = wire.url(base_url)
+        self._headers = wire.headers(api_key)
         self._timeout = httpx.Timeout(connect=connect_timeout, read=timeout, write=30.0, pool=30.0)
         self.read_timeout = timeout
         self.retries = retries
@@ -162,7 +147,7 @@ class HttpProvider:
         return base / 2 + random.random() * base / 2
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        body = orjson.dumps(_BUILDERS[self.fmt](request))
+        body = orjson.dumps(self.wire.body(request))
         client = _client()
         attempt = 0
         while True:
@@ -242,13 +227,13 @@ class HttpProvider:
             async for ev in self._events(_Read(bytes(raw))):
                 yield ev
             return
-        stream = as_stream(self.fmt, body)
+        stream = self.wire.whole(body) if isinstance(body, Mapping) else None
         if not stream:
             raise ProviderError(
                 f"{self.url} answered 200 with {ctype or 'no content type'}, not an event "
                 f"stream nor a {self.fmt} response: {_excerpt(bytes(raw[:400])) or 'no body'}"
             )
-        acc = _ACCUMULATORS[self.fmt]()
+        acc = self.wire.accumulator()
         try:
             for obj in stream:
                 for ev in acc.feed(obj):
@@ -260,7 +245,7 @@ class HttpProvider:
         self.last_thinking = tuple(getattr(acc, "thinking", ()))
 
     async def _events(self, resp: Any) -> AsyncIterator[StreamEvent]:
-        acc = _ACCUMULATORS[self.fmt]()
+        acc = self.wire.accumulator()
         dec = SseDecoder()
         done = False
         async for chunk in resp.aiter_raw():
