@@ -39,6 +39,18 @@ _MAX_RETRY_AFTER = 60.0
 _MAX_WHOLE = 16 * 1024 * 1024
 
 
+#: The failures of a call that `HttpProvider._failure` sorts into retried and final.
+_FAILURES = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.ReadTimeout,
+    httpx.RemoteProtocolError,
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.InvalidURL,
+)
+
+
 class ProviderError(Exception):
     """A model call failed for good; the message names the cause (status, body excerpt)."""
 
@@ -167,48 +179,54 @@ class HttpProvider:
                         raise ProviderError(
                             f"{self.url} answered {resp.status_code}: {excerpt or 'no body'}"
                         )
-                    ctype = resp.headers.get("content-type", "")
-                    events = (
-                        self._events(resp)
-                        if "text/event-stream" in ctype.lower()
-                        else self._whole(resp, ctype)
-                    )
-                    async for ev in events:
+                    async for ev in self._answer(resp):
                         yield ev
                     return
-            except httpx.ConnectError as exc:
-                if attempt < self.retries:
-                    await asyncio.sleep(self._delay(attempt, None))
-                    attempt += 1
-                    continue
-                raise ProviderError(f"cannot connect to {self.url}: {exc}") from None
-            except httpx.ConnectTimeout:
-                if attempt < self.retries:
-                    attempt += 1
-                    continue
-                raise ProviderError(f"connecting to {self.url} timed out") from None
-            except httpx.ReadTimeout:
-                raise ProviderError(
-                    f"{self.url} sent nothing for {self.read_timeout:g} s (ore.model.timeout)"
-                ) from None
-            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-                if not answered:
-                    # Closed before a byte of an answer came (a proxy whose server is down,
-                    # a kept connection the server had already closed): nothing can have
-                    # been produced, so it is retried like a refused connection.
-                    if attempt < self.retries:
-                        await asyncio.sleep(self._delay(attempt, None))
-                        attempt += 1
-                        continue
-                    raise ProviderError(
-                        f"{self.url} closed the connection before answering, "
-                        f"{attempt + 1} times: {_cause(exc)}"
-                    ) from None
-                raise ProviderError(
-                    f"the stream from {self.url} broke off: {_cause(exc)}"
-                ) from None
-            except httpx.InvalidURL as exc:
-                raise ProviderError(f"invalid model server URL {self.url}: {exc}") from None
+            except _FAILURES as exc:
+                error, delay = self._failure(exc, answered, attempt)
+                if error is not None:
+                    raise error from None
+                if delay:
+                    await asyncio.sleep(delay)
+                attempt += 1
+
+    def _answer(self, resp: Any) -> AsyncIterator[StreamEvent]:
+        """A 200's events: its event stream, or the whole response it stands for."""
+        ctype = resp.headers.get("content-type", "")
+        if "text/event-stream" in ctype.lower():
+            return self._events(resp)
+        return self._whole(resp, ctype)
+
+    def _failure(
+        self, exc: Exception, answered: bool, attempt: int
+    ) -> tuple[ProviderError | None, float]:
+        """What a failed call comes to: the error that ends it, or (None, the delay) when
+        it is tried again."""
+        retry = attempt < self.retries
+        if isinstance(exc, httpx.ConnectError):
+            if retry:
+                return None, self._delay(attempt, None)
+            return ProviderError(f"cannot connect to {self.url}: {exc}"), 0.0
+        if isinstance(exc, httpx.ConnectTimeout):
+            if retry:
+                return None, 0.0
+            return ProviderError(f"connecting to {self.url} timed out"), 0.0
+        if isinstance(exc, httpx.ReadTimeout):
+            return ProviderError(
+                f"{self.url} sent nothing for {self.read_timeout:g} s (ore.model.timeout)"
+            ), 0.0
+        if isinstance(exc, httpx.InvalidURL):
+            return ProviderError(f"invalid model server URL {self.url}: {exc}"), 0.0
+        if answered:
+            return ProviderError(f"the stream from {self.url} broke off: {_cause(exc)}"), 0.0
+        # Closed before a byte of an answer came (a proxy whose server is down, a kept
+        # connection the server had already closed): nothing can have been produced, so
+        # it is retried like a refused connection.
+        if retry:
+            return None, self._delay(attempt, None)
+        return ProviderError(
+            f"{self.url} closed the connection before answering, {attempt + 1} times: {_cause(exc)}"
+        ), 0.0
 
     async def _whole(self, resp: Any, ctype: str) -> AsyncIterator[StreamEvent]:
         """A 200 that is not an event stream: that format's whole response, read as the
