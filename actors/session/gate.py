@@ -16,9 +16,9 @@ from spine import Event, Kind
 
 from .. import messages as m
 from ..agents.egress import EgressDecision, destination, precheck
-from ..agents.governance import Fault, Policy, PolicyError, Spent, Verdict, gate
+from ..agents.governance import Ask, Fault, Policy, PolicyError, Spent, Verdict, rule
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
-from .goals import goal_gate
+from .goals import goal_budget
 from .refusals import failed
 from .state import PendingAction, SessionState, action_key, depth_of, unfinished
 
@@ -60,17 +60,22 @@ def govern(s: Session, cmd: Govern) -> Decision:
     try:
         policy = Policy.from_metadata(st.metadata)
         trust = policy.trust
-        # A goal run's own budget first: it counts from the run's start.
-        verdict, fault, err = goal_gate(st, run, cmd.action, cmd.now)
-        if verdict == Verdict.ADMIT:
-            refused = _egress_refused(cmd, policy)
-            verdict, fault = gate(
-                policy, cmd.action, cmd.need, _spent(st, run), egress_refused=refused is not None
+        refused = _egress_refused(cmd, policy)
+        ruling = rule(
+            Ask(
+                policy=policy,
+                action=cmd.action,
+                need=cmd.need,
+                spent=_spent(st, run),
+                egress_refused=refused is not None,
+                goal=goal_budget(st, run, cmd.now),
             )
-            if fault == Fault.EGRESS_REFUSED and refused is not None:
-                err = f"egress to {refused.host} refused: {refused.reason}"
-            else:
-                refused = None
+        )
+        verdict, fault, err = ruling.verdict, ruling.fault, ruling.error
+        if fault == Fault.EGRESS_REFUSED and refused is not None:
+            err = f"egress to {refused.host} refused: {refused.reason}"
+        else:
+            refused = None
     except PolicyError as exc:
         # A policy that cannot be read admits nothing.
         verdict, fault, trust = Verdict.REJECT, None, ""
