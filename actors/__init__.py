@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from .errors import (
     ActorsError,
+    HostClosed,
     HostTimeout,
     IdempotencyConflict,
     InterceptorError,
@@ -89,6 +90,7 @@ __all__ = [
     "BusyPolicy",
     "Emitter",
     "Host",
+    "HostClosed",
     "HostTimeout",
     "IdempotencyConflict",
     "Ingress",

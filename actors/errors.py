@@ -57,6 +57,11 @@ class RunnerClosed(ActorsError):
     """The Runner was closed."""
 
 
+class HostClosed(ActorsError):
+    """The Host was closed; it makes no more calls (raised by the Host itself, never
+    carried in a reply)."""
+
+
 class HostTimeout(ActorsError, TimeoutError):
     """No reply arrived within the timeout."""
 

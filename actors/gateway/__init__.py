@@ -4,9 +4,9 @@
 program; ``vertebra serve --http 127.0.0.1:8080`` does the same from the command line.
 """
 
-from ._app import create_app
+from ._app import ROUTES, create_app
 from ._gateway import Gateway
-from ._routing import ROUTES, route
+from ._routing import RouteSpec
 from ._server import GatewayError, GatewayHandle, is_loopback, parse_bind, start_gateway
 from ._tokens import Grant, TokenStore, admin_token, create_token
 
@@ -16,12 +16,12 @@ __all__ = [
     "GatewayError",
     "GatewayHandle",
     "Grant",
+    "RouteSpec",
     "TokenStore",
     "admin_token",
     "create_app",
     "create_token",
     "is_loopback",
     "parse_bind",
-    "route",
     "start_gateway",
 ]

@@ -1,12 +1,12 @@
 """The gateway's Starlette application: `create_app`, the unauthenticated page and API
 description, and the replies to an unknown path or method.
 
-Every `/v1` route is one function registered with `route` (`_routing`), which names its
-method, its path and the access it needs (``read``, ``write`` or ``admin``); the
-decorator checks the bearer token against the session in the path before the function
-runs, and turns the actor layer's errors into JSON error replies. Adding a route
-(approvals, goal runs) is one decorated function in the module of its resource and its
-entry in ``openapi.json``.
+Every `/v1` route is one entry of `ROUTES`, an explicit list naming its method, its path,
+the access it needs (``read``, ``write`` or ``admin``) and its handler (a function in the
+module of its resource); `create_app` wraps each handler in the check of the bearer token
+against the session in the path and the mapping of the actor layer's errors to JSON error
+replies (`_routing.endpoint`). Adding a route is one function, its entry here and its
+entry in ``openapi.json`` (a test keeps the three equal).
 
 Commands go through the `Host` on worker threads (it keeps one private actor-system
 context per thread); reads (history, SSE) tail the spine directly.
@@ -22,12 +22,34 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 
-# The route modules register their routes when imported; in this (alphabetical) order
-# `ROUTES` lists them as they always were: sessions, then streams, then telemetry.
-from . import _session_routes, _stream_routes, _telemetry_routes  # noqa: F401
+from . import _session_routes as sessions
+from . import _stream_routes as streams
+from . import _telemetry_routes as telemetry
 from ._gateway import Gateway
 from ._replies import error_response
-from ._routing import ROUTES, endpoint
+from ._routing import RouteSpec, endpoint
+
+#: Every ``/v1`` route, in the order Starlette tries them.
+ROUTES: tuple[RouteSpec, ...] = (
+    RouteSpec("GET", "/v1/sessions", "read", sessions.list_sessions),
+    RouteSpec("POST", "/v1/sessions", "write", sessions.create_session),
+    RouteSpec("GET", "/v1/sessions/{id}", "read", sessions.get_session),
+    RouteSpec("DELETE", "/v1/sessions/{id}", "write", sessions.close_session),
+    RouteSpec("POST", "/v1/sessions/{id}/messages", "write", sessions.send_message),
+    RouteSpec("POST", "/v1/sessions/{id}/goals", "write", sessions.submit_goal),
+    RouteSpec("GET", "/v1/sessions/{id}/goals/wait", "read", sessions.wait_goal),
+    RouteSpec("POST", "/v1/sessions/{id}/interrupt", "write", sessions.interrupt),
+    RouteSpec("PATCH", "/v1/sessions/{id}/metadata", "write", sessions.set_metadata),
+    RouteSpec("GET", "/v1/sessions/{id}/approvals", "read", sessions.approvals),
+    RouteSpec("POST", "/v1/sessions/{id}/approvals/{call}", "write", sessions.decide),
+    RouteSpec("GET", "/v1/sessions/{id}/status", "read", streams.status),
+    RouteSpec("GET", "/v1/sessions/{id}/history", "read", streams.history),
+    RouteSpec("POST", "/v1/sessions/{id}/seal", "write", streams.seal),
+    RouteSpec("POST", "/v1/sessions/{id}/verify", "write", streams.verify),
+    RouteSpec("GET", "/v1/sessions/{id}/events", "read", streams.session_events),
+    RouteSpec("GET", "/v1/events", "admin", streams.all_events),
+    RouteSpec("GET", "/metrics", "admin", telemetry.metrics),
+)
 
 STATIC = importlib.resources.files("actors.gateway") / "static"
 

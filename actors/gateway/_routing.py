@@ -1,12 +1,13 @@
-"""The route registry (`route`, `ROUTES`) and the wrapper every registered route runs in:
-it checks the bearer token against the session in the path and turns the actor layer's
-errors into JSON error replies."""
+"""What a route is (`RouteSpec`: method, path, access, handler) and the wrapper every
+route runs in: it checks the bearer token against the session in the path and turns the
+actor layer's errors into JSON error replies. The list of routes is `_app.ROUTES`."""
 
 from __future__ import annotations
 
 import functools
 import logging
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -32,21 +33,20 @@ STATUS: dict[type[e.ActorsError], tuple[int, str]] = {
     e.IdempotencyConflict: (422, "idempotency_conflict"),
     e.RunnerClosed: (503, "unavailable"),
     e.HostTimeout: (503, "unavailable"),
+    e.HostClosed: (503, "unavailable"),
 }
 
 Handler = Callable[[Gateway, Request], Awaitable[Response]]
-ROUTES: list[tuple[str, str, str, Handler]] = []
 
 
-def route(method: str, path: str, access: str) -> Callable[[Handler], Handler]:
-    """Register ``fn`` for ``method path``; ``access`` is what the token needs on the
-    session in the path (``read`` or ``write``), or ``admin`` for the whole daemon."""
+class RouteSpec(NamedTuple):
+    """One ``/v1`` route: ``access`` is what the token needs on the session in the path
+    (``read`` or ``write``), or ``admin`` for the whole daemon."""
 
-    def register(fn: Handler) -> Handler:
-        ROUTES.append((method, path, access, fn))
-        return fn
-
-    return register
+    method: str
+    path: str
+    access: str
+    handler: Handler
 
 
 def _grant(gw: Gateway, request: Request) -> Grant:
@@ -88,8 +88,6 @@ def endpoint(gw: Gateway, access: str, fn: Handler) -> Callable[[Request], Await
             return error_response(exc.status, exc.code, exc.message)
         except e.ActorsError as exc:
             status, code = STATUS.get(type(exc), (503, "unavailable"))
-            if str(exc) == "the host is closed":
-                status, code = 503, "unavailable"
             return error_response(status, code, str(exc))
         except Exception as exc:
             log.exception("%s %s failed", request.method, request.url.path)

@@ -32,7 +32,6 @@ from ._requests import (
     session_id,
     string_map,
 )
-from ._routing import route
 from ._tokens import Grant
 
 #: How long ``GET .../goals/wait`` waits without a ``timeout``, and at most (seconds).
@@ -40,14 +39,12 @@ WAIT_DEFAULT = 30.0
 WAIT_MAX = 300.0
 
 
-@route("GET", "/v1/sessions", "read")
 async def list_sessions(gw: Gateway, request: Request) -> Response:
     g: Grant = request.state.grant
     infos = await call(gw.host.sessions)
     return json_response({"sessions": [info_json(i) for i in infos if g.may_read(i.session_id)]})
 
 
-@route("POST", "/v1/sessions", "write")
 async def create_session(gw: Gateway, request: Request) -> Response:
     body = await json_body(request, required=False)
     sid = field(body, "id", str, None)
@@ -66,14 +63,12 @@ async def create_session(gw: Gateway, request: Request) -> Response:
     return json_response(info_json(info), 201, {"Location": session_path(sid)})
 
 
-@route("GET", "/v1/sessions/{id}", "read")
 async def get_session(gw: Gateway, request: Request) -> Response:
     # Read from the Runner's registry and the projections: a read never wakes a session.
     info = await call(gw.host.info, session_id(request))
     return json_response(info_json(info))
 
 
-@route("DELETE", "/v1/sessions/{id}", "write")
 async def close_session(gw: Gateway, request: Request) -> Response:
     sid = session_id(request)
     await call(gw.host.close_session, sid)
@@ -81,7 +76,6 @@ async def close_session(gw: Gateway, request: Request) -> Response:
     return json_response(info_json(info))
 
 
-@route("POST", "/v1/sessions/{id}/messages", "write")
 async def send_message(gw: Gateway, request: Request) -> Response:
     sid = session_id(request)
     body = await json_body(request)
@@ -101,7 +95,6 @@ async def send_message(gw: Gateway, request: Request) -> Response:
     return json_response(ack_json(ack), 201)
 
 
-@route("POST", "/v1/sessions/{id}/goals", "write")
 async def submit_goal(gw: Gateway, request: Request) -> Response:
     """Open a goal run: ``{"objective": ..., "budget": {"max_turns": N, ...}}``; 201 with
     the Ack (``seq`` of the objective's user message). ``Idempotency-Key`` makes a retry
@@ -127,7 +120,6 @@ async def submit_goal(gw: Gateway, request: Request) -> Response:
     return json_response(ack_json(ack), 201)
 
 
-@route("GET", "/v1/sessions/{id}/goals/wait", "read")
 async def wait_goal(gw: Gateway, request: Request) -> Response:
     """The end of the session's latest goal run, waiting up to ``timeout`` seconds
     (default `WAIT_DEFAULT`, at most `WAIT_MAX`): ``{"state": "converged", "answer": ...}``,
@@ -169,7 +161,6 @@ async def wait_goal(gw: Gateway, request: Request) -> Response:
     return json_response({"state": "stalled", "reason": reason, "goal": end.goal, "seq": end.seq})
 
 
-@route("POST", "/v1/sessions/{id}/interrupt", "write")
 async def interrupt(gw: Gateway, request: Request) -> Response:
     sid = session_id(request)
     body = await json_body(request, required=False)
@@ -178,7 +169,6 @@ async def interrupt(gw: Gateway, request: Request) -> Response:
     return json_response(ack_json(ack))
 
 
-@route("PATCH", "/v1/sessions/{id}/metadata", "write")
 async def set_metadata(gw: Gateway, request: Request) -> Response:
     sid = session_id(request)
     changes = string_map(await json_body(request), "body", nulls=True)
@@ -187,7 +177,6 @@ async def set_metadata(gw: Gateway, request: Request) -> Response:
     return json_response(ack_json(ack))
 
 
-@route("GET", "/v1/sessions/{id}/approvals", "read")
 async def approvals(gw: Gateway, request: Request) -> Response:
     """The session's actions waiting for a human's approval, oldest first."""
     sid = session_id(request)
@@ -196,7 +185,6 @@ async def approvals(gw: Gateway, request: Request) -> Response:
     return json_response({"pending": [pending_json(e) for e in waiting]})
 
 
-@route("POST", "/v1/sessions/{id}/approvals/{call}", "write")
 async def decide(gw: Gateway, request: Request) -> Response:
     """Approve or reject a waiting action: ``{"decision": "approve"|"reject", "note": ...}``.
     Deciding again the same way answers ``duplicate: true``; a contrary or unknown

@@ -17,14 +17,12 @@ from . import _sse
 from ._gateway import Gateway, call, known
 from ._replies import HttpError, json_response, status_json
 from ._requests import int_param, session_id
-from ._routing import route
 from ._wire import SseResponse
 
 #: Largest page of history one request returns.
 MAX_LIMIT = 1000
 
 
-@route("GET", "/v1/sessions/{id}/status", "read")
 async def status(gw: Gateway, request: Request) -> Response:
     sid = session_id(request)
     await known(gw, sid)
@@ -32,7 +30,6 @@ async def status(gw: Gateway, request: Request) -> Response:
     return json_response(status_json(p))
 
 
-@route("GET", "/v1/sessions/{id}/history", "read")
 async def history(gw: Gateway, request: Request) -> Response:
     sid = session_id(request)
     after = int_param(request, "after", 0)
@@ -47,7 +44,6 @@ async def history(gw: Gateway, request: Request) -> Response:
     return Response(body, media_type="application/json")
 
 
-@route("POST", "/v1/sessions/{id}/seal", "write")
 async def seal(gw: Gateway, request: Request) -> Response:
     sid = session_id(request)
     await known(gw, sid)
@@ -57,7 +53,6 @@ async def seal(gw: Gateway, request: Request) -> Response:
     )
 
 
-@route("POST", "/v1/sessions/{id}/verify", "write")
 async def verify(gw: Gateway, request: Request) -> Response:
     sid = session_id(request)
     await known(gw, sid)
@@ -93,7 +88,6 @@ def _sse_response(gw: Gateway, body: Callable[[Any], Coroutine[Any, Any, bool]])
     return SseResponse(body, ping=gw.ping, send_timeout=gw.send_timeout, direct=gw.direct)
 
 
-@route("GET", "/v1/sessions/{id}/events", "read")
 async def session_events(gw: Gateway, request: Request) -> Response:
     sid = session_id(request)
     after = _resume_point(request, "after")
@@ -104,7 +98,6 @@ async def session_events(gw: Gateway, request: Request) -> Response:
     return _sse_response(gw, functools.partial(gw.hubs.serve, sid, after, kinds))
 
 
-@route("GET", "/v1/events", "admin")
 async def all_events(gw: Gateway, request: Request) -> Response:
     after = _resume_point(request, "after")
     kinds = _kinds(request)

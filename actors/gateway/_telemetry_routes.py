@@ -8,10 +8,8 @@ from starlette.responses import Response
 
 from ..otel._metrics import CONTENT_TYPE, prometheus_text, session_states
 from ._gateway import Gateway, call
-from ._routing import route
 
 
-@route("GET", "/metrics", "admin")
 async def metrics(gw: Gateway, request: Request) -> Response:
     def collect() -> str:
         folder = gw.metrics.update(gw.log)

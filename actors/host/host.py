@@ -23,7 +23,7 @@ import attrs
 from spine import SqliteLog, open_log, private_dir
 
 from .. import messages as m
-from ..errors import ActorsError, HostTimeout, InvalidRequest
+from ..errors import HostClosed, HostTimeout, InvalidRequest
 from ..interceptors import SlashCommands
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
 from ..policy import BusyPolicy, RestartPolicy, SealPolicy
@@ -190,7 +190,7 @@ class Host(SessionCommands, SessionReading):
     def _request(self, msg: Any, *, timeout: float | None = None) -> Any:
         """The Runner's reply to ``msg`` (a failure reply raises its error)."""
         if self._closed:
-            raise ActorsError("the host is closed")
+            raise HostClosed("the host is closed")
         return self._runtime.request(msg, self.timeout if timeout is None else timeout)
 
     # -- the Runner's own answers: sessions it knows, counters, processes ----------------

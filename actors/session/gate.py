@@ -16,9 +16,9 @@ from spine import Event, Kind
 
 from .. import messages as m
 from ..agents.egress_rules import EgressDecision, destination, precheck
-from ..agents.governance import Fault, Policy, PolicyError, Spent, Verdict, gate
+from ..agents.governance import Ask, Fault, Policy, PolicyError, Spent, Verdict, rule
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
-from .goals import goal_gate
+from .goals import goal_budget
 from .refusals import failed
 from .state import PendingAction, SessionState, action_key, depth_of, unfinished
 
@@ -55,26 +55,7 @@ def govern(s: Session, cmd: Govern) -> Decision:
     again = _asked_again(s, cmd)
     if again is not None:
         return again
-    fault: Fault | None
-    refused: EgressDecision | None = None
-    try:
-        policy = Policy.from_metadata(st.metadata)
-        trust = policy.trust
-        # A goal run's own budget first: it counts from the run's start.
-        verdict, fault, err = goal_gate(st, run, cmd.action, cmd.now)
-        if verdict == Verdict.ADMIT:
-            refused = _egress_refused(cmd, policy)
-            verdict, fault = gate(
-                policy, cmd.action, cmd.need, _spent(st, run), egress_refused=refused is not None
-            )
-            if fault == Fault.EGRESS_REFUSED and refused is not None:
-                err = f"egress to {refused.host} refused: {refused.reason}"
-            else:
-                refused = None
-    except PolicyError as exc:
-        # A policy that cannot be read admits nothing.
-        verdict, fault, trust = Verdict.REJECT, None, ""
-        err = str(exc)
+    verdict, fault, err, trust, refused = _judged(st, run, cmd)
     call = st.last_seq + 1
     base: dict[str, Any] = {
         "turn": run.turn,
@@ -104,6 +85,32 @@ def govern(s: Session, cmd: Govern) -> Decision:
         )
         events = (ev, dial)
     return Decision(state=s, events=events, effects=(_answer(cmd, verdict, call, fault_text),))
+
+
+def _judged(
+    st: SessionState, run: Running, cmd: Govern
+) -> tuple[Verdict, Fault | None, str, str, EgressDecision | None]:
+    """The rules' verdict on ``cmd`` with its fault and error, the trust it was judged
+    under, and the guard's refusal when that is what refused it."""
+    try:
+        policy = Policy.from_metadata(st.metadata)
+    except PolicyError as exc:
+        # A policy that cannot be read admits nothing.
+        return Verdict.REJECT, None, str(exc), "", None
+    refused = _egress_refused(cmd, policy)
+    ask = Ask(
+        policy=policy,
+        action=cmd.action,
+        need=cmd.need,
+        spent=_spent(st, run),
+        egress_refused=refused is not None,
+        goal=goal_budget(st, run, cmd.now),
+    )
+    r = rule(ask)
+    if r.fault == Fault.EGRESS_REFUSED and refused is not None:
+        why = f"egress to {refused.host} refused: {refused.reason}"
+        return r.verdict, r.fault, why, policy.trust, refused
+    return r.verdict, r.fault, r.error, policy.trust, None
 
 
 def _egress_refused(cmd: Govern, policy: Policy) -> EgressDecision | None:

@@ -1,4 +1,4 @@
-"""Decisions about goal runs (pure): opening one, the goal's own budget at the gate, the
+"""Decisions about goal runs (pure): opening one, what the gate's goal rules read, the
 next turn a run drives on its own, and how a run ends (converged or stalled).
 
 A goal run lives on the session's stream: ``session.started`` (with ``goal`` = the
@@ -19,7 +19,7 @@ import attrs
 from spine import Event, Kind
 
 from .. import messages as m
-from ..agents.governance import Fault, Policy, Requirement, Spent, Verdict, gate
+from ..agents.governance import GoalBudget, Spent
 from .commands import (
     CancelChildren,
     CreateChild,
@@ -140,42 +140,20 @@ def resume(s: Session, cmd: Resume) -> Decision:
     return Decision(state=s, reply=attrs.evolve(ack, seq=s.stored.last_seq))
 
 
-def goal_gate(
-    st: SessionState, run: Running, action: str, now: float
-) -> tuple[Verdict, Fault | None, str]:
-    """The goal's own budget on one action (admit when no run is in flight). The error
-    names the budget that ran out."""
+def goal_budget(st: SessionState, run: Running, now: float) -> GoalBudget | None:
+    """The goal run's own budget and what the run has used since it started, for the
+    gate's goal rules (None when no run with a budget is in flight)."""
     g = st.running_goal
     if g is None or not g.budget:
-        return Verdict.ADMIT, None, ""
-    b = g.budget
-    limit = b.get("max_seconds")
-    if limit is not None and g.started_at and now and now - g.started_at > limit:
-        return Verdict.REJECT, Fault.BUDGET_EXCEEDED, f"goal wall time of {limit}s"
+        return None
     used = st.usage + run.usage if run.usage is not None else st.usage
     spent = Spent(
         tokens=used.input_tokens + used.output_tokens - g.base_tokens,
         tool_calls=st.tool_calls - g.base_tool_calls,
         turns=run.turn - g.base_turns,
     )
-    policy = Policy(
-        max_turns=b.get("max_turns"),
-        max_tokens=b.get("max_tokens"),
-        max_tool_calls=b.get("max_tool_calls"),
-    )
-    verdict, fault = gate(policy, action, Requirement(), spent)
-    if verdict == Verdict.ADMIT:
-        return verdict, None, ""
-    which = (
-        f"goal turns ({b['max_turns']})"
-        if action == "model" and b.get("max_turns") is not None and spent.turns > b["max_turns"]
-        else "goal tool calls"
-        if action != "model"
-        and b.get("max_tool_calls") is not None
-        and spent.tool_calls >= b["max_tool_calls"]
-        else "goal tokens"
-    )
-    return verdict, fault, which
+    elapsed = now - g.started_at if g.started_at and now else None
+    return GoalBudget(limits=dict(g.budget), spent=spent, elapsed=elapsed)
 
 
 def stalled(g: GoalRun, reason: str) -> Event:
