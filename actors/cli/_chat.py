@@ -214,6 +214,9 @@ class Chat:
 
     def _watch(self, stop: threading.Event, prompt: str) -> None:
         """The prompt's watcher: the subscription's only reader until ``stop``."""
+        # Ctrl-C must reach the reading thread: a SIGINT the kernel hands this thread
+        # leaves readline's select asleep in the other until the next key.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         while not stop.is_set():
             ev = self.sub.get(POLL)
             if ev is None:
