@@ -255,14 +255,24 @@ _IN_TURN = frozenset(
         Kind.CHILD_COMPLETED,
     }
 )
-#: Kinds appended whether or not a turn runs (a seal by count may land mid-turn).
-_ANYTIME = frozenset({Kind.RECORD_SEALED, Kind.RECORD_VERIFIED, Kind.PROPERTIES})
+#: Kinds appended whether or not a turn runs (a seal by count may land mid-turn, a
+#: message may wait for the running turn).
+_ANYTIME = frozenset(
+    {
+        Kind.RECORD_SEALED,
+        Kind.RECORD_VERIFIED,
+        Kind.PROPERTIES,
+        Kind.USER_MESSAGE,
+        Kind.INTERRUPT,
+        Kind.SESSION_SWITCH,
+    }
+)
 #: Rows looked at from a stream's end before deciding it is not inside a turn.
 _TAIL = 8
 
 
 def _ends_in_a_turn(log: Log, sid: str, last_seq: int) -> bool:
-    """Whether the newest rows of ``sid`` (seals and metadata aside) are a turn's.
+    """Whether the newest rows of ``sid`` (seals, metadata and ingress aside) are a turn's.
 
     A turn waiting for an approval (``action.pending``) is not cut off: it waits."""
     rows = log.read(sid, max(0, last_seq - _TAIL), _TAIL)
