@@ -214,6 +214,49 @@ def test_a_session_that_keeps_dying_is_marked_failed_and_refuses_ingress(
         h.close()
 
 
+def test_a_protocol_subscriber_of_a_session_failed_past_its_budget_receives_the_failed_event(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """Subscribing again after the crashes, as the protocol says, replays the stored
+    ``failed`` lifecycle event from the log and ends with a closed batch."""
+    from actors import messages as msgs
+    from spine import decode_event
+
+    h = Host(tmp_path, base="multiprocTCPBase", max_restarts=1, timeout=20)
+    try:
+        sid = h.create()
+        with h._asys.private() as ctx:
+            sub = msgs.Subscribe(request_id="s1", session_id=sid)
+            assert isinstance(ctx.ask(h._runner, sub, 10), msgs.SubscribeReply)
+            for _ in range(2):
+                pid = h.session_pid(sid)
+                os.kill(pid, signal.SIGKILL)
+                wait_for(lambda pid=pid: _zombie(pid), timeout=10)
+            wait_for(lambda: h.stats()["failed"] == 1, timeout=20)
+            # The first subscription died with its process: subscribe again after seq 1.
+            again = msgs.Subscribe(request_id="s2", session_id=sid, after_seq=1)
+            reply = ctx.ask(h._runner, again, 10)
+            while isinstance(reply, msgs.EventBatch):  # late batches of the first one
+                reply = ctx.listen(10)
+            assert isinstance(reply, msgs.SubscribeReply), reply
+            batches: list[msgs.EventBatch] = []
+            deadline = time.monotonic() + 20
+            while not any(b.closed for b in batches) and time.monotonic() < deadline:
+                got = ctx.listen(5)
+                if (
+                    isinstance(got, msgs.EventBatch)
+                    and got.subscription_id == reply.subscription_id
+                ):
+                    batches.append(got)
+        assert any(b.closed for b in batches)
+        records = [r for b in sorted(batches, key=lambda b: b.batch) for r in b.records]
+        assert [r[0] for r in records] == [e.seq for e in h.history(sid)][1:]
+        last = decode_event(records[-1][2])
+        assert records[-1][1] == Kind.LIFECYCLE and last.phase == Phase.FAILED
+    finally:
+        h.close()
+
+
 def test_a_long_session_restarts_from_a_snapshot_with_the_same_state(mp: Host) -> None:
     """Past the snapshot interval a session snapshots its state; after a kill it restarts
     from the snapshot plus the tail and serves with exactly the state a full fold gives."""

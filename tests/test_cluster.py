@@ -79,6 +79,34 @@ def test_no_live_member_means_no_placement() -> None:
     assert t.place("s") is None
 
 
+def test_a_member_restarted_under_the_same_name_is_alive_with_a_fresh_heartbeat_clock() -> None:
+    """A rejoin after being declared dead resets alive, the heartbeat clock, the
+    outstanding heartbeat and the agent, so the member gets sessions again at once."""
+    t = HostTable(miss_after=2.0)
+    m = t.joined("m1", "a1", 1, "", 0.0)
+    m.agent = "old agent"
+    assert t.beats_due(0.0) == [m]  # a heartbeat out, never answered
+    assert t.died(m) == [] and t.place("s") is None
+    again = t.joined("m1", "a1", 1, "", 60.0)
+    assert again is m and m.alive and m.last_seen == 60.0
+    assert m.beat_sent is None and m.agent is None  # the Runner makes a new agent
+    assert t.overdue(61.0) == []
+    assert t.place("s") is m
+    assert t.rows() == [{"host": "m1", "alive": True, "capacity": 1, "sessions": 1}]
+
+
+def test_a_registration_notice_for_a_member_thought_alive_says_it_restarted() -> None:
+    """A member whose departure was never reported is found by `rejoining`: what it ran
+    must move before it is taken back."""
+    t = HostTable()
+    t.joined("m1", "a1", 1, "", 0.0)
+    t.place("s")
+    assert t.rejoining("m1") is t.members["m1"]
+    assert t.rejoining("m2") is None
+    t.died(t.members["m1"])
+    assert t.rejoining("m1") is None
+
+
 # -- the CLI's checks -----------------------------------------------------------------------
 
 
@@ -247,3 +275,23 @@ def test_a_stalled_runner_gives_members_a_fresh_window_instead_of_killing_them()
     assert t.overdue(10.5) == []
     assert t.tick(10.75)
     assert [m.name for m in t.overdue(12.5)] == ["m1"]
+
+
+def test_a_member_restarted_under_the_same_name_is_alive_and_gets_sessions_again(
+    convention: tuple[Host, dict[str, subprocess.Popen[bytes]]], pg_url: str, tmp_path: pathlib.Path
+) -> None:
+    """SIGKILL a member, start it again under its name: the leader lists it alive within
+    seconds, not minutes, and places new sessions on it."""
+    h, members = convention
+    os.kill(members["m1"].pid, signal.SIGKILL)
+    members["m1"].wait(10)
+    wait_for(lambda: not {r["host"]: r for r in h.hosts()}["m1"]["alive"], timeout=20)
+    port = int(h.admin_port)
+    # Replaced in the dict, so the fixture stops the new process too.
+    members["m1"] = _member(tmp_path / "m1", pg_url, port, "m1")
+    wait_for(lambda: {r["host"]: r for r in h.hosts()}["m1"]["alive"], timeout=20, interval=0.1)
+    sids = [h.create() for _ in range(4)]
+    for sid in sids:
+        ack = h.send(sid, "hello")
+        assert h.wait_turn(sid, ack.seq).kind == Kind.TURN_COMPLETED
+    assert {r["host"]: r for r in h.hosts()}["m1"]["sessions"] >= 1

@@ -95,3 +95,42 @@ def test_check_reports_integrity_and_names_a_tampered_seq_in_every_session(
     assert out.returncode == 1, out.stdout + out.stderr
     assert "c-1: 1 seal(s), TAMPERED at seq 3" in out.stdout, out.stdout
     assert "c-2: 1 seal(s), TAMPERED at seq 2" in out.stdout, out.stdout
+
+
+def test_a_turn_cut_off_by_a_daemon_crash_is_closed_and_sealed_after_the_restart(
+    tmp_path: pathlib.Path,
+) -> None:
+    """SIGKILL of the daemon mid-turn; the next daemon closes the turn at its start and
+    the auto-seal policy (here every 0.3 s) seals that, with nobody writing to the session."""
+    from cli_support import Daemon, run
+
+    from spine import SqliteLog
+
+    d = Daemon(tmp_path / "data")
+    try:
+        d.start()
+        assert run(d.data, "new", "cut-1").returncode == 0
+        assert run(d.data, "send", "cut-1", "!hang", "--no-wait").returncode == 0
+        wait_for(lambda: "turn.started" in run(d.data, "history", "cut-1").stdout, 30)
+        assert d.proc is not None
+        d.proc.kill()
+        d.wait_exited()
+        # The dead daemon's file stays; the helper waits for the new one to appear.
+        (d.data / "daemon.json").unlink()
+        d.start("--seal-interval", "0.3", "--seal-every", "0")
+
+        def sealed_after_recovery() -> bool:
+            with SqliteLog(d.data / "spine.db", read_only=True) as log:
+                events = log.read_events("cut-1", 0)
+            done = [e.seq for e in events if e.kind == Kind.LIFECYCLE and e.phase == Phase.DONE]
+            seals = [e.record["last"] for e in events if e.kind == Kind.RECORD_SEALED]
+            return bool(done and seals and max(seals) >= done[-1])
+
+        wait_for(sealed_after_recovery, 30)
+        with SqliteLog(d.data / "spine.db", read_only=True) as log:
+            kinds = [e.kind for e in log.read_events("cut-1", 0)]
+        assert Kind.TURN_CANCELLED in kinds and Kind.USER_MESSAGE in kinds
+        assert kinds.count(Kind.USER_MESSAGE) == 1  # nothing was sent after the restart
+    finally:
+        d.stop()
+        d.check_no_leftovers()

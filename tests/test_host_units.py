@@ -279,3 +279,30 @@ def test_a_childs_mirrored_admission_and_turn_leave_the_parents_waiting_action_l
     assert [(e.call, e.action) for e in pending_actions(log, "p")] == [(4, "deploy")]
     log.append("p", [Event(kind=Kind.ACTION_ADMITTED, action="deploy", call=4)])
     assert pending_actions(log, "p") == []
+
+
+@pytest.mark.parametrize(
+    ("kinds", "cut_off"),
+    [
+        (["session.started"], False),
+        (["session.started", "user.message", "turn.started"], True),
+        (["turn.started", "tool.call", "record.sealed", "user.message"], True),
+        (["turn.started", "turn.completed", "user.message", "record.sealed"], False),
+        (["turn.started", "action.pending"], False),  # waits for a human, not cut off
+        (["turn.started", "turn.cancelled", "session.lifecycle"], False),
+    ],
+)
+def test_a_stream_that_ends_inside_a_turn_is_told_from_its_last_rows(
+    kinds: list[str], cut_off: bool
+) -> None:
+    """The daemon's start brings back a session only when its newest rows, seals and
+    ingress aside, belong to a turn."""
+    from actors.host.commands import _ends_in_a_turn
+    from spine import Event, MemoryLog
+
+    log = MemoryLog()
+    events = [
+        Event(kind=k, turn=1, phase="done" if k == "session.lifecycle" else "") for k in kinds
+    ]
+    res = log.append("s", events)
+    assert _ends_in_a_turn(log, "s", res.last_seq) is cut_off

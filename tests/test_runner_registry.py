@@ -197,15 +197,39 @@ def test_subscribing_to_a_closed_session_spawns_it_to_serve_the_replay() -> None
     [
         _send(),
         m.CloseSession(request_id="r1", session_id=SID),
-        m.Subscribe(request_id="r1", session_id=SID),
     ],
 )
 def test_a_failed_session_refuses_everything_but_reads_with_session_failed(msg: Any) -> None:
-    """Failed: every request except get is answered SessionFailed; nothing is spawned."""
+    """Failed: every request except reads is answered SessionFailed; nothing is spawned."""
     r = _registry()
     r.load(SID, 2)
     r.stored_terminal(SID, "failed", 2)
     assert _errors(r.route(SID, msg, CALLER, 0.0)) == ["SessionFailed"]
+
+
+def test_a_subscription_to_a_failed_session_is_replayed_from_the_log_after_its_failure() -> None:
+    """A Subscribe to a failed session, sent before or after it failed, is served from the
+    stored rows (ReplayStored) after the failure is recorded; nothing is spawned."""
+    from actors.runner.actions import ReplayStored
+
+    r = _live(max_restarts=0, window=60.0)
+    early = m.Subscribe(request_id="s1", session_id=SID, after_seq=1)
+    out = r.child_exited("addr-1", 0.0)
+    assert out[0] == RecordFailure(session_id=SID, reason=sv.BUDGET_EXHAUSTED)
+    late = m.Subscribe(request_id="s2", session_id=SID)
+    assert r.route(SID, late, CALLER, 1.0) == [
+        ReplayStored(session_id=SID, request=late, reply_to=CALLER)
+    ]
+    r2 = _live(max_restarts=1, window=60.0)
+    [due] = r2.child_exited("addr-1", 0.0)
+    assert r2.route(SID, early, CALLER, 0.005) == []  # waits for the next incarnation
+    r2.restart_due(due.payload)
+    r2.bind(SID, 2, "addr-2")
+    out = r2.child_exited("addr-2", 1.0)
+    assert out == [
+        RecordFailure(session_id=SID, reason=sv.BUDGET_EXHAUSTED),
+        ReplayStored(session_id=SID, request=early, reply_to=CALLER),
+    ]
 
 
 def test_an_unknown_session_is_not_found_and_a_bad_id_is_invalid() -> None:

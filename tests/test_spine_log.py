@@ -434,14 +434,25 @@ def test_a_writer_that_defers_checkpoints_leaves_them_to_the_background_checkpoi
         assert [e.text for e in writer.read_events("s")][-1] == "after"
 
 
+def _wal_checkpoint_seq(wal: pathlib.Path) -> int:
+    """The WAL header's checkpoint sequence number: it goes up each time the WAL starts over."""
+    with open(wal, "rb") as f:
+        return int.from_bytes(f.read(16)[12:16], "big")
+
+
 def test_the_checkpointer_starts_the_wal_over_though_readers_always_overlap(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Readers that always overlap (subscribers, a watcher) keep a passive checkpoint from
     ever letting the WAL start over, so under a sustained load it grew for as long as
     commits kept coming. Past a size the checkpointer waits briefly for those readers, and
-    the WAL stays bounded; nothing is lost on the way."""
+    the WAL starts over (its header says so); nothing is lost on the way.
+
+    The WAL's largest size depends on how often the checkpointer gets the CPU, so it is
+    measured in bench/spine.py, not bounded here."""
     import threading
+
+    from conftest import wait_for
 
     import spine._sqlite_watch as watch
 
@@ -460,18 +471,17 @@ def test_the_checkpointer_starts_the_wal_over_though_readers_always_overlap(
         for t in readers:
             t.start()
         try:
+            writer.append("s", [ev("first")])
+            started_at = _wal_checkpoint_seq(wal)
             keeper.start_checkpoints(every=0.005)
-            largest = 0
             for i in range(1500):
                 writer.append("s", [ev(f"message {i} " * 40)])
-                if i % 50 == 0:
-                    largest = max(largest, wal.stat().st_size)
+            # However late the checkpointer ran, the WAL is past 64 pages: it restarts it.
+            wait_for(lambda: keeper.wal_restarts >= 1, timeout=30)
+            writer.append("s", [ev("after")])  # the commit that starts the WAL over
+            assert _wal_checkpoint_seq(wal) > started_at
         finally:
             stop.set()
             for t in readers:
                 t.join(10)
-        assert keeper.wal_restarts >= 1
-        # Without the restarts it reaches about 20 MB here; with them about 3 MB (64 pages
-        # plus what is committed while the readers are waited for).
-        assert largest < 8_000_000, largest
-        assert len(writer.read_events("s")) == 1500
+        assert len(writer.read_events("s")) == 1502

@@ -231,6 +231,8 @@ def _event_printer(out: Out) -> Any:
 
 
 def _greet(args: argparse.Namespace, host: Any, out: Out, bind: str | None) -> None:
+    for sid in host.recover_cut_off():
+        out.line(f"closed the turn of {sid} cut off by the previous daemon")
     if args.resume_goals:
         for sid in host.resume_all():
             out.line(f"resumed the goal run of {sid}")

@@ -8,12 +8,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from projections import secret_problem
-from spine import Log, new_session_id, validate_session_id
+from spine import Kind, Log, SpineError, new_session_id, validate_session_id
 
 from .. import messages as m
 from ..errors import ActorsError, InvalidRequest
 from ..session.goals import budget_problem
-from .goals import runs_in_flight
+from .goals import in_flight, runs_in_flight
 from .replies import request_id
 
 log = logging.getLogger("vertebra.host")
@@ -185,6 +185,26 @@ class SessionCommands:
                 log.warning("goal run of %s not resumed: %s", sid, exc)
         return resumed
 
+    def recover_cut_off(self) -> list[str]:
+        """Bring back every session whose stream ends inside a turn (a daemon crash cut it
+        off), so that it closes the turn and the auto-seal policy covers what that wrote,
+        instead of both waiting for the next write. Reads a few rows per stream; returns
+        the sessions brought back. A goal run in flight is left alone: up, it would go on,
+        and going on after a daemon restart is asked for (`resume_all`)."""
+        back = []
+        for info in self._log.streams():
+            try:
+                if not _ends_in_a_turn(self._log, info.stream, info.last_seq):
+                    continue
+                if in_flight(self._log.read_events(info.stream)):
+                    continue
+                self._request(m.GetSession(request_id=request_id(), session_id=info.stream))
+            except (ActorsError, SpineError) as exc:  # one that cannot come back stops none
+                log.warning("session %s not recovered: %s", info.stream, exc)
+                continue
+            back.append(info.stream)
+        return back
+
     def switch(self, session_id: str, target: str, *, key: str | None = None) -> m.Ack:
         """Record that the conduit moves to ``target`` (a session switch event)."""
         msg = m.SwitchSession(
@@ -218,3 +238,45 @@ class SessionCommands:
     def close_all(self) -> None:
         """Close every session; the Runner takes no more ingress afterwards."""
         self._request(m.CloseAll(request_id=request_id()))
+
+
+#: Kinds stored only while a turn runs: a stream ending in one was cut off mid-turn.
+_IN_TURN = frozenset(
+    {
+        Kind.TURN_STARTED,
+        Kind.ASSISTANT,
+        Kind.TOOL_CALL,
+        Kind.TOOL_RESULT,
+        Kind.ACTION_ADMITTED,
+        Kind.ACTION_COMPLETED,
+        Kind.ACTION_REJECTED,
+        Kind.EGRESS,
+        Kind.CHILD_SPAWNED,
+        Kind.CHILD_COMPLETED,
+    }
+)
+#: Kinds appended whether or not a turn runs (a seal by count may land mid-turn, a
+#: message may wait for the running turn).
+_ANYTIME = frozenset(
+    {
+        Kind.RECORD_SEALED,
+        Kind.RECORD_VERIFIED,
+        Kind.PROPERTIES,
+        Kind.USER_MESSAGE,
+        Kind.INTERRUPT,
+        Kind.SESSION_SWITCH,
+    }
+)
+#: Rows looked at from a stream's end before deciding it is not inside a turn.
+_TAIL = 8
+
+
+def _ends_in_a_turn(log: Log, sid: str, last_seq: int) -> bool:
+    """Whether the newest rows of ``sid`` (seals, metadata and ingress aside) are a turn's.
+
+    A turn waiting for an approval (``action.pending``) is not cut off: it waits."""
+    rows = log.read(sid, max(0, last_seq - _TAIL), _TAIL)
+    for r in reversed(rows):
+        if r.kind not in _ANYTIME:
+            return r.kind in _IN_TURN
+    return False

@@ -91,6 +91,16 @@ class VerifyStored:
 
 
 @attrs.frozen(kw_only=True)
+class ReplayStored:
+    """Serve a `Subscribe` to a failed session from its stored rows (no process will load
+    it): the backlog after ``after_seq``, its ``failed`` event included, then a closed batch."""
+
+    session_id: str
+    request: Any
+    reply_to: Any
+
+
+@attrs.frozen(kw_only=True)
 class RecordPoison:
     """Tell the live incarnation that ingress ``key`` was poison, so it records that."""
 
@@ -136,4 +146,5 @@ Action = (
     | WakeProjection
     | Deliver
     | VerifyStored
+    | ReplayStored
 )

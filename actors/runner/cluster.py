@@ -92,7 +92,14 @@ class HostTable:
         self._ticked: float | None = None
 
     def joined(self, name: str, admin: Any, capacity: int, data_dir: str, now: float) -> Member:
-        """A registration notice: a member joined (or registered again)."""
+        """A registration notice: a member joined, or its system started again under the
+        same name (Thespian notifies an existing member only on its first registration
+        after a start, having reported it gone first).
+
+        A restarted member is a new system: alive, its heartbeat clock starting now, no
+        heartbeat outstanding, and no agent (the old one died with the old system; the
+        Runner creates another). Sessions still placed on it are the caller's to move
+        first (`rejoining`)."""
         m = self.members.get(name)
         if m is None:
             m = self.members[name] = Member(
@@ -100,7 +107,15 @@ class HostTable:
             )
         else:
             m.admin, m.capacity, m.data_dir = admin, capacity, data_dir
+            m.alive, m.last_seen, m.beat_sent, m.agent = True, now, None, None
+            m.abandoned = []
         return m
+
+    def rejoining(self, name: str) -> Member | None:
+        """The member of that name if it is thought alive: a registration notice for it
+        means its system started again, so what it ran is gone and must move."""
+        m = self.members.get(name)
+        return m if m is not None and m.alive else None
 
     def by_admin(self, admin: Any) -> Member | None:
         return next((m for m in self.members.values() if m.admin == admin), None)

@@ -26,6 +26,7 @@ from ..messages import RunnerConfig
 from ..session import protocol as sp
 from ..session.actor import SessionActor
 from ..session.state import SessionState, fold, recovery_events
+from ..session.subscriptions import Subscriptions
 from . import actions as a
 from . import spine_path, spine_spec
 from .cluster import HOST, HostTable
@@ -100,6 +101,8 @@ class RunnerEffects(RunnerPublishing):
                     self._do(self._close_stored(sid))
                 case a.VerifyStored():
                     self._verify_stored(action)
+                case a.ReplayStored():
+                    self._replay_stored(action)
                 case _:
                     _log().error("runner cannot carry out %r", action)
 
@@ -215,6 +218,30 @@ class RunnerEffects(RunnerPublishing):
             seq=report.verified_seq,
         )
         self.send(action.reply_to, reply)
+
+    def _replay_stored(self, action: a.ReplayStored) -> None:
+        """Answer a subscription to a failed session from its stored rows, read raw (a
+        stream that does not decode is replayed all the same), ending with a closed batch:
+        nothing will be appended until an operator revives it."""
+        sid = action.session_id
+        if self.spine is None:
+            return
+        try:
+            last = self.spine.last_seq(sid)
+            Subscriptions(sid, self.spine, self.send).add(
+                action.request, action.reply_to, last, closed=True
+            )
+        except SpineError as exc:
+            text = f"could not replay {sid}: {exc}"
+            self.send(
+                action.reply_to,
+                m.RequestFailed(
+                    request_id=action.request.request_id,
+                    error="ActorsError",
+                    message=text,
+                    session_id=sid,
+                ),
+            )
 
     def _close_stored(self, sid: str) -> list[a.Action]:
         """Close a stream that has no process: close an open turn, append ``closed``.

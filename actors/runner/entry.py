@@ -11,7 +11,7 @@ import attrs
 
 from .. import messages as m
 from ..session.protocol import Routed
-from .actions import Action, Fail, Forward, Reply, Spawn, VerifyStored
+from .actions import Action, Fail, Forward, ReplayStored, Reply, Spawn, VerifyStored
 
 #: Ingress that carries an idempotency key: tracked until committed, redelivered after a crash.
 INGRESS = (
@@ -150,6 +150,10 @@ class Entry:
         if isinstance(msg, m.VerifySession) and self.state == EntryState.FAILED:
             # Verification reads stored rows only: a failed session is verified all the same.
             return VerifyStored(session_id=self.session_id, request_id=msg.request_id, reply_to=to)
+        if isinstance(msg, m.Subscribe) and self.state == EntryState.FAILED:
+            # A subscription cut off by the crashes that failed it is taken up again here:
+            # refusing it would hide the very event that says the session failed.
+            return ReplayStored(session_id=self.session_id, request=msg, reply_to=to)
         error = "SessionClosed" if self.state == EntryState.CLOSED else "SessionFailed"
         text = f"session {self.session_id} is {self.state.value}"
         if self.state == EntryState.FAILED and self.error:

@@ -45,6 +45,10 @@ class RunnerMembership(RunnerEffects):
         if about is None:
             return
         name, capacity, data_dir = about
+        restarted = self.hosts.rejoining(name)
+        if restarted is not None:
+            # Its "gone" notice was missed: its sessions died with its old system.
+            self._member_died(restarted, "it started again")
         member = self.hosts.joined(
             name, msg.remoteAdminAddress, capacity, data_dir, time.monotonic()
         )
