@@ -14,6 +14,7 @@ happened in lists, over any log (the test kit and the spare's warm-up use them o
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -37,6 +38,12 @@ __all__ = ["EFFECTS", "Executor", "Ports", "RecordingPorts", "as_then"]
 
 class Ports(Protocol):
     """What a shell lends the executor: where replies, records and effects go."""
+
+    def prepare(self, d: c.Decision, state: c.Session) -> c.Decision:
+        """``d`` as it is to be appended (the actor may store an instant turn with it)."""
+
+    def timed(self, took: float) -> None:
+        """An append took ``took`` seconds."""
 
     def reply(self, reply: Any) -> None:
         """Answer the command's sender (None: nothing to answer)."""
@@ -112,10 +119,23 @@ def as_then(reply: Any, res: AppendResult) -> Any:
 class Executor:
     """Runs commands through `decide` over one session's log and carries each out."""
 
-    def __init__(self, log: Log, ports: Ports, state: c.Session) -> None:
+    def __init__(self, log: Log, ports: Ports, state: c.Session, holder: Any = None) -> None:
         self.log = log
         self.ports = ports
-        self.state = state
+        # The state lives on ``holder`` (its ``state`` attribute) when given: the actor's
+        # other parts read and change the same state between and during decisions.
+        self._holder: Any = holder if holder is not None else _Cell(state)
+        if holder is None or holder.state is None:
+            self._holder.state = state
+
+    @property
+    def state(self) -> c.Session:
+        state: c.Session = self._holder.state
+        return state
+
+    @state.setter
+    def state(self, value: c.Session) -> None:
+        self._holder.state = value
 
     def run(self, command: c.Command) -> None:
         """Decide ``command`` and carry the decision (and what it leads to) out."""
@@ -137,6 +157,8 @@ class Executor:
             self.apply(d)
 
     def _apply(self, d: c.Decision) -> list[c.Command]:
+        if d.events:
+            d = self.ports.prepare(d, self.state)
         reply = d.reply
         if d.events:
             res = self._append(d.events, d.key)
@@ -168,8 +190,9 @@ class Executor:
 
     def _append(self, events: tuple[Event, ...], key: str | None) -> AppendResult:
         st = self.state.stored
+        started = time.perf_counter()
         try:
-            return self.log.append(
+            res = self.log.append(
                 st.session_id, events, expected_seq=st.last_seq, idempotency_key=key
             )
         except ConflictError:
@@ -180,6 +203,13 @@ class Executor:
             # running, say): a new one rebuilds from the log and closes what is open.
             self.ports.stop("storage error")
             raise
+        self.ports.timed(time.perf_counter() - started)
+        return res
+
+
+@attrs.define
+class _Cell:
+    state: c.Session
 
 
 @attrs.define
@@ -215,6 +245,12 @@ class RecordingPorts:
         if self.key is None:
             raise RuntimeError("these ports have no signing key")
         return self.key()
+
+    def prepare(self, d: c.Decision, state: c.Session) -> c.Decision:
+        return d
+
+    def timed(self, took: float) -> None:
+        pass
 
     def reply(self, reply: Any) -> None:
         if reply is not None:
