@@ -11,7 +11,7 @@ import pytest
 from actors import messages as m
 from actors.interceptors import Ingress, SlashCommands
 from actors.session import commands as c
-from actors.session.executor import EFFECTS, Executor, RecordingPorts
+from actors.session.executor import EFFECTS, Executor, Ports, RecordingPorts
 from actors.session.state import SessionState
 from actors.spec import AgentSpec, TurnInput
 from spine import Kind, MemoryLog
@@ -111,3 +111,13 @@ def test_a_key_stored_before_is_answered_as_then_and_changes_nothing() -> None:
     assert ex.log.last_seq(SID) == last and ex.state.stored == state.stored
     assert [type(e) for e in ports.effects] == [c.RunInterceptors]
     assert ports.live == [] and ports.records == []
+
+
+def test_the_actor_and_the_kit_carry_effects_out_through_the_one_table_only() -> None:
+    """Neither shell keeps an effect dispatch of its own: both lend ports to the executor."""
+    from actors.session.execution import DecisionExecution, _ActorPorts
+    from actors.session.kit import SessionKit
+
+    assert not hasattr(DecisionExecution, "_effect") and not hasattr(SessionKit, "_effect")
+    wanted = {n for n in vars(Ports) if not n.startswith("_")}
+    assert wanted <= set(dir(_ActorPorts)) and wanted <= set(dir(RecordingPorts))
