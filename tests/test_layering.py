@@ -151,3 +151,25 @@ def test_modules_and_functions_stay_small(package: str) -> None:
                 if length > FUNCTION_LINES:
                     too_long.append(f"{name}:{node.lineno} {node.name}: {length} lines")
     assert not too_long, too_long
+
+
+def test_no_module_of_actors_imports_the_test_kit() -> None:
+    """Only tests use actors.testing: the runtime (the warm-up included) runs the executor."""
+    bad = []
+    for f in sorted((ROOT / "actors").rglob("*.py")):
+        if f.name == "testing.py":
+            continue
+        tree = _parse(f)
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                mod = node.module or ""
+                if node.level:
+                    parts = list(f.relative_to(ROOT).with_suffix("").parts)[: -node.level]
+                    mod = ".".join([*parts, mod] if mod else parts)
+                names = [mod] + [f"{mod}.{a.name}" for a in node.names]
+            if any(n == "actors.testing" or n.startswith("actors.testing.") for n in names):
+                bad.append(str(f.relative_to(ROOT)))
+    assert not bad, "imports actors.testing: " + ", ".join(sorted(set(bad)))

@@ -1,5 +1,7 @@
-"""`DecisionExecution`: the session actor's mixin that carries out the decider's decisions:
-append their events, fold and publish what was stored, reply, and run their effects."""
+"""`DecisionExecution`: the session actor's mixin that carries out the decider's decisions
+through the session's `Executor`, lending it Thespian ports (`_ActorPorts`): replies and
+Runner messages as sends, turns on a worker, publishing to subscriptions, snapshots and
+the seal policy."""
 
 from __future__ import annotations
 
@@ -7,8 +9,6 @@ import os
 import time
 from datetime import timedelta
 from typing import Any
-
-import attrs
 
 from spine import AppendResult, ConflictError, Event, StorageError, open_log
 from spine.seal import KeyStore
@@ -18,9 +18,9 @@ from ..agents import ModelFactory
 from ..logformat import set_context
 from . import commands as c
 from . import effects
-from .decide import decide, ingress_seq
+from .decide import decide
+from .executor import Executor
 from .incarnation import SessionIncarnation, session_log
-from .protocol import SessionReady
 from .replace import replace
 from .snapshots import SNAPSHOT_EVERY
 from .state import fold
@@ -39,36 +39,17 @@ class DecisionExecution(SessionIncarnation):
 
     # -- running decisions ---------------------------------------------------------------
 
+    def _executor(self, reply_to: Any) -> Executor:
+        """The executor over this incarnation's log and state, answering ``reply_to``."""
+        assert self.log is not None and self.state is not None
+        return Executor(self.log, _ActorPorts(self, reply_to), self.state, holder=self)
+
     def _run(self, command: c.Command, reply_to: Any) -> None:
         """Decide ``command`` and carry the decision out."""
-        assert self.state is not None
-        self._apply(decide(self.state, command), reply_to)
+        self._executor(reply_to).run(command)
 
     def _apply(self, d: c.Decision, reply_to: Any) -> None:
-        reply = d.reply
-        if d.events:
-            d = self._with_instant_turn(d)
-            res = self._append(d.events, d.key)
-            if res.duplicate:
-                # Stored by an earlier delivery: answer as then, change nothing.
-                self._reply(reply_to, self._as_then(reply, res))
-                return
-            if isinstance(reply, m.SealReply | m.VerifyReply):
-                reply = attrs.evolve(reply, seq=res.first_seq)
-            if isinstance(reply, SessionReady):
-                reply = attrs.evolve(reply, last_seq=res.last_seq)
-            # The sender waits for this answer, and only for what is durable: it goes out
-            # before the fold, the publishing and the snapshot.
-            self._reply(reply_to, reply)
-            reply = None
-            self._absorb(res, d.events)
-        assert self.state is not None
-        self.state = replace(d.state, stored=self.state.stored)
-        if d.live:
-            self._tell_runner(live=[x.as_tuple() for x in d.live])
-        self._reply(reply_to, reply)
-        for effect in d.effects:
-            self._effect(effect, reply_to)
+        self._executor(reply_to).apply(d)
 
     def _with_instant_turn(self, d: c.Decision) -> c.Decision:
         """``d`` with the turn it starts already run and ended, in the same append, if the
@@ -106,46 +87,12 @@ class DecisionExecution(SessionIncarnation):
             effects=(*(x for x in d.effects if x is not start), *e.effects),
         )
 
-    def _as_then(self, reply: Any, res: AppendResult) -> Any:
-        """The ack of a redelivered key names what the first delivery stored."""
-        if not isinstance(reply, m.Ack):
-            return reply
-        seq = ingress_seq([(r.seq, r.kind) for r in res.records]) or res.last_seq
-        return attrs.evolve(reply, seq=seq, duplicate=True)
-
-    def _append(self, events: tuple[Event, ...], key: str | None) -> AppendResult:
-        assert self.log is not None and self.state is not None and self.cfg is not None
-        st = self.state.stored
-        started = time.perf_counter()
-        try:
-            res = self.log.append(
-                st.session_id, events, expected_seq=st.last_seq, idempotency_key=key
-            )
-        except ConflictError:
-            session_log().error("session %s: stale incarnation, stopping", st.session_id)
-            self._stop_self("stale incarnation")
-            raise
-        except StorageError:
-            # What this incarnation holds may no longer match the log (a turn it thinks
-            # running, say): a new one rebuilds from the log and closes what is open.
-            session_log().exception("session %s: append failed, stopping", st.session_id)
-            self._stop_self("storage error")
-            raise
-        took = time.perf_counter() - started
-        self._commit_wait += (took - self._commit_wait) * _WAIT_WEIGHT
-        if self.outbox is not None:
-            self.outbox.appends.observe(took)
-        return res
-
     def _absorb(self, res: AppendResult, events: tuple[Event, ...]) -> None:
-        """Fold newly stored events into the state, snapshot if due, and publish them.
-
-        The events folded are the objects just appended, numbered from the append's first
-        seq: decoding the stored rows back would give the same state at several times the
-        cost."""
+        """Snapshot if due and publish newly stored events (the executor has folded them:
+        the objects just appended, numbered from the append's first seq, as decoding the
+        stored rows back would give the same state at several times the cost)."""
         assert self.state is not None and self.subs is not None
-        st = fold(self.state.stored, events, res.first_seq)
-        self.state = replace(self.state, stored=st)
+        st = self.state.stored
         if res.records:
             set_context(seq=res.records[-1].seq, kind=res.records[-1].kind)
         if self.snapshots is not None and st.last_seq - self.snap_seq >= SNAPSHOT_EVERY:
@@ -175,72 +122,23 @@ class DecisionExecution(SessionIncarnation):
 
     def _settle(self) -> None:
         """Start the next turn (or fail it at once) while one is due."""
-        while self.state is not None and not self.state.stopping:
-            d = decide(self.state, c.Settle())
-            if not d.events and not d.effects:
-                return
-            self._apply(d, None)
+        if self.state is not None:
+            self._executor(None).settle()
 
     # -- effects -------------------------------------------------------------------------
 
-    def _effect(self, effect: c.Effect, reply_to: Any) -> None:
-        if isinstance(effect, c.RunInterceptors):
-            self._intercept(effect, reply_to)
-        elif isinstance(effect, c.StartTurn):
-            self._start_turn(effect)
-        elif isinstance(effect, c.AnswerWorker):
-            if self.worker is not None and self.worker.turn == effect.turn:
-                self.worker.answer(
-                    effect.action, effect.tool_use_id, effect.verdict, effect.call, effect.fault
-                )
-        elif isinstance(effect, c.CreateChild):
-            rid = f"spawn-{effect.child}-{time.monotonic_ns()}"
-            self._spawning[rid] = (effect.turn, effect.tool_use_id, effect.child)
-            create = m.CreateSession(
-                request_id=rid, session_id=effect.child, metadata=dict(effect.metadata)
-            )
-            self.send(self.runner, create)
-        elif isinstance(effect, c.CancelChildren):
-            for child in effect.children:
-                stop = m.Interrupt(
-                    request_id=f"cancel-{child}",
-                    session_id=child,
-                    key=f"cancel-{child}",
-                    reason="cancelled",
-                )
-                self.send(self.runner, stop)
-        elif isinstance(effect, c.CancelTurn):
-            if self.worker is not None and self.worker.turn == effect.turn:
-                self.worker.cancel()
-                self.worker = None
-        elif isinstance(effect, c.EndSubscriptions):
-            assert self.subs is not None
-            self.subs.end_all()
-        elif isinstance(effect, c.StopSelf):
-            self._stop_self(effect.reason)
-        elif isinstance(effect, c.ComputeSeal):
-            assert self.log is not None and self.cfg is not None
-            key = self._keys().signing_key()
-            self._run(effects.seal(self.log, self.cfg.session_id, key, effect.request_id), reply_to)
-        elif isinstance(effect, c.ComputeVerification):
-            assert self.log is not None and self.cfg is not None
-            ring = self._keys().keyring()
-            cmd = effects.verification(self.log, self.cfg.session_id, ring, effect.request_id)
-            self._run(cmd, reply_to)
-
-    def _intercept(self, effect: c.RunInterceptors, reply_to: Any) -> None:
+    def _intercept(self, effect: c.RunInterceptors, reply_to: Any) -> c.Command | None:
         assert self.cfg is not None and self.state is not None
         try:
-            cmd = effects.intercept(self.cfg.interceptors, effect, self.state)
+            return effects.intercept(self.cfg.interceptors, effect, self.state)
         except Exception as exc:
             # Called once, answered once: the caller gets the interceptor's own error.
             session_log().warning("session %s: interceptor raised: %r", self.cfg.session_id, exc)
             text = f"interceptor failed: {type(exc).__name__}: {exc}"
             self._reply(reply_to, self._failure(effect.request_id, "InterceptorError", text))
-            return
-        self._run(cmd, reply_to)
+            return None
 
-    def _start_turn(self, effect: c.StartTurn) -> None:
+    def _start_turn(self, effect: c.StartTurn) -> c.Command | None:
         assert self.cfg is not None
         built, self._built = self._built, None
         # Built already when an instant answer was tried (it said it must wait, or the
@@ -249,8 +147,7 @@ class DecisionExecution(SessionIncarnation):
         agent = built[1] if built is not None and ahead else self._build(effect)
         if isinstance(agent, Exception):  # a factory failure fails the turn, not the session
             error = f"{type(agent).__name__}: {agent}"
-            self._run(c.StartFailed(turn=effect.turn, error=error), None)
-            return
+            return c.StartFailed(turn=effect.turn, error=error)
         cfg = self.cfg
         self.worker = TurnWorker(
             self._send_to_self,
@@ -261,6 +158,7 @@ class DecisionExecution(SessionIncarnation):
             open_log=lambda: open_log(cfg.spine or cfg.db_path, read_only=True),
         )
         self.worker.start(agent, effect.input, instant=not ahead)
+        return None
 
     def _build(self, start: c.StartTurn) -> Any:
         """The turn's agent, or the exception its factory raised."""
@@ -290,3 +188,93 @@ class DecisionExecution(SessionIncarnation):
     def _keys(self) -> KeyStore:
         assert self.cfg is not None
         return KeyStore(os.path.join(os.path.dirname(self.cfg.db_path), "keys"))
+
+
+class _ActorPorts:
+    """The executor's ports in the session actor: Thespian sends, the turn worker, the
+    subscriptions, snapshots and the seal policy of the incarnation ``a``."""
+
+    def __init__(self, a: DecisionExecution, reply_to: Any) -> None:
+        self.a = a
+        self.reply_to = reply_to
+
+    def prepare(self, d: c.Decision, state: c.Session) -> c.Decision:
+        return self.a._with_instant_turn(d)
+
+    def timed(self, took: float) -> None:
+        a = self.a
+        a._commit_wait += (took - a._commit_wait) * _WAIT_WEIGHT
+        if a.outbox is not None:
+            a.outbox.appends.observe(took)
+
+    def reply(self, reply: Any) -> None:
+        self.a._reply(self.reply_to, reply)
+
+    def appended(self, res: AppendResult, events: tuple[Event, ...], state: c.Session) -> None:
+        self.a._absorb(res, events)
+
+    def tell_runner(self, live: tuple[c.Live, ...]) -> None:
+        self.a._tell_runner(live=[x.as_tuple() for x in live])
+
+    def start_turn(self, effect: c.StartTurn) -> c.Command | None:
+        return self.a._start_turn(effect)
+
+    def cancel_turn(self, effect: c.CancelTurn) -> None:
+        a = self.a
+        if a.worker is not None and a.worker.turn == effect.turn:
+            a.worker.cancel()
+            a.worker = None
+
+    def answer_worker(self, effect: c.AnswerWorker) -> None:
+        w = self.a.worker
+        if w is not None and w.turn == effect.turn:
+            w.answer(effect.action, effect.tool_use_id, effect.verdict, effect.call, effect.fault)
+
+    def create_child(self, effect: c.CreateChild) -> None:
+        a = self.a
+        rid = f"spawn-{effect.child}-{time.monotonic_ns()}"
+        a._spawning[rid] = (effect.turn, effect.tool_use_id, effect.child)
+        create = m.CreateSession(
+            request_id=rid, session_id=effect.child, metadata=dict(effect.metadata)
+        )
+        a.send(a.runner, create)
+
+    def cancel_children(self, effect: c.CancelChildren) -> None:
+        for child in effect.children:
+            stop = m.Interrupt(
+                request_id=f"cancel-{child}",
+                session_id=child,
+                key=f"cancel-{child}",
+                reason="cancelled",
+            )
+            self.a.send(self.a.runner, stop)
+
+    def end_subscriptions(self, effect: c.EndSubscriptions) -> None:
+        assert self.a.subs is not None
+        self.a.subs.end_all()
+
+    def stop(self, reason: str) -> None:
+        assert self.a.state is not None
+        sid = self.a.state.stored.session_id
+        if reason == "stale incarnation":
+            session_log().error("session %s: stale incarnation, stopping", sid)
+        else:
+            session_log().exception("session %s: append failed, stopping", sid)
+        self.a._stop_self(reason)
+
+    def stop_self(self, effect: c.StopSelf) -> None:
+        self.a._stop_self(effect.reason)
+
+    def intercept(self, effect: c.RunInterceptors, state: c.Session) -> c.Command | None:
+        return self.a._intercept(effect, self.reply_to)
+
+    def seal(self, effect: c.ComputeSeal) -> c.Command:
+        a = self.a
+        assert a.log is not None and a.cfg is not None
+        return effects.seal(a.log, a.cfg.session_id, a._keys().signing_key(), effect.request_id)
+
+    def verify(self, effect: c.ComputeVerification) -> c.Command:
+        a = self.a
+        assert a.log is not None and a.cfg is not None
+        ring = a._keys().keyring()
+        return effects.verification(a.log, a.cfg.session_id, ring, effect.request_id)

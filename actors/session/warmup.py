@@ -24,8 +24,9 @@ import attrs
 from spine import Kind
 
 from ..agents import ModelFactory
-from ..testing import SessionKit
 from . import commands as c
+from .executor import RecordingPorts
+from .kit import SessionKit
 from .state import GOAL_OBJECTIVE
 from .worker import TurnWorker
 
@@ -38,35 +39,50 @@ WARM_UP = "warm-up"
 OBJECTIVE = '!tool calculator {"expression": "6*7"}'
 
 
+@attrs.define
+class _WarmPorts(RecordingPorts):
+    """Recording ports that run the turn on a worker, handing its output to ``handed``."""
+
+    handed: queue.SimpleQueue[Any] = attrs.field(factory=queue.SimpleQueue)
+    factory: ModelFactory = attrs.field(factory=ModelFactory)
+    worker: TurnWorker | None = None
+
+    def start_turn(self, effect: c.StartTurn) -> c.Command | None:
+        self.worker = TurnWorker(self.handed.put, effect.turn, 0.02)
+        self.worker.start(self.factory.build(effect.spec, self.session_id), effect.input)
+        return None
+
+    def answer_worker(self, effect: c.AnswerWorker) -> None:
+        if self.worker is not None:
+            self.worker.answer(
+                effect.action, effect.tool_use_id, effect.verdict, effect.call, effect.fault
+            )
+
+
+class _WarmKit(SessionKit):
+    """The in-memory session, its turns run by workers."""
+
+    _ports_type = _WarmPorts
+
+
 def warm_up(timeout: float = 2.0) -> bool:
     """Run one scripted goal run in memory; True when it converged within ``timeout``
     seconds (a warm-up that does not finish is abandoned: the session warms as it runs)."""
     deadline = time.monotonic() + timeout
-    kit = SessionKit(session_id=WARM_UP)
+    kit = _WarmKit(session_id=WARM_UP)
+    ports = kit._ports
+    assert isinstance(ports, _WarmPorts)
     out = kit.create({GOAL_OBJECTIVE: OBJECTIVE})
-    handed: queue.SimpleQueue[Any] = queue.SimpleQueue()
-    factory = ModelFactory()
-    effects = list(out.effects)
-    worker: TurnWorker | None = None
     while True:
-        for effect in effects:
-            if isinstance(effect, c.StartTurn):
-                worker = TurnWorker(handed.put, effect.turn, 0.02)
-                worker.start(factory.build(effect.spec, kit.session_id), effect.input)
-            elif isinstance(effect, c.AnswerWorker) and worker is not None:
-                worker.answer(
-                    effect.action, effect.tool_use_id, effect.verdict, effect.call, effect.fault
-                )
         if any(e.kind in (Kind.CONVERGED, Kind.STALLED) for e in out.events):
             return True
         left = deadline - time.monotonic()
         if left <= 0:
             return False
         try:
-            msg = handed.get(timeout=left)
+            msg = ports.handed.get(timeout=left)
         except queue.Empty:
             return False
         if isinstance(msg, c.Govern):
             msg = attrs.evolve(msg, now=time.time())
         out = kit.run(msg)
-        effects = list(out.effects)
