@@ -1,8 +1,13 @@
 """Where a command writes: `Out` (data to stdout, progress and errors to stderr) and
-`JsonOut`, the daemon's output under ``serve --log-format json``."""
+`JsonOut`, the daemon's output under ``serve --log-format json``; `interrupted`, how a
+command that follows a stream hears Ctrl-C."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
 from typing import IO, Any
 
 from ._format import Style
@@ -46,3 +51,15 @@ class JsonOut(Out):
 
 
 __all__ = ["JsonOut", "Out"]
+
+
+@contextlib.contextmanager
+def interrupted() -> Iterator[threading.Event]:
+    """An event Ctrl-C sets, instead of a KeyboardInterrupt that could land anywhere (in
+    a lock the subscription's threads share, say) and leave the command hanging."""
+    stop = threading.Event()
+    before = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, before)

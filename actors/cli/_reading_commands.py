@@ -4,13 +4,9 @@ session's history, its live tail, its status projection, its trace, and the log'
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import signal
-import threading
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ._access import (
@@ -24,7 +20,7 @@ from ._access import (
 )
 from ._daemon import EXIT_INTERRUPTED, EXIT_USAGE, CliError, read_daemon
 from ._format import event_line, fanout_tree, json_line, parse_kinds, span_tree, table
-from ._output import Out
+from ._output import Out, interrupted
 from ._parser import positive, seq_number
 
 if TYPE_CHECKING:
@@ -117,7 +113,7 @@ def tail(args: argparse.Namespace, out: Out) -> int:
             raise unknown_session(sid)
         log.watch()
         deadline = None if args.for_seconds is None else time.monotonic() + args.for_seconds
-        with SessionSubscription(log, sid, after, kinds) as sub, _interrupted() as stop:
+        with SessionSubscription(log, sid, after, kinds) as sub, interrupted() as stop:
             try:
                 while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
                     rec = sub.get_record(0.5)
@@ -133,18 +129,6 @@ def tail(args: argparse.Namespace, out: Out) -> int:
                 log.unwatch()
     # Ctrl-C ends the tail as the README says: exit 130, like any interrupted command.
     return EXIT_INTERRUPTED if stop.is_set() else 0
-
-
-@contextlib.contextmanager
-def _interrupted() -> Iterator[threading.Event]:
-    """An event Ctrl-C sets, instead of a KeyboardInterrupt that could land anywhere (in
-    a lock the subscription's threads share, say) and leave the command hanging."""
-    stop = threading.Event()
-    before = signal.signal(signal.SIGINT, lambda *_: stop.set())
-    try:
-        yield stop
-    finally:
-        signal.signal(signal.SIGINT, before)
 
 
 def _usage_fields(u: Any) -> dict[str, int]:
