@@ -545,3 +545,53 @@ def test_a_goal_that_ends_with_the_finish_tool_converges_with_its_argument(mp: H
         mp.wait(other, timeout=30)
     reminders = [e for e in mp.history(other) if e.kind == Kind.USER_MESSAGE and e.extra]
     assert len(reminders) == 3
+
+
+def test_a_run_cut_off_by_a_stop_then_closed_by_close_all_stalls(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """close_all on a session with no process stalls its cut-off run before closed, so
+    wait answers GoalStalled at once instead of timing out."""
+    data = tmp_path / "data"
+    h = _host(data)
+    try:
+        sid = h.create()
+        h.submit(sid, "!slow 0.3 alpha beta gamma delta epsilon")
+        wait_for(lambda: any(e.kind == Kind.TURN_STARTED for e in h.history(sid)), 20)
+    finally:
+        h.close()
+    h = _host(data)
+    try:
+        h.close_all()
+        with pytest.raises(GoalStalled):
+            h.wait(sid, timeout=10)
+        assert _goal_events(h.history(sid)) == [Kind.SESSION_STARTED, Kind.STALLED]
+        assert h.resume_all() == []
+    finally:
+        h.close()
+
+
+def test_a_revived_session_has_its_cut_off_run_resumed(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """Failed past its budget mid-run, then revived: resume_all continues that run."""
+    h = Host(
+        tmp_path / "data",
+        base="multiprocTCPBase",
+        timeout=20,
+        max_restarts=0,
+        factory=ModelFactory(tools=governed_tools(), backoff=0.01),
+    )
+    try:
+        sid = h.create()
+        h.submit(sid, "!slow 0.3 alpha beta gamma delta epsilon")
+        wait_for(lambda: any(e.kind == Kind.TURN_STARTED for e in h.history(sid)), 20)
+        os.kill(h.session_pid(sid), signal.SIGKILL)
+        wait_for(lambda: h.history(sid)[-1].phase == "failed", 20)
+        assert h.resume_all() == []
+        h.revive(sid, "test")
+        assert h.resume_all() == [sid]
+        assert h.wait(sid, timeout=60).endswith("alpha beta gamma delta epsilon")
+        assert _goal_events(h.history(sid)) == [Kind.SESSION_STARTED, Kind.CONVERGED]
+    finally:
+        h.close()

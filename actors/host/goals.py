@@ -8,6 +8,7 @@ import time
 from spine import Event, Kind, Log, history, subscribe
 
 from ..errors import GoalStalled, HostTimeout, InvalidRequest, SessionNotFound
+from ..session.state import SessionState, fold
 
 _ENDS = (Kind.CONVERGED, Kind.STALLED)
 
@@ -18,22 +19,17 @@ def _outcome(ev: Event, session_id: str) -> str:
     raise GoalStalled(ev.error or "stalled", session_id=session_id)
 
 
-def in_flight(events: list[Event]) -> bool:
-    """Whether the latest goal run on this stream has not ended."""
-    for ev in reversed(events):
-        if ev.kind in _ENDS and ev.goal:
-            return False
-        if ev.kind == Kind.SESSION_STARTED and ev.goal:
-            return not any(
-                e.phase in ("closed", "failed") for e in events if e.kind == Kind.LIFECYCLE
-            )
-    return False
+def in_flight(session_id: str, events: list[Event]) -> bool:
+    """Whether the latest goal run on this stream has not ended, as the session's own
+    fold reads it (one rule: the session would continue exactly this run)."""
+    state = fold(SessionState(session_id=session_id), events)
+    return state.running_goal is not None and not state.terminal
 
 
 def runs_in_flight(log: Log) -> list[str]:
     """Every session whose latest goal run was cut off (reads every stream: a daemon
     start pays it once, and only when asked to resume runs)."""
-    return [s.stream for s in log.streams() if in_flight(log.read_events(s.stream))]
+    return [s.stream for s in log.streams() if in_flight(s.stream, log.read_events(s.stream))]
 
 
 def wait_goal(log: Log, session_id: str, timeout: float | None) -> str:

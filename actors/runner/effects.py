@@ -25,6 +25,8 @@ from ..logformat import child_context
 from ..messages import RunnerConfig
 from ..session import protocol as sp
 from ..session.actor import SessionActor
+from ..session.commands import CloseStored, Session
+from ..session.decide import decide
 from ..session.state import SessionState, fold, recovery_events
 from ..session.subscriptions import Subscriptions
 from . import actions as a
@@ -255,10 +257,9 @@ class RunnerEffects(RunnerPublishing):
             if state.closed or state.failed:
                 terminal = "closed" if state.closed else "failed"
                 return self.registry.stored_terminal(sid, terminal, state.last_seq)
-            events = [
-                *recovery_events(state, "closed"),
-                Event(kind=Kind.LIFECYCLE, phase=Phase.CLOSED),
-            ]
+            # The session's own decider: a goal run in flight stalls before ``closed``,
+            # so `wait` answers and a parent hears of its child.
+            events = list(decide(Session(stored=state), CloseStored()).events)
             try:
                 res = self._append(sid, events, expected_seq=state.last_seq)
             except ConflictError:

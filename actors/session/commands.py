@@ -97,6 +97,12 @@ class Close:
 
 
 @attrs.frozen(kw_only=True)
+class CloseStored:
+    """Close a stream that has no process (the Runner is its writer): what a crash left
+    open is closed, the goal run in flight stalls, then ``closed`` -- as `Close` does."""
+
+
+@attrs.frozen(kw_only=True)
 class SealStream:
     """Seal what is new: the shell computes the seal (it reads the log and signs)."""
 
@@ -239,6 +245,7 @@ Command = (
     | Receive
     | Intercepted
     | Close
+    | CloseStored
     | SealStream
     | Sealed
     | VerifyStream

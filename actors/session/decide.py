@@ -24,6 +24,7 @@ from ..policy import BUSY_POLICY_KEY, BusyPolicy
 from . import goals
 from .commands import (
     Close,
+    CloseStored,
     Command,
     Decide,
     Decision,
@@ -357,6 +358,18 @@ def _close(s: Session, cmd: Close) -> Decision:
     )
 
 
+def _close_stored(s: Session, cmd: CloseStored) -> Decision:
+    st = s.stored
+    if st.terminal:
+        return Decision(state=s)
+    # The children's stop is the shell's to carry out; the events are the same as a
+    # live close's, so the goal run ends and a parent gets its `child.completed`.
+    gone, stop = goals.cancel_children(st)
+    events = [*gone, *recovery_events(st, "closed"), *goals.cancelled(st)]
+    events.append(Event(kind=Kind.LIFECYCLE, phase=Phase.CLOSED))
+    return Decision(state=attrs.evolve(s, stopping=True), events=tuple(events), effects=stop)
+
+
 def _poisoned(s: Session, cmd: Poisoned) -> Decision:
     if s.stored.closed:
         return Decision(state=s)
@@ -378,6 +391,7 @@ _HANDLERS: dict[type, Callable[[Session, Any], Decision]] = {
     Spawn: goals.spawn,
     StartFailed: start_failed,
     Close: _close,
+    CloseStored: _close_stored,
     SealStream: seal,
     Sealed: sealed,
     VerifyStream: verify,
