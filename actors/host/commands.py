@@ -196,7 +196,7 @@ class SessionCommands:
             try:
                 if not _ends_in_a_turn(self._log, info.stream, info.last_seq):
                     continue
-                if in_flight(self._log.read_events(info.stream)):
+                if in_flight(info.stream, self._log.read_events(info.stream)):
                     continue
                 self._request(m.GetSession(request_id=request_id(), session_id=info.stream))
             except (ActorsError, SpineError) as exc:  # one that cannot come back stops none
