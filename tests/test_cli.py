@@ -899,6 +899,32 @@ def test_chat_talks_streams_interrupts_and_leaves_on_a_second_ctrl_c(daemon: Dae
     assert kinds_of(hist).count("turn.cancelled") == 1
 
 
+def test_chat_shows_other_clients_messages_and_answers_live_at_the_prompt(
+    daemon: Daemon,
+) -> None:
+    """While the chat waits for input, another client's message and its answer appear at
+    once (no Enter needed), and the half-typed line is drawn again below them, intact."""
+    term = _chat(daemon.data, "live-1", "--create")
+    try:
+        at = term.expect("you> ")
+        term.type("half ")
+        at = term.expect("half ", after=at)
+        ok(run(daemon.data, "send", "live-1", "from elsewhere"))
+        at = term.expect("(elsewhere) > from elsewhere", after=at)
+        at = term.expect("[scripted] from elsewhere", after=at)
+        at = term.expect("you> half ", after=at)
+        term.type("done\r")
+        at = term.expect("[scripted] half done", after=at)
+        term.expect("you> ", after=at)
+        term.type("\x04")
+        assert term.wait() == 0
+    finally:
+        term.close()
+    hist = ok(run(daemon.data, "history", "live-1", "--json"))
+    users = [json.loads(x)["text"] for x in hist.splitlines() if '"user.message"' in x]
+    assert users == ["from elsewhere", "half done"]
+
+
 def test_chat_leaves_on_ctrl_d_and_starts_a_new_session_without_an_id(daemon: Daemon) -> None:
     """chat without an id creates a session; Ctrl-D leaves at once with exit 0; other
     clients' messages appear before the next prompt."""

@@ -1,11 +1,14 @@
 """`vertebra chat`: an interactive conversation with one session of the running daemon.
 
-One thread does everything in turn: read a line (readline gives line editing and a
-history kept in the data directory), send it, then follow the session's subscription
-until the turn ends, printing stored events as they are written and the text deltas the
-daemon pushes live (a sink) as they stream. The subscription is opened once, so every
-stored event is shown exactly once, including what other clients send meanwhile (shown
-before the next prompt).
+One thread reads a line (readline gives line editing and a history kept in the data
+directory), sends it, then follows the session's subscription until the turn ends,
+printing stored events as they are written and the text deltas the daemon pushes live
+(a sink) as they stream. While it waits at the prompt a watcher thread takes the
+subscription over and prints what other clients send and the answers they get, live,
+above the prompt (which is drawn again with what was typed so far); an action waiting
+for approval is held for the reading thread, which asks about it once the line is read.
+The subscription is opened once and has one reader at a time, so every stored event is
+shown exactly once.
 
 Ctrl-C while a turn runs interrupts it (a second one stops waiting for it); Ctrl-C at the
 prompt asks for a second to leave; Ctrl-D leaves. Slash commands are plain messages: the
@@ -21,6 +24,7 @@ import contextlib
 import os
 import queue
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -122,6 +126,7 @@ class Chat:
         write: Callable[[str], None],
         style: Style,
         read_line: Callable[[str], str] = input,
+        terminal: bool = False,
     ) -> None:
         self.host = host
         self.sid = sid
@@ -135,6 +140,10 @@ class Chat:
         self._streamed = ""
         self._interrupted = False
         self._streaming = threading.Event()
+        #: Events the prompt's watcher took but left to the reading thread (approvals).
+        self.held: list[Event] = []
+        #: On a terminal, lines printed at the prompt redraw it below them.
+        self.terminal = terminal
         host.add_sink(self._on_live, kinds=(ASSISTANT_DELTA,))
 
     def _on_live(self, sid: str, ev: Any, live: Any) -> None:
@@ -161,7 +170,7 @@ class Chat:
                     if not self.show_pending():
                         self.say(self.style.paint("dim", f"session {self.sid} was closed"))
                         return 0
-                    text = self.read_line(self.style.prompt("you> "))
+                    text = self.read_at_prompt(self.style.prompt("you> "))
                 except KeyboardInterrupt:
                     try:
                         if armed:
@@ -183,9 +192,72 @@ class Chat:
 
     def show_pending(self) -> bool:
         """Print what arrived while at the prompt; False once the session is closed."""
+        held, self.held = self.held, []
+        for waiting in held:
+            self.show(waiting)
         while (ev := self.sub.get(0)) is not None:
             self.show(ev)
         return not self.sub.closed
+
+    def read_at_prompt(self, prompt: str) -> str:
+        """Read a line while a watcher prints what other clients do meanwhile."""
+        stop = threading.Event()
+        watcher = threading.Thread(
+            target=self._watch, args=(stop, prompt), name="chat-prompt", daemon=True
+        )
+        watcher.start()
+        try:
+            return self.read_line(prompt)
+        finally:
+            stop.set()
+            watcher.join()
+
+    def _watch(self, stop: threading.Event, prompt: str) -> None:
+        """The prompt's watcher: the subscription's only reader until ``stop``."""
+        # Ctrl-C must reach the reading thread: a SIGINT the kernel hands this thread
+        # leaves readline's select asleep in the other until the next key.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        while not stop.is_set():
+            ev = self.sub.get(POLL)
+            if ev is None:
+                if self.sub.closed:
+                    return
+                continue
+            if stop.is_set() or ev.kind == Kind.ACTION_PENDING or self.held:
+                # Asking needs the reading thread (it reads the answer), and what comes
+                # after a held event waits behind it to keep the order.
+                self.held.append(ev)
+                if ev.kind == Kind.ACTION_PENDING and len(self.held) == 1:
+                    self._above_prompt(
+                        self.style.paint(
+                            "yellow", f"approval needed: action {ev.call} (press Enter to answer)"
+                        )
+                        + "\n",
+                        prompt,
+                    )
+                continue
+            shown: list[str] = []
+            write, self.write = self.write, shown.append
+            try:
+                self.show(ev)
+            finally:
+                self.write = write
+            if shown:
+                self._above_prompt("".join(shown), prompt)
+
+    def _above_prompt(self, text: str, prompt: str) -> None:
+        if not self.terminal:
+            self.write(text)
+            return
+        typed = ""
+        with contextlib.suppress(ImportError):
+            import readline
+
+            typed = readline.get_line_buffer()
+        visible = prompt.replace("\001", "").replace("\002", "")
+        # Back to the line's start, clear it, print, then draw the prompt and the typed
+        # text again below: readline goes on editing the line where it was.
+        self.write("\r\x1b[K" + text + visible + typed)
 
     def send(self, text: str) -> bool:
         """Send one line and follow its turn; False if the chat must end."""
@@ -351,7 +423,8 @@ def run_chat(host: Host, sid: str | None, *, create: bool, out: Any, data: str) 
         out.stdout.flush()
 
     with _readline_history(data):
-        return Chat(host, sid, after, write, out.style).run()
+        terminal = out.stdout.isatty() and sys.stdin.isatty()
+        return Chat(host, sid, after, write, out.style, terminal=terminal).run()
 
 
 __all__ = ["Chat", "render", "run_chat"]
