@@ -157,10 +157,6 @@ class Chat:
     # -- the loop -------------------------------------------------------------------------
 
     def run(self) -> int:
-        # A chat started where SIGINT is ignored (a background job of a script, nohup)
-        # inherits that, and Ctrl-C at the prompt would do nothing: it always interrupts.
-        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
         self.say(
             self.style.paint("bold", f"chat with {self.sid}")
             + self.style.paint(

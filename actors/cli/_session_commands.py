@@ -382,8 +382,14 @@ def chat_args(p: argparse.ArgumentParser) -> None:
 
 
 def chat(args: argparse.Namespace, out: Out) -> int:
+    import signal
+
     from ._chat import run_chat
 
+    # A chat started where SIGINT is ignored (a background job of a script, nohup)
+    # inherits that, and Ctrl-C at the prompt would do nothing: it always interrupts.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     sid = None if args.session is None else session_id(args.session)
     with attach(args) as host:
         return run_chat(host, sid, create=args.create, out=out, data=args.data)
