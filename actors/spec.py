@@ -28,6 +28,7 @@ from projections import (
 
 __all__ = [
     "LEGACY_PREFIX",
+    "MCP_SERVERS",
     "MODEL_MAX_OUTPUT_TOKENS",
     "MODEL_NAME",
     "MODEL_TEMPERATURE",
@@ -87,6 +88,8 @@ class AgentSpec:
     timeout: float = 60.0
     system: str | None = None
     max_tool_rounds: int = 8
+    #: The operator-configured MCP servers whose tools the session uses (``mcp.servers``).
+    mcp_servers: tuple[str, ...] = ()
 
     @classmethod
     @per_metadata
@@ -106,7 +109,19 @@ class AgentSpec:
             timeout=60.0 if s.timeout is None else s.timeout,
             system=s.system,
             max_tool_rounds=8 if s.max_tool_rounds is None else s.max_tool_rounds,
+            mcp_servers=mcp_servers(metadata),
         )
+
+
+#: The session's pick among the operator's MCP servers: names, comma- or space-separated.
+MCP_SERVERS = "mcp.servers"
+
+
+def mcp_servers(metadata: Mapping[str, str]) -> tuple[str, ...]:
+    """The server names ``mcp.servers`` lists, in order, each once."""
+    raw = metadata.get(MCP_SERVERS) or ""
+    names = [n for n in raw.replace(",", " ").split() if n]
+    return tuple(dict.fromkeys(names))
 
 
 @attrs.frozen(kw_only=True)

@@ -74,6 +74,8 @@ PURE = [
     "actors/agents/accumulate.py",
     "actors/agents/formats.py",
     "actors/agents/wire.py",
+    "actors/agents/mcp_results.py",
+    "actors/agents/toolnames.py",
     "actors/runner/registry.py",
     "actors/runner/supervision.py",
 ]

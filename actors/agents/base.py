@@ -39,7 +39,18 @@ class TurnOutput(Protocol):
 
     def tool_call(self, tool: str, tool_use_id: str, input_json: str) -> None: ...
 
-    def tool_result(self, tool: str, tool_use_id: str, result: str, is_error: bool) -> None: ...
+    def tool_result(
+        self,
+        tool: str,
+        tool_use_id: str,
+        result: str,
+        is_error: bool,
+        *,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Store a tool's result; ``extra`` holds fields kept beside it (an MCP call's
+        record: its server, idempotency key, content kinds, binary references)."""
+        ...
 
     def usage(self, usage: Usage, raw: tuple[Mapping[str, Any], ...] = ()) -> None:
         """The turn's usage so far (a total, not an increment) and the providers' own

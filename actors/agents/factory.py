@@ -8,16 +8,19 @@ error naming it, never the session.
 
 from __future__ import annotations
 
+import copy
 import os
+from typing import Any
 
 from ..spec import AgentSpec
 from .base import Agent, AgentError
 from .loop import ModelAgent, Provider
+from .mcp_config import McpConfig, McpConfigError
 from .providers import PROVIDERS, SCRIPTED, unknown_provider
 from .scripted import ScriptedProvider
 from .tools import ToolRegistry, builtin_tools
 
-__all__ = ["ModelFactory", "ScriptedFactory"]
+__all__ = ["ModelFactory", "ScriptedFactory", "with_mcp"]
 
 
 class ModelFactory:
@@ -36,11 +39,14 @@ class ModelFactory:
         retries: int = 3,
         backoff: float = 0.5,
         flush_interval: float = 0.02,
+        mcp: McpConfig | None = None,
     ) -> None:
         self.tools = tools if tools is not None else builtin_tools()
         self.retries = retries
         self.backoff = backoff
         self.flush_interval = flush_interval
+        #: The operator's MCP servers (``DIR/mcp.toml``), among which sessions pick.
+        self.mcp = mcp
 
     def provider(self, spec: AgentSpec) -> Provider:
         if spec.provider == SCRIPTED:
@@ -75,7 +81,22 @@ class ModelFactory:
             raise AgentError(str(exc)) from None
 
     def build(self, spec: AgentSpec, session_id: str) -> Agent:
-        return ModelAgent(spec, self.provider(spec), self.tools, self.flush_interval)
+        mcp = self.mcp_tools(spec)
+        return ModelAgent(spec, self.provider(spec), self.tools, self.flush_interval, mcp)
+
+    def mcp_tools(self, spec: AgentSpec) -> Any:
+        """The tools of the MCP servers the session picked (None: it picked none); a
+        name the operator did not configure fails the turn, naming it."""
+        if not spec.mcp_servers:
+            return None
+        config = getattr(self, "mcp", None) or McpConfig()
+        try:
+            servers = config.pick(spec.mcp_servers)
+        except McpConfigError as exc:
+            raise AgentError(str(exc)) from None
+        from .mcp_client import McpTools
+
+        return McpTools(servers)
 
 
 class ScriptedFactory(ModelFactory):
@@ -84,3 +105,17 @@ class ScriptedFactory(ModelFactory):
 
     def provider(self, spec: AgentSpec) -> Provider:
         return ScriptedProvider(spec.model)
+
+
+def with_mcp(factory: Any, config: McpConfig | None) -> Any:
+    """``factory`` with the operator's MCP servers, when it is a `ModelFactory` that has
+    none of its own (a copy: the caller's stays as it was); else ``factory`` itself."""
+    if config is None or not config.servers:
+        return factory
+    if factory is None:
+        return ModelFactory(mcp=config)
+    if isinstance(factory, ModelFactory) and getattr(factory, "mcp", None) is None:
+        f = copy.copy(factory)
+        f.mcp = config
+        return f
+    return factory

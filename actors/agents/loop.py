@@ -12,8 +12,8 @@ import asyncio
 import concurrent.futures
 import os
 import threading
-from collections.abc import AsyncIterator
-from typing import Protocol, runtime_checkable
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 import orjson
@@ -23,7 +23,8 @@ from .base import TurnOutput
 from .formats import conversation, resume_point
 from .governance import Requirement, Verdict
 from .model_call import Flusher, UsageTally, completed, drain_now, stream_reply
-from .tools import FINISH, Tool, ToolContext, ToolError, ToolRegistry
+from .tools import FINISH, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
+from .toolnames import WireNames
 from .wire import (
     Message,
     ModelRequest,
@@ -93,11 +94,14 @@ class ModelAgent:
         provider: Provider,
         tools: ToolRegistry | None = None,
         flush_interval: float = 0.02,
+        mcp: Any = None,
     ) -> None:
         self.spec = spec
         self.provider = provider
         self.tools = tools if tools is not None else ToolRegistry()
         self.flush_interval = flush_interval
+        #: The MCP servers' tools (`mcp_client.McpTools`), listed at each turn's start.
+        self.mcp = mcp
 
     def run(self, turn: TurnInput, out: TurnOutput) -> str:
         fut = asyncio.run_coroutine_threadsafe(self.turn(turn, out), provider_loop())
@@ -107,11 +111,16 @@ class ModelAgent:
         except concurrent.futures.CancelledError:
             return "cancelled"
 
-    def _request(self, msgs: list[Message], specs: tuple[ToolSpec, ...]) -> ModelRequest:
+    def _request(
+        self, msgs: list[Message], specs: tuple[ToolSpec, ...], names: WireNames | None = None
+    ) -> ModelRequest:
         spec = self.spec
+        messages: tuple[Message, ...] = tuple(msgs)
+        if names is not None:
+            specs, messages = names.specs(specs), names.messages(messages)
         return ModelRequest(
             model=spec.model,
-            messages=tuple(msgs),
+            messages=messages,
             tools=specs,
             system=spec.system,
             temperature=spec.temperature,
@@ -128,6 +137,8 @@ class ModelAgent:
         it stores is what `turn` would store."""
         if not getattr(self.provider, "instant", False) or turn.resume or not turn.model_call:
             return None
+        if self.mcp is not None:
+            return None  # listing the servers' tools may wait
         req = self._request(list(conversation(turn.history, turn.text)), self.tools.specs())
         events = drain_now(self.provider.stream(req))
         if events is None or any(isinstance(ev, ToolCallDone) for ev in events):
@@ -152,10 +163,13 @@ class ModelAgent:
             msgs = list(conversation(turn.history, turn.text))
         # A goal run that ends with the finish tool offers it for its turns only.
         tools = self.tools.with_tool(FINISH) if turn.finish else self.tools
+        if self.mcp is not None:
+            tools = await self.mcp.registry(tools, out.emit)
         ctx = ToolContext(
             emit=out.emit,
             egress_allow=turn.egress_allow,
             delegate=getattr(out, "delegate", None),
+            session_id=turn.session_id,
         )
         flusher = Flusher(out, self.flush_interval)
         try:
@@ -183,6 +197,7 @@ class ModelAgent:
         and each response's tool calls, until the model stops, a call is refused, the turn
         runs out of tool rounds or an offered ``finish`` ran; ``rounds`` already ran."""
         specs = tools.specs()
+        names = WireNames.of(tools.tools)
         tally = UsageTally()
         while True:
             if first:
@@ -192,20 +207,19 @@ class ModelAgent:
                 verdict, call, fault = await self._govern(out, "model", "", "", Requirement())
             if verdict != Verdict.ADMIT:
                 return fault or "rejected"
-            req = self._request(msgs, specs)
+            req = self._request(msgs, specs, names)
             reply = await stream_reply(self.provider, req, out, call, tally, flusher)
             if not reply.calls:
                 return reply.stop
+            calls = tuple(attrs.evolve(c, name=names.registry_name(c.name)) for c in reply.calls)
             thinking = tuple(getattr(self.provider, "last_thinking", ()))
             msgs.append(
-                Message(
-                    role="assistant", text=reply.text, tool_calls=reply.calls, thinking=thinking
-                )
+                Message(role="assistant", text=reply.text, tool_calls=calls, thinking=thinking)
             )
             if rounds >= self.spec.max_tool_rounds:
-                return self._out_of_rounds(reply.calls, out)
+                return self._out_of_rounds(calls, out)
             rounds += 1
-            if await self._answer(reply.calls, out, ctx, msgs, tools, announce=True):
+            if await self._answer(calls, out, ctx, msgs, tools, announce=True):
                 return FINISHED
 
     def _out_of_rounds(self, calls: tuple[ToolCall, ...], out: TurnOutput) -> str:
@@ -244,8 +258,11 @@ class ModelAgent:
                 out.tool_call(c.name, c.id, c.arguments)
         results = await asyncio.gather(*(self._governed(c, out, ctx, tools) for c in calls))
         finished = False
-        for c, (result, is_error) in zip(calls, results, strict=True):
-            out.tool_result(c.name, c.id, result, is_error)
+        for c, (result, is_error, extra) in zip(calls, results, strict=True):
+            if extra:
+                out.tool_result(c.name, c.id, result, is_error, extra=extra)
+            else:
+                out.tool_result(c.name, c.id, result, is_error)
             msgs.append(
                 Message(
                     role="tool",
@@ -260,40 +277,48 @@ class ModelAgent:
 
     async def _governed(
         self, call: ToolCall, out: TurnOutput, ctx: ToolContext, tools: ToolRegistry
-    ) -> tuple[str, bool]:
+    ) -> tuple[str, bool, Mapping[str, Any]]:
         if call.error:
-            return call.error, True
+            return call.error, True, {}
         tool = tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(tools.tools)) or "none"
-            return f"unknown tool {call.name!r}; the tools are: {known}", True
+            return f"unknown tool {call.name!r}; the tools are: {known}", True, {}
         verdict, cid, fault = await self._govern(
             out, call.name, call.id, call.arguments, tool.requirement
         )
         if verdict != Verdict.ADMIT:
             # The model hears why, so it can do without; the tool never runs.
-            return f"not run: refused by governance ({fault or 'rejected'})", True
-        result, is_error = await self._run_tool(call, ctx, tool)
+            return f"not run: refused by governance ({fault or 'rejected'})", True, {}
+        result, is_error, extra = await self._run_tool(call, ctx, tool)
         out.emit(completed(cid, call.name, call.id, "tool_error" if is_error else ""))
-        return result, is_error
+        return result, is_error, extra
 
-    async def _run_tool(self, call: ToolCall, ctx: ToolContext, tool: Tool) -> tuple[str, bool]:
+    async def _run_tool(
+        self, call: ToolCall, ctx: ToolContext, tool: Tool
+    ) -> tuple[str, bool, Mapping[str, Any]]:
         try:
             args = orjson.loads(call.arguments or "{}")
         except orjson.JSONDecodeError as exc:
-            return f"the arguments are not valid JSON: {exc}", True
+            return f"the arguments are not valid JSON: {exc}", True, {}
         if not isinstance(args, dict):
-            return "the arguments must be a JSON object", True
+            return "the arguments must be a JSON object", True, {}
         loop = asyncio.get_running_loop()
         try:
+            if tool.asynchronous:
+                # On the loop: an interrupt cancels it where it waits.
+                here = attrs.evolve(ctx, tool_use_id=call.id)
+                result = await (tool.fn(args, here) if tool.context else tool.fn(args))
             # Off the loop: a slow tool must not hold up other sessions' streams.
-            if tool.context:
+            elif tool.context:
                 here = attrs.evolve(ctx, tool_use_id=call.id)
                 result = await loop.run_in_executor(None, tool.fn, args, here)
             else:
                 result = await loop.run_in_executor(None, tool.fn, args)
         except ToolError as exc:
-            return str(exc), True
+            return str(exc), True, {}
         except Exception as exc:
-            return f"{call.name} failed: {type(exc).__name__}: {exc}", True
-        return str(result), False
+            return f"{call.name} failed: {type(exc).__name__}: {exc}", True, {}
+        if isinstance(result, ToolOutput):
+            return result.text, result.is_error, result.extra
+        return str(result), False, {}

@@ -29,6 +29,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolError",
+    "ToolOutput",
     "ToolRegistry",
     "builtin_tools",
     "calculate",
@@ -51,12 +52,26 @@ class ToolContext:
     delegate: Callable[[str, str], tuple[str, bool]] | None = None
     #: The id of the tool call being answered.
     tool_use_id: str = ""
+    #: The session whose turn calls the tool.
+    session_id: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class ToolOutput:
+    """What a tool may return instead of text: its text, whether it is an error the
+    model should hear as one, and fields stored beside it on the ``tool.result``."""
+
+    text: str
+    is_error: bool = False
+    extra: Mapping[str, Any] = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)
 class Tool:
-    """A tool: ``fn(args)`` (or ``fn(args, ctx)`` with ``context=True``) returns text.
-    ``requirement`` is what the governance gate checks before every call."""
+    """A tool: ``fn(args)`` (or ``fn(args, ctx)`` with ``context=True``) returns text or
+    a `ToolOutput`. ``requirement`` is what the governance gate checks before every call.
+    ``asynchronous``: ``fn`` returns an awaitable, awaited on the provider loop (so an
+    interrupt cancels it) instead of run on a thread."""
 
     name: str
     description: str
@@ -64,6 +79,7 @@ class Tool:
     fn: Callable[..., str]
     requirement: Requirement = attrs.field(factory=Requirement)
     context: bool = False
+    asynchronous: bool = False
 
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)

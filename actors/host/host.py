@@ -23,6 +23,7 @@ import attrs
 from spine import SqliteLog, open_log, private_dir
 
 from .. import messages as m
+from ..agents.factory import with_mcp
 from ..errors import HostClosed, HostTimeout, InvalidRequest
 from ..interceptors import SlashCommands
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
@@ -51,6 +52,20 @@ def _listening(port: int) -> bool:
 #: Session ids of the actor systems Hosts of this process started (tests check them).
 SYSTEM_SESSIONS: set[int] = set()
 BASES = ("multiprocTCPBase", "simpleSystemBase")
+
+
+def _mcp_config(data_dir: str | os.PathLike[str]) -> Any:
+    """The operator's ``DIR/mcp.toml`` (None: no file); `InvalidRequest` names what is
+    wrong with it."""
+    from ..agents.mcp_config import McpConfigError, check_environment, load
+
+    try:
+        config = load(os.path.abspath(os.fspath(data_dir)))
+        if config is not None:
+            check_environment(config, os.environ)
+    except McpConfigError as exc:
+        raise InvalidRequest(str(exc)) from None
+    return config
 
 
 def _check_base(base: str, attach: bool, admin_port: int | None, leads: bool) -> None:
@@ -100,6 +115,10 @@ class Host(SessionCommands, SessionReading):
         spare_sessions: int = 3,
     ) -> None:
         _check_base(base, attach, admin_port, convention_bind is not None)
+        # The operator's MCP servers, checked before anything starts: a bad file stops
+        # the daemon with an error naming the server and the field.
+        if not attach:
+            factory = with_mcp(factory, _mcp_config(data_dir))
         cfg = RunnerConfig(
             data_dir=os.path.abspath(os.fspath(data_dir)),
             interceptors=tuple(interceptors) if interceptors is not None else (SlashCommands(),),

@@ -346,13 +346,22 @@ class TurnWorker:
         ev = Event(kind=Kind.TOOL_CALL, tool=tool, tool_use_id=tool_use_id, input=input_json)
         self.flush((ev,))
 
-    def tool_result(self, tool: str, tool_use_id: str, result: str, is_error: bool) -> None:
+    def tool_result(
+        self,
+        tool: str,
+        tool_use_id: str,
+        result: str,
+        is_error: bool,
+        *,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
         ev = Event(
             kind=Kind.TOOL_RESULT,
             tool=tool,
             tool_use_id=tool_use_id,
             result=result,
             is_error=is_error,
+            extra=extra or {},
         )
         self.flush((ev,))
 
