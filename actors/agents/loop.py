@@ -23,8 +23,8 @@ from .base import TurnOutput
 from .formats import conversation, resume_point
 from .governance import Requirement, Verdict
 from .model_call import Flusher, UsageTally, completed, drain_now, stream_reply
-from .tools import FINISH, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
 from .toolnames import WireNames
+from .tools import FINISH, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
 from .wire import (
     Message,
     ModelRequest,

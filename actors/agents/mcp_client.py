@@ -133,8 +133,7 @@ class Connection:
         if self.client is None:
             why = self._error
             raise AgentError(
-                f"MCP server {self.server.name!r} could not be started: "
-                f"{type(why).__name__}: {why}"
+                f"MCP server {self.server.name!r} could not be started: {type(why).__name__}: {why}"
             )
         return self.client
 
@@ -150,7 +149,7 @@ class Connection:
                 self.client = client
                 self._ready.set()
                 await self._run(client)
-        except BaseException as exc:  # noqa: BLE001 - reported to whoever waits
+        except BaseException as exc:
             self._error = exc
             self._failed_at = time.monotonic()
         finally:

@@ -171,7 +171,9 @@ def _fail(server: str, field: str, problem: str) -> McpConfigError:
     return McpConfigError(f"{CONFIG_FILE}: server {server!r}: {field} {problem}")
 
 
-def _strings(server: str, field: str, value: Any, pattern: re.Pattern[str] | None = None) -> tuple[str, ...]:
+def _strings(
+    server: str, field: str, value: Any, pattern: re.Pattern[str] | None = None
+) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise _fail(server, field, "must be a list of strings")
     for v in value:

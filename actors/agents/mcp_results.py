@@ -125,9 +125,9 @@ def render(result: Any) -> tuple[str, bool, dict[str, Any]]:
     texts: list[str] = []
     blocks: list[dict[str, Any]] = []
     for block in getattr(result, "content", None) or ():
-        text, record = _block(block)
-        texts.append(text)
-        blocks.append(record)
+        said, kept = _block(block)
+        texts.append(said)
+        blocks.append(kept)
     record: dict[str, Any] = {"content": blocks}
     structured = getattr(result, "structured_content", None)
     if structured is not None:

@@ -76,7 +76,7 @@ class Tool:
     name: str
     description: str
     parameters: Mapping[str, Any]
-    fn: Callable[..., str]
+    fn: Callable[..., Any]
     requirement: Requirement = attrs.field(factory=Requirement)
     context: bool = False
     asynchronous: bool = False

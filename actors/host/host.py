@@ -56,7 +56,7 @@ BASES = ("multiprocTCPBase", "simpleSystemBase")
 
 def _mcp_config(data_dir: str | os.PathLike[str]) -> Any:
     """The operator's ``DIR/mcp.toml`` (None: no file); `InvalidRequest` names what is
-    wrong with it."""
+    wrong with it (the server and the field), so a bad file stops a daemon at its start."""
     from ..agents.mcp_config import McpConfigError, check_environment, load
 
     try:
@@ -115,10 +115,8 @@ class Host(SessionCommands, SessionReading):
         spare_sessions: int = 3,
     ) -> None:
         _check_base(base, attach, admin_port, convention_bind is not None)
-        # The operator's MCP servers, checked before anything starts: a bad file stops
-        # the daemon with an error naming the server and the field.
-        if not attach:
-            factory = with_mcp(factory, _mcp_config(data_dir))
+        # The operator's MCP servers, checked before anything starts (see `_mcp_config`).
+        factory = factory if attach else with_mcp(factory, _mcp_config(data_dir))
         cfg = RunnerConfig(
             data_dir=os.path.abspath(os.fspath(data_dir)),
             interceptors=tuple(interceptors) if interceptors is not None else (SlashCommands(),),

@@ -1,0 +1,326 @@
+"""MCP tools end to end against real servers: the test suite's own (the official SDK's
+MCPServer over stdio and over Streamable HTTP on loopback) and the reference server
+``@modelcontextprotocol/server-everything`` under Node; a scripted model drives sessions
+on a live Host, and the events the calls stored are read back."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import wait_for
+
+pytest.importorskip("mcp", reason="the mcp extra is not installed")
+
+from actors.agents import ScriptedFactory
+from actors.agents.mcp_client import close_all
+from actors.agents.mcp_results import idempotency_key
+from actors.errors import InvalidRequest
+from actors.host import Host
+from actors.system import free_port
+from spine import Event, Kind
+
+pytestmark = pytest.mark.timeout(180)
+
+HERE = pathlib.Path(__file__).resolve().parent
+SERVER = HERE / "mcp_server.py"
+NPM_DIR = HERE.parent / ".npm-mcp"
+EVERYTHING = "@modelcontextprotocol/server-everything"
+
+
+def _stdio_server(name: str = "notes", extra: str = "") -> str:
+    return (
+        f"[servers.{name}]\n"
+        f"command = {sys.executable!r}\n"
+        f"args = [{str(SERVER)!r}]\n"
+        'env = ["MCP_TEST_PIDFILE"]\n'
+        "timeout = 20\n" + extra
+    )
+
+
+def _data(tmp: pathlib.Path, toml: str) -> pathlib.Path:
+    data = tmp / "data"
+    data.mkdir(exist_ok=True)
+    (data / "mcp.toml").write_text(toml)
+    return data
+
+
+@pytest.fixture
+def pidfile(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
+    path = tmp_path / "server.pid"
+    monkeypatch.setenv("MCP_TEST_PIDFILE", str(path))
+    return path
+
+
+def _simple(data: pathlib.Path) -> Iterator[Host]:
+    h = Host(data, base="simpleSystemBase", timeout=30, factory=ScriptedFactory())
+    try:
+        yield h
+    finally:
+        # The servers this process started exit with their connections.
+        close_all()
+        h.close()
+
+
+@pytest.fixture
+def host(tmp_path: pathlib.Path, pidfile: pathlib.Path) -> Iterator[Host]:
+    extra = "\n[servers.notes.tools.remember]\napproval = true\n"
+    yield from _simple(_data(tmp_path, _stdio_server(extra=extra)))
+
+
+def _turn(h: Host, sid: str, text: str) -> tuple[Event, list[Event]]:
+    ack = h.send(sid, text)
+    done = h.wait_turn(sid, ack.seq, timeout=60)
+    return done, [e for e in h.history(sid) if e.seq > ack.seq]
+
+
+def _of(evs: list[Event], kind: str) -> list[Event]:
+    return [e for e in evs if e.kind == kind]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone but for its parent's wait.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_stdio_servers_tool_is_a_governed_call_with_its_key_and_result_stored(
+    host: Host,
+) -> None:
+    sid = host.create(metadata={"mcp.servers": "notes"})
+    done, evs = _turn(host, sid, '!tool notes.echo {"text": "hi"}\n!tool notes.picture {}')
+    assert done.stop_reason == "end_turn", done
+    calls = _of(evs, Kind.TOOL_CALL)
+    assert [c.tool for c in calls] == ["notes.echo", "notes.picture"]
+    admitted = [e.action for e in _of(evs, Kind.ACTION_ADMITTED)]
+    assert admitted == ["model", "notes.echo", "notes.picture", "model"]
+    completed = [e.action for e in _of(evs, Kind.ACTION_COMPLETED)]
+    assert completed.count("notes.echo") == 1 and completed.count("notes.picture") == 1
+    echo, picture = _of(evs, Kind.TOOL_RESULT)
+    key = idempotency_key(sid, calls[0].tool_use_id)
+    # The server saw the key in the request's _meta and said it back.
+    assert echo.result == f"hi (key {key})" and not echo.is_error
+    rec = echo.extra["mcp"]
+    assert (rec["server"], rec["tool"], rec["idempotencyKey"]) == ("notes", "echo", key)
+    assert rec["hints"] == {"readOnlyHint": True, "idempotentHint": True}
+    assert rec["inDoubt"] == "ask"
+    image = picture.extra["mcp"]["content"][1]
+    assert image["type"] == "image" and image["mimeType"] == "image/png" and image["size"] == 70
+    assert "iVBOR" not in repr(picture.extra) and "iVBOR" not in picture.result
+    # The model spoke of the tools by their wire names; the log keeps the configured ones.
+    answer = _of(evs, Kind.ASSISTANT)[-1].text
+    assert answer.startswith(f"notes__echo returned hi (key {key})")
+
+
+def test_the_operators_policy_decides_and_a_refusal_never_reaches_the_server(
+    host: Host,
+) -> None:
+    """The operator marked ``remember`` as needing approval: it waits for a human and
+    runs once approved; with approvals off it is refused, never sent."""
+    sid = host.create(metadata={"mcp.servers": "notes"})
+    ack = host.send(sid, '!tool notes.remember {"name": "a", "text": "b"}')
+    pending = wait_for(
+        lambda: _of([e for e in host.history(sid) if e.seq > ack.seq], Kind.ACTION_PENDING),
+        timeout=30,
+    )
+    assert pending[0].action == "notes.remember"
+    host.approve(sid, pending[0].call)
+    done = host.wait_turn(sid, ack.seq, timeout=60)
+    assert done.stop_reason == "end_turn", done
+    (result,) = _of([e for e in host.history(sid) if e.seq > ack.seq], Kind.TOOL_RESULT)
+    assert result.extra["mcp"]["structured"] == {"stored": "a", "count": 1}
+    assert result.extra["mcp"]["hints"] == {"destructiveHint": True}
+
+    sid2 = host.create(metadata={"mcp.servers": "notes", "governance.approvals": "off"})
+    done, evs = _turn(host, sid2, '!tool notes.remember {"name": "c", "text": "d"}')
+    assert done.stop_reason == "end_turn", done
+    rejected = _of(evs, Kind.ACTION_REJECTED)
+    assert [(e.action, e.fault) for e in rejected] == [("notes.remember", "needs_approval")]
+    (result,) = _of(evs, Kind.TOOL_RESULT)
+    assert result.is_error and "needs_approval" in result.result and not result.extra
+    # A session without the mcp capability is refused every server tool.
+    sid3 = host.create(metadata={"mcp.servers": "notes", "governance.capabilities": "net"})
+    _, evs = _turn(host, sid3, '!tool notes.echo {"text": "x"}')
+    assert [e.fault for e in _of(evs, Kind.ACTION_REJECTED)] == ["capability_denied"]
+
+
+def test_tools_are_listed_again_after_the_server_says_they_changed(host: Host) -> None:
+    sid = host.create(metadata={"mcp.servers": "notes"})
+    _, evs = _turn(host, sid, "!tool notes.extra {}")
+    assert "unknown tool 'notes.extra'" in _of(evs, Kind.TOOL_RESULT)[0].result
+    _, evs = _turn(host, sid, "!tool notes.grow {}")
+    assert _of(evs, Kind.TOOL_RESULT)[0].result == "grown"
+
+    def listed() -> bool:
+        _, evs = _turn(host, sid, "!tool notes.extra {}")
+        return _of(evs, Kind.TOOL_RESULT)[0].result == "extra ran"
+
+    wait_for(listed, timeout=20, interval=0.2)
+
+
+def test_a_server_a_session_names_that_is_not_configured_fails_its_turn_clearly(
+    host: Host,
+) -> None:
+    sid = host.create(metadata={"mcp.servers": "notes,evil"})
+    done, _ = _turn(host, sid, "!tool notes.echo {}")
+    assert done.stop_reason == "error"
+    assert "'evil'" in done.error and "configured: notes" in done.error
+    # The session serves on once it picks what is there.
+    host.set_metadata(sid, {"mcp.servers": "notes"})
+    done, _ = _turn(host, sid, "plain words")
+    assert done.stop_reason == "end_turn"
+
+
+def test_a_bad_configuration_stops_the_host_before_it_starts(tmp_path: pathlib.Path) -> None:
+    data = _data(tmp_path, '[servers.notes]\ncommand = "x"\ntimeout = -1\n')
+    with pytest.raises(InvalidRequest, match=r"server 'notes': timeout"):
+        Host(data, base="simpleSystemBase")
+    (data / "mcp.toml").write_text("[servers.notes\n")
+    with pytest.raises(InvalidRequest, match="not valid TOML"):
+        Host(data, base="simpleSystemBase")
+
+
+def test_a_daemon_sessions_server_runs_in_its_process_and_is_gone_when_it_stops(
+    tmp_path: pathlib.Path, pidfile: pathlib.Path, no_leftover_processes: Any
+) -> None:
+    data = _data(tmp_path, _stdio_server())
+    h = Host(data, base="multiprocTCPBase", timeout=30, factory=ScriptedFactory())
+    try:
+        sid = h.create(metadata={"mcp.servers": "notes"})
+        done, evs = _turn(h, sid, '!tool notes.remember {"name": "a", "text": "b"}')
+        assert done.stop_reason == "end_turn", done
+        (result,) = _of(evs, Kind.TOOL_RESULT)
+        assert result.extra["mcp"]["structured"] == {"stored": "a", "count": 1}
+        pid = int(pidfile.read_text())
+        assert _alive(pid)
+        # The same connection serves the session's next call: the note is still there.
+        _, evs = _turn(h, sid, '!tool notes.remember {"name": "c", "text": "d"}')
+        assert _of(evs, Kind.TOOL_RESULT)[0].extra["mcp"]["structured"]["count"] == 2
+        assert int(pidfile.read_text()) == pid
+    finally:
+        h.close()
+    wait_for(lambda: not _alive(pid), timeout=15)
+
+
+@pytest.fixture
+def http_server(tmp_path: pathlib.Path) -> Iterator[str]:
+    port = free_port()
+    log = open(tmp_path / "http-server.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVER), "http", str(port)], stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        import socket
+
+        def up() -> bool:
+            assert proc.poll() is None, (tmp_path / "http-server.log").read_text()
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", port)) == 0
+
+        wait_for(up, timeout=30, interval=0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+
+
+def test_a_streamable_http_server_is_reached_through_the_egress_guard(
+    tmp_path: pathlib.Path, http_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NOTES_AUTH", "Bearer t0k3n")
+    toml = (
+        f'[servers.web]\nurl = "{http_server}"\negress_allow = ["127.0.0.1"]\n'
+        'headers = { Authorization = "NOTES_AUTH" }\n'
+        f'[servers.shut]\nurl = "{http_server}"\n'
+    )
+    for h in _simple(_data(tmp_path, toml)):
+        sid = h.create(metadata={"mcp.servers": "web"})
+        done, evs = _turn(h, sid, '!tool web.echo {"text": "over http"}')
+        assert done.stop_reason == "end_turn", done
+        (result,) = _of(evs, Kind.TOOL_RESULT)
+        key = idempotency_key(sid, result.tool_use_id)
+        assert result.result == f"over http (key {key})"
+        egress = _of(evs, Kind.EGRESS)
+        assert [(e.host, e.allowed) for e in egress] == [("127.0.0.1", True)]
+        assert "t0k3n" not in repr(h.history(sid))
+        # Loopback without the operator's allowance: refused, and the turn says why.
+        sid2 = h.create(metadata={"mcp.servers": "shut"})
+        done, evs = _turn(h, sid2, '!tool shut.echo {"text": "x"}')
+        assert done.stop_reason == "error" and "egress to 127.0.0.1 refused" in done.error
+        assert [e.allowed for e in _of(evs, Kind.EGRESS)] == [False]
+
+
+def _everything() -> str:
+    """The reference server's command: installed by CI into the checkout; installed
+    here the same way when npm is there."""
+    given = os.environ.get("VERTEBRA_TEST_MCP_EVERYTHING")
+    if given:
+        return given
+    binary = NPM_DIR / "node_modules" / ".bin" / "mcp-server-everything"
+    if not binary.exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            if os.environ.get("CI"):
+                pytest.fail("npm is missing, and CI must run the reference MCP server")
+            pytest.skip("npm is missing: cannot install @modelcontextprotocol/server-everything")
+        subprocess.run(
+            [
+                npm,
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--silent",
+                "--prefix",
+                str(NPM_DIR),
+                EVERYTHING,
+            ],
+            check=True,
+            timeout=300,
+        )
+    return str(binary)
+
+
+def test_the_reference_server_everything_under_node(
+    tmp_path: pathlib.Path, no_leftover_processes: Any
+) -> None:
+    command = _everything()
+    toml = f'[servers.everything]\ncommand = "{command}"\nargs = ["stdio"]\n'
+    for h in _simple(_data(tmp_path, toml)):
+        sid = h.create(metadata={"mcp.servers": "everything"})
+        started = time.monotonic()
+        done, evs = _turn(
+            h,
+            sid,
+            '!tool everything.echo {"message": "hello"}\n'
+            '!tool everything.get-sum {"a": 2, "b": 3}\n'
+            "!tool everything.get-tiny-image {}",
+        )
+        assert done.stop_reason == "end_turn", done
+        assert time.monotonic() - started < 60
+        echo, total, image = _of(evs, Kind.TOOL_RESULT)
+        assert echo.result == "Echo: hello" and not echo.is_error
+        assert echo.extra["mcp"]["hints"]["readOnlyHint"] is True
+        assert "5" in total.result
+        kinds = [c["type"] for c in image.extra["mcp"]["content"]]
+        assert "image" in kinds
+        ref = next(c for c in image.extra["mcp"]["content"] if c["type"] == "image")
+        assert ref["mimeType"] == "image/png" and ref["size"] > 0 and len(ref["sha256"]) == 64
