@@ -115,12 +115,11 @@ class Host(SessionCommands, SessionReading):
         spare_sessions: int = 3,
     ) -> None:
         _check_base(base, attach, admin_port, convention_bind is not None)
-        # The operator's MCP servers, checked before anything starts (see `_mcp_config`).
-        factory = factory if attach else with_mcp(factory, _mcp_config(data_dir))
         cfg = RunnerConfig(
             data_dir=os.path.abspath(os.fspath(data_dir)),
             interceptors=tuple(interceptors) if interceptors is not None else (SlashCommands(),),
-            factory=factory,
+            # The operator's MCP servers, checked before anything starts.
+            factory=factory if attach else with_mcp(factory, _mcp_config(data_dir)),
             busy_policy=BusyPolicy.parse(busy_policy),
             idle_timeout=idle_timeout,
             restart=RestartPolicy(max_restarts=max_restarts, window=restart_window),
