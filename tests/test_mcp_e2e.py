@@ -172,6 +172,57 @@ def test_tools_are_listed_again_after_the_server_says_they_changed(host: Host) -
     wait_for(listed, timeout=20, interval=0.2)
 
 
+@pytest.fixture
+def quick(tmp_path: pathlib.Path, pidfile: pathlib.Path) -> Iterator[Host]:
+    yield from _simple(_data(tmp_path, _stdio_server().replace("timeout = 20", "timeout = 1")))
+
+
+def test_a_hung_call_is_cut_off_by_its_timeout_and_the_server_serves_on(quick: Host) -> None:
+    sid = quick.create(metadata={"mcp.servers": "notes"})
+    done, evs = _turn(quick, sid, '!tool notes.slow {"seconds": 30}')
+    assert done.stop_reason == "end_turn", done
+    (result,) = _of(evs, Kind.TOOL_RESULT)
+    assert result.is_error and "within 1s (timeout)" in result.result
+    assert "outcome is unknown" in result.result
+    assert result.extra["mcp"]["outcome"] == "unknown"
+    _, evs = _turn(quick, sid, '!tool notes.echo {"text": "still here"}')
+    assert _of(evs, Kind.TOOL_RESULT)[0].result.startswith("still here (key ")
+
+
+def test_a_server_that_died_is_started_again_for_the_next_call(
+    host: Host, pidfile: pathlib.Path
+) -> None:
+    sid = host.create(metadata={"mcp.servers": "notes"})
+    _turn(host, sid, '!tool notes.echo {"text": "one"}')
+    first = int(pidfile.read_text())
+    os.kill(first, 9)
+    wait_for(lambda: not _alive(first), timeout=10)
+
+    def answered() -> bool:
+        _, evs = _turn(host, sid, '!tool notes.echo {"text": "two"}')
+        result = _of(evs, Kind.TOOL_RESULT)[0]
+        # A call the dead server could not answer is an error, never repeated.
+        assert result.is_error or result.result.startswith("two (key ")
+        return not result.is_error
+
+    wait_for(answered, timeout=30, interval=0.1)
+    assert int(pidfile.read_text()) != first
+
+
+def test_an_interrupt_cancels_a_call_in_flight(host: Host) -> None:
+    sid = host.create(metadata={"mcp.servers": "notes"})
+    ack = host.send(sid, '!tool notes.slow {"seconds": 30}')
+    wait_for(
+        lambda: _of([e for e in host.history(sid) if e.seq > ack.seq], Kind.ACTION_ADMITTED)[1:],
+        timeout=30,
+    )
+    host.interrupt(sid)
+    done = host.wait_turn(sid, ack.seq, timeout=10)
+    assert done.kind == Kind.TURN_CANCELLED, done
+    done, _ = _turn(host, sid, '!tool notes.echo {"text": "after"}')
+    assert done.stop_reason == "end_turn"
+
+
 def test_a_server_a_session_names_that_is_not_configured_fails_its_turn_clearly(
     host: Host,
 ) -> None:

@@ -23,6 +23,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED
+
 from spine import Event, Kind
 
 from .base import AgentError
@@ -206,6 +209,7 @@ class Connection:
         )
 
     async def close(self) -> None:
+        """End the connection (a stdio server exits); the next use starts it again."""
         self._stop.set()
         task = self._task
         if task is not None and not task.done():
@@ -272,17 +276,35 @@ class McpCall:
         }
         if self.hints:
             record["hints"] = self.hints
+        conn = connection(self.server)
         try:
-            result = await connection(self.server).call(self.tool, args, key, ctx.emit)
-        except TimeoutError:
-            raise ToolError(
-                f"MCP server {self.server.name!r}: {self.tool} did not answer within "
-                f"{self.server.timeout:g}s (timeout)"
-            ) from None
-        except AgentError as exc:
+            result = await conn.call(self.tool, args, key, ctx.emit)
+        except AgentError as exc:  # not started: nothing was sent
             raise ToolError(str(exc)) from None
+        except MCPError as exc:
+            if exc.code != CONNECTION_CLOSED:  # the server's own answer, not a doubt
+                raise ToolError(f"MCP server {self.server.name!r}: {self.tool}: {exc}") from None
+            return await self._unknown(conn, exc, record)
+        except Exception as exc:
+            return await self._unknown(conn, exc, record)
         text, is_error, stored = render(result)
         return ToolOutput(text=text, is_error=is_error, extra={"mcp": {**record, **stored}})
+
+    async def _unknown(
+        self, conn: Connection, exc: BaseException, record: Mapping[str, Any]
+    ) -> ToolOutput:
+        """A call that was sent and got no answer: the server may have done it.
+        Never sent again here; a broken connection is started afresh for the next call
+        (a timeout keeps it)."""
+        if not isinstance(exc, TimeoutError):
+            await conn.close()
+        why = (
+            f"did not answer within {self.server.timeout:g}s (timeout)"
+            if isinstance(exc, TimeoutError)
+            else f"failed: {type(exc).__name__}: {exc}"
+        )
+        text = f"MCP server {self.server.name!r}: {self.tool} {why}; its outcome is unknown"
+        return ToolOutput(text=text, is_error=True, extra={"mcp": {**record, "outcome": "unknown"}})
 
 
 class McpTools:
@@ -295,9 +317,30 @@ class McpTools:
     async def registry(self, base: ToolRegistry, emit: Callable[[Event], None]) -> ToolRegistry:
         reg = base
         for server in self.servers:
-            for t in await connection(server).list_tools(emit):
+            for t in await _listed(server, emit):
                 reg = reg.with_tool(_tool(server, t))
         return reg
+
+
+async def _listed(server: ServerConfig, emit: Callable[[Event], None]) -> tuple[Any, ...]:
+    """The server's tools; listing again on a fresh connection once if the first one
+    broke (a listing changes nothing, so it may be repeated)."""
+    conn = connection(server)
+    try:
+        return await conn.list_tools(emit)
+    except AgentError:
+        raise
+    except Exception as exc:
+        await conn.close()
+        try:
+            return await connection(server).list_tools(emit)
+        except AgentError:
+            raise
+        except Exception:
+            raise AgentError(
+                f"MCP server {server.name!r}: its tools could not be listed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
 
 
 def _tool(server: ServerConfig, t: Any) -> Tool:
