@@ -5,6 +5,7 @@ spawned children.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,9 @@ from ._span_names import (
     GEN_AI_TOOL_CALL_ID,
     GEN_AI_TOOL_CALL_RESULT,
     GEN_AI_TOOL_NAME,
+    GEN_AI_TOOL_TYPE,
     INTERNAL,
+    MCP_METHOD_NAME,
     VERTEBRA_APPROVED,
     VERTEBRA_CALL,
     VERTEBRA_CHILD_ID,
@@ -35,6 +38,7 @@ from ._span_names import (
     VERTEBRA_EGRESS_HOST,
     VERTEBRA_FAULT,
     VERTEBRA_GOAL,
+    VERTEBRA_MCP_SERVER,
     VERTEBRA_REASON,
     VERTEBRA_TRUST,
 )
@@ -168,6 +172,12 @@ class ActionSpans:
             del self._tool_by_call[call]
         if self.capture_content and ev.result:
             tool.attributes[GEN_AI_TOOL_CALL_RESULT] = ev.result
+        mcp = ev.extra.get("mcp")
+        if isinstance(mcp, Mapping):
+            # A tool of an MCP server: the GenAI conventions' extension tool type.
+            tool.attributes[GEN_AI_TOOL_TYPE] = "extension"
+            tool.attributes[MCP_METHOD_NAME] = "tools/call"
+            tool.attributes[VERTEBRA_MCP_SERVER] = str(mcp.get("server", ""))
         if ev.is_error and tool.status != ERROR:
             tool.status, tool.status_message = ERROR, "tool_error"
             tool.attributes[ERROR_TYPE] = "tool_error"

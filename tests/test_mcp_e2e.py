@@ -25,6 +25,7 @@ from actors.agents.mcp_results import idempotency_key
 from actors.errors import InvalidRequest
 from actors.host import Host
 from actors.system import free_port
+from projections import spans_from
 from spine import Event, Kind
 
 pytestmark = pytest.mark.timeout(180)
@@ -124,6 +125,11 @@ def test_a_stdio_servers_tool_is_a_governed_call_with_its_key_and_result_stored(
     # The model spoke of the tools by their wire names; the log keeps the configured ones.
     answer = _of(evs, Kind.ASSISTANT)[-1].text
     assert answer.startswith(f"notes__echo returned hi (key {key})")
+    # Their spans follow the GenAI conventions for an extension tool.
+    spans = {sp.name: sp for sp in spans_from(host.history(sid), sid)}
+    attrs = dict(spans["execute_tool notes.echo"].attributes)
+    assert attrs["gen_ai.tool.type"] == "extension" and attrs["mcp.method.name"] == "tools/call"
+    assert attrs["vertebra.mcp.server"] == "notes"
 
 
 def test_the_operators_policy_decides_and_a_refusal_never_reaches_the_server(
