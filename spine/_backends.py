@@ -31,6 +31,10 @@ def _nothing(log: Log) -> None:
     del log
 
 
+def _unchecked(spec: LogSpec) -> None:
+    del spec
+
+
 @attrs.frozen(kw_only=True, repr=False)
 class Backend:
     """What a storage backend provides; every opener takes the `LogSpec` of its location.
@@ -43,7 +47,9 @@ class Backend:
     ``open_snapshots`` open a location of this backend. ``load`` imports the backend's
     modules ahead of use (`load_backend`). ``shared``: several hosts may share one log
     (a cluster needs that). ``start_upkeep(log)`` starts the log's background work, in a
-    process that forks no more children (the Host's).
+    process that forks no more children (the Host's). ``check_pages(spec)`` checks the
+    storage under the log (``["ok"]``, or the problems; `FileNotFoundError` if it holds
+    nothing yet), None where its server keeps its own pages sound.
     """
 
     scheme: str
@@ -56,6 +62,7 @@ class Backend:
     load: Callable[[], None]
     shared: bool = False
     start_upkeep: Callable[[Log], None] = _nothing
+    check_pages: Callable[[LogSpec], list[str] | None] = _unchecked
 
     def __repr__(self) -> str:
         return f"<Backend {self.scheme}>"
@@ -114,6 +121,12 @@ def _sqlite_upkeep(log: Log) -> None:
         log.start_checkpoints()
 
 
+def _sqlite_pages(spec: LogSpec) -> list[str]:
+    from ._sqlite_schema import integrity_check
+
+    return integrity_check(spec.path)
+
+
 SQLITE = Backend(
     scheme="sqlite",
     prefixes=("sqlite:///",),
@@ -124,6 +137,7 @@ SQLITE = Backend(
     snapshots_at=_in_data_dir("snapshots.db"),
     load=_sqlite_load,
     start_upkeep=_sqlite_upkeep,
+    check_pages=_sqlite_pages,
 )
 
 
