@@ -260,8 +260,8 @@ def test_a_protocol_subscriber_of_a_session_failed_past_its_budget_receives_the_
 def test_a_long_session_restarts_from_a_snapshot_with_the_same_state(mp: Host) -> None:
     """Past the snapshot interval a session snapshots its state; after a kill it restarts
     from the snapshot plus the tail and serves with exactly the state a full fold gives."""
-    from actors.session.snapshots import SNAPSHOT_EVERY, SnapshotStore
-    from actors.session.state import SessionState, fold
+    from actors.session.rules.state import SessionState, fold
+    from actors.session.shell.snapshots import SNAPSHOT_EVERY, SnapshotStore
     from spine import SqliteLog
 
     sid = "long-one"

@@ -115,7 +115,7 @@ def _log_setup(args: argparse.Namespace, out: Out) -> Out:
     (they read the environment), before the actor system exists."""
     import logging
 
-    from ..logformat import FORMAT_ENV, LEVEL_ENV
+    from .._runtime.logformat import FORMAT_ENV, LEVEL_ENV
 
     level = getattr(args, "log_level", None)
     if level:

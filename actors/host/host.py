@@ -23,13 +23,13 @@ import attrs
 from spine import open_log, private_dir
 
 from .. import messages as m
+from .._runtime.system import bind_only, free_port, loopback_only, orphan_guard
 from ..errors import HostClosed, HostTimeout, InvalidRequest
 from ..interceptors import SlashCommands
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
 from ..policy import BusyPolicy, RestartPolicy, SealPolicy
 from ..runner import spine_spec
 from ..runner.protocol import StopSpares
-from ..system import bind_only, free_port, loopback_only, orphan_guard
 from .commands import SessionCommands
 from .reading import SessionReading, pending_actions
 from .replies import request_id

@@ -11,9 +11,9 @@ import os
 
 from spine import LogSpec, checkpoints_at
 
-from .entry import EntryState
-from .registry import Registry
-from .sinks import SinkRouter
+from .rules.entry import EntryState
+from .rules.registry import Registry
+from .shell.sinks import SinkRouter
 
 __all__ = [
     "EntryState",
@@ -46,11 +46,11 @@ def checkpoint_location(data_dir: str, spine: str = "") -> str:
 def __getattr__(name: str) -> object:
     # The actors pull in Thespian; importing the registry (pure) should not.
     if name == "RunnerActor":
-        from .actor import RunnerActor
+        from .shell.actor import RunnerActor
 
         return RunnerActor
     if name == "Guardian":
-        from .guardian import Guardian
+        from .shell.guardian import Guardian
 
         return Guardian
     raise AttributeError(f"module 'actors.runner' has no attribute {name!r}")
