@@ -11,8 +11,8 @@ import sqlite3
 
 import pytest
 
-from actors.session.snapshots import SnapshotStore
-from actors.session.state import SNAPSHOT_VERSION, SessionState
+from actors.session.rules.state import SNAPSHOT_VERSION, SessionState
+from actors.session.shell.snapshots import SnapshotStore
 from spine import Snapshot, open_snapshots
 
 
