@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -32,6 +33,8 @@ from ._tokens import Grant
 WAIT_MAX = 300.0
 #: Records read per page while a run is folded.
 PAGE = 500
+#: The namespace of the sessions messages without a context open.
+CONTEXTS = uuid.UUID("6f1c8a62-5d0e-4a55-9a4e-3b2f7f0c9e11")
 APPROVE = frozenset({"approve", "approved", "yes", "y", "ok"})
 REJECT = frozenset({"reject", "rejected", "no", "n", "deny"})
 
@@ -116,17 +119,21 @@ class VertebraA2A(RequestHandler):
     # -- starting and continuing a run ---------------------------------------------------
 
     async def _context(self, ctx: ServerCallContext, msg: pb.Message) -> str:
+        """The message's session: its context, made if new. A message without one opens a
+        session named after the message's id, so a retry finds the same one."""
         g = _grant(ctx)
-        sid = msg.context_id
+        sid = msg.context_id or str(uuid.uuid5(CONTEXTS, msg.message_id))
         if sid and self.gw.log.last_seq(sid):
             if not g.may_write(sid):
                 raise ae.InvalidRequestError(message=f"this token may not write to {sid!r}")
             return sid
-        if not g.admin and not (sid and g.may_write(sid)):
+        if not g.admin and not g.may_write(sid):
             raise ae.InvalidRequestError(message="this token may only use its own sessions")
         try:
-            return str(await call(self.gw.host.create, sid or None, {}))
-        except e.InvalidRequest as exc:
+            return str(await call(self.gw.host.create, sid, {}))
+        except e.SessionAlreadyExists:
+            return sid  # made by the same message a moment ago
+        except (e.InvalidRequest, ValueError) as exc:
             raise ae.InvalidParamsError(message=str(exc)) from None
 
     async def _send(self, params: pb.SendMessageRequest, ctx: ServerCallContext) -> RunFold:
@@ -158,6 +165,8 @@ class VertebraA2A(RequestHandler):
             raise ae.InvalidParamsError(message="answer approve or reject")
         host = self.gw.host
         await call(host.approve if word in APPROVE else host.reject, sid, fold.pending, "via A2A")
+        # Decided: the run goes on (its stored decision follows in the stream).
+        fold.state = pb.TASK_STATE_WORKING
         return fold
 
     # -- the SDK's methods ---------------------------------------------------------------
