@@ -24,7 +24,7 @@ from actors.agents.mcp_client import close_all
 from actors.agents.mcp_results import idempotency_key
 from actors.errors import InvalidRequest
 from actors.host import Host
-from actors.system import free_port
+from actors._runtime.system import free_port
 from projections import spans_from
 from spine import Event, Kind
 

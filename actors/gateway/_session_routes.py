@@ -14,7 +14,7 @@ from spine import InvalidArgumentError, Kind, validate_session_id
 from spine import history as stream_history
 
 from .. import errors as e
-from ..session.goals import budget_problem
+from ..session.rules.goals import budget_problem
 from ._gateway import Gateway, call, known
 from ._replies import (
     HttpError,

@@ -12,7 +12,7 @@ from spine import Kind, Log, SpineError, new_session_id, validate_session_id
 
 from .. import messages as m
 from ..errors import ActorsError, InvalidRequest
-from ..session.goals import budget_problem
+from ..session.rules.goals import budget_problem
 from .goals import in_flight, runs_in_flight
 from .replies import request_id
 

@@ -20,9 +20,10 @@ from typing import Any
 
 import attrs
 
-from spine import SqliteLog, open_log, private_dir
+from spine import open_log, private_dir
 
 from .. import messages as m
+from .._runtime.system import bind_only, free_port, loopback_only, orphan_guard
 from ..agents.factory import with_mcp
 from ..errors import HostClosed, HostTimeout, InvalidRequest
 from ..interceptors import SlashCommands
@@ -30,7 +31,6 @@ from ..messages import Ping, Pong, RunnerConfig, SessionPid
 from ..policy import BusyPolicy, RestartPolicy, SealPolicy
 from ..runner import spine_spec
 from ..runner.protocol import StopSpares
-from ..system import bind_only, free_port, loopback_only, orphan_guard
 from .commands import SessionCommands
 from .reading import SessionReading, pending_actions
 from .replies import request_id
@@ -188,10 +188,11 @@ class Host(SessionCommands, SessionReading):
         # Keep the spine's cross-process watcher running for the Host's life, so that
         # every subscription (wait_turn opens one per call) is woken from its first read.
         self._log.watch()
-        if not self._attach and isinstance(self._log, SqliteLog):
-            # Sessions leave the WAL's checkpoints to this process, which forks no more
-            # actor processes from here on: an acknowledgement never waits for one.
-            self._log.start_checkpoints()
+        if not self._attach:
+            # The log's background work (on SQLite the WAL's checkpoints, which sessions
+            # leave to this process) runs here, in a process that forks no more actor
+            # processes from here on: an acknowledgement never waits for it.
+            spine_spec(self.data_dir, self.spine).backend.start_upkeep(self._log)
 
     @property
     def _asys(self) -> Any:
