@@ -19,12 +19,12 @@ from conftest import wait_for
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed")
 
+from actors._runtime.system import free_port
 from actors.agents import ScriptedFactory
 from actors.agents.mcp_client import close_all
 from actors.agents.mcp_results import idempotency_key
 from actors.errors import InvalidRequest
 from actors.host import Host
-from actors._runtime.system import free_port
 from projections import spans_from
 from spine import Event, Kind
 
