@@ -273,6 +273,28 @@ def test_a_daemon_sessions_server_runs_in_its_process_and_is_gone_when_it_stops(
     wait_for(lambda: not _alive(pid), timeout=15)
 
 
+def test_a_killed_session_process_takes_its_server_along(
+    tmp_path: pathlib.Path, pidfile: pathlib.Path, no_leftover_processes: Any
+) -> None:
+    """SIGKILL leaves the session process no time to close anything: the launcher's
+    parent-death signal ends the server all the same, and the restarted session starts
+    a new one for its next call."""
+    data = _data(tmp_path, _stdio_server())
+    h = Host(data, base="multiprocTCPBase", timeout=30, factory=ScriptedFactory())
+    try:
+        sid = h.create(metadata={"mcp.servers": "notes"})
+        done, _ = _turn(h, sid, '!tool notes.echo {"text": "one"}')
+        assert done.stop_reason == "end_turn", done
+        server = int(pidfile.read_text())
+        os.kill(h.session_pid(sid), 9)
+        wait_for(lambda: not _alive(server), timeout=15)
+        done, evs = _turn(h, sid, '!tool notes.echo {"text": "two"}')
+        assert _of(evs, Kind.TOOL_RESULT)[0].result.startswith("two (key ")
+        assert int(pidfile.read_text()) != server
+    finally:
+        h.close()
+
+
 @pytest.fixture
 def http_server(tmp_path: pathlib.Path) -> Iterator[str]:
     port = free_port()
