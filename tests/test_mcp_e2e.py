@@ -229,6 +229,59 @@ def test_an_interrupt_cancels_a_call_in_flight(host: Host) -> None:
     assert done.stop_reason == "end_turn"
 
 
+def test_a_real_wire_format_is_offered_the_servers_schema_under_a_safe_name(
+    tmp_path: pathlib.Path, pidfile: pathlib.Path
+) -> None:
+    """A model server in the OpenAI format gets ``notes__echo`` with the schema the MCP
+    server gave; its call of that name runs ``notes.echo`` and is stored so."""
+    from fake_models import FakeModelServer, chunk, tool_delta
+
+    from actors.agents import ModelFactory
+
+    models = FakeModelServer()
+    try:
+        models.queue(
+            [
+                (
+                    "sse",
+                    [
+                        chunk(tool_calls=[tool_delta(0, "c1", "notes__echo", '{"text": "w"}')]),
+                        chunk(finish="tool_calls"),
+                    ],
+                ),
+                ("done",),
+            ],
+            [("sse", [chunk(content="ok"), chunk(finish="stop")]), ("done",)],
+        )
+        data = _data(tmp_path, _stdio_server())
+        h = Host(data, base="simpleSystemBase", timeout=30, factory=ModelFactory(backoff=0.01))
+        try:
+            sid = h.create(
+                metadata={
+                    "mcp.servers": "notes",
+                    "ore.model.provider": "openai",
+                    "ore.model.base_url": models.url,
+                    "ore.model.name": "fake-1",
+                }
+            )
+            done, evs = _turn(h, sid, "say w")
+        finally:
+            close_all()
+            h.close()
+    finally:
+        models.close()
+    assert done.stop_reason == "end_turn", done
+    offered = {t["function"]["name"]: t["function"] for t in models.requests[0]["body"]["tools"]}
+    assert offered["notes__echo"]["parameters"]["properties"]["text"]["type"] == "string"
+    assert offered["notes__echo"]["description"].startswith("Say the text back")
+    assert [e.tool for e in _of(evs, Kind.TOOL_CALL)] == ["notes.echo"]
+    (result,) = _of(evs, Kind.TOOL_RESULT)
+    assert result.result == f"w (key {idempotency_key(sid, 'c1')})"
+    second = models.requests[1]["body"]["messages"]
+    called = [c["function"]["name"] for m in second for c in m.get("tool_calls") or ()]
+    assert called == ["notes__echo"]
+
+
 def test_a_server_a_session_names_that_is_not_configured_fails_its_turn_clearly(
     host: Host,
 ) -> None:

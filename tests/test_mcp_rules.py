@@ -211,3 +211,37 @@ def test_a_turns_names_go_out_safe_and_come_back_as_configured() -> None:
     assert msgs[0].tool_calls[0].name == "notes__echo" and msgs[1].tool_name == "notes__echo"
     assert names.registry_name("notes__echo") == "notes.echo"
     assert names.registry_name("notes.echo") == "notes.echo"
+
+
+SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+
+
+def test_every_wire_format_carries_the_servers_schema_under_the_safe_name() -> None:
+    from actors.agents.providers.anthropic import anthropic_body
+    from actors.agents.providers.openai import chat_body
+    from actors.agents.providers.responses import responses_body
+    from actors.agents.wire import ModelRequest
+
+    names = WireNames.of(["notes.echo"])
+    call = ToolCall(id="c1", name="notes.echo", arguments='{"text": "w"}')
+    msgs = (
+        Message(role="user", text="say w"),
+        Message(role="assistant", tool_calls=(call,)),
+        Message(role="tool", tool_use_id="c1", tool_name="notes.echo", text="w"),
+    )
+    req = ModelRequest(
+        model="m",
+        messages=names.messages(msgs),
+        tools=names.specs([ToolSpec(name="notes.echo", description="Echo.", parameters=SCHEMA)]),
+    )
+    chat, resp, anth = chat_body(req), responses_body(req), anthropic_body(req)
+    assert chat["tools"][0]["function"]["name"] == "notes__echo"
+    assert chat["tools"][0]["function"]["parameters"] == SCHEMA
+    assert resp["tools"][0]["name"] == "notes__echo" and resp["tools"][0]["parameters"] == SCHEMA
+    assert anth["tools"][0] == {
+        "name": "notes__echo",
+        "description": "Echo.",
+        "input_schema": SCHEMA,
+    }
+    for body in (chat, resp, anth):
+        assert "notes.echo" not in repr(body)
