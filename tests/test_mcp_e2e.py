@@ -65,15 +65,21 @@ def _simple(data: pathlib.Path) -> Iterator[Host]:
     try:
         yield h
     finally:
-        # The servers this process started exit with their connections.
-        close_all()
+        # Its sessions ran in this process: closing it ends their servers (`_gone`).
         h.close()
+
+
+def _gone(pidfile: pathlib.Path) -> None:
+    if pidfile.exists():
+        pid = int(pidfile.read_text())
+        wait_for(lambda: not _alive(pid), timeout=15)
 
 
 @pytest.fixture
 def host(tmp_path: pathlib.Path, pidfile: pathlib.Path) -> Iterator[Host]:
     extra = "\n[servers.notes.tools.remember]\napproval = true\n"
     yield from _simple(_data(tmp_path, _stdio_server(extra=extra)))
+    _gone(pidfile)
 
 
 def _turn(h: Host, sid: str, text: str) -> tuple[Event, list[Event]]:
@@ -181,6 +187,7 @@ def test_tools_are_listed_again_after_the_server_says_they_changed(host: Host) -
 @pytest.fixture
 def quick(tmp_path: pathlib.Path, pidfile: pathlib.Path) -> Iterator[Host]:
     yield from _simple(_data(tmp_path, _stdio_server().replace("timeout = 20", "timeout = 1")))
+    _gone(pidfile)
 
 
 def test_a_hung_call_is_cut_off_by_its_timeout_and_the_server_serves_on(quick: Host) -> None:

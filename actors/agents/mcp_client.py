@@ -74,7 +74,9 @@ def _stdio(server: ServerConfig) -> Any:
     )
 
 
-def _http(server: ServerConfig, emit: Callable[[Event], None]) -> Any:
+def _http(server: ServerConfig, emit: Callable[[Event], None]) -> tuple[Any, Any]:
+    """The transport to ``server`` and the HTTP client under it (the SDK leaves closing
+    a client it was given to its owner)."""
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
@@ -95,7 +97,7 @@ def _http(server: ServerConfig, emit: Callable[[Event], None]) -> Any:
             )
         headers[header] = value
     client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0))
-    return streamable_http_client(server.url, http_client=client)
+    return streamable_http_client(server.url, http_client=client), client
 
 
 class Connection:
@@ -119,6 +121,8 @@ class Connection:
             wait = self._failed_at + RETRY_AFTER - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
+        # Another call may have started it while this one waited.
+        if self._task is None:
             self._ready, self._stop, self._error, self.tools = (
                 asyncio.Event(),
                 asyncio.Event(),
@@ -145,19 +149,26 @@ class Connection:
         must be entered and left by one task)."""
         from mcp import Client
 
+        http = None
         try:
             s = self.server
-            target = _stdio(s) if s.transport == "stdio" else _http(s, emit)
+            if s.transport == "stdio":
+                target = _stdio(s)
+            else:
+                target, http = _http(s, emit)
             async with Client(target, cache=None, message_handler=self._on_message) as client:
                 self.client = client
                 self._ready.set()
                 await self._run(client)
-        except BaseException as exc:
+        except BaseException as exc:  # reported to whoever waits for the connection
             self._error = exc
             self._failed_at = time.monotonic()
         finally:
             self.client = None
             self._ready.set()
+            if http is not None:
+                with contextlib.suppress(Exception):
+                    await http.aclose()
 
     async def _run(self, client: Any) -> None:
         """Until closed; on a 2026-07-28 connection, listen for tool-list changes."""

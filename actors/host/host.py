@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -66,6 +67,14 @@ def _mcp_config(data_dir: str | os.PathLike[str]) -> Any:
     except McpConfigError as exc:
         raise InvalidRequest(str(exc)) from None
     return config
+
+
+def _close_mcp() -> None:
+    """End this process's MCP connections: its sessions ran here, and so do their
+    servers (a session process's end takes them along elsewhere)."""
+    mcp = sys.modules.get("actors.agents.mcp_client")
+    if mcp is not None:
+        mcp.close_all()
 
 
 def _check_base(base: str, attach: bool, admin_port: int | None, leads: bool) -> None:
@@ -299,6 +308,8 @@ class Host(SessionCommands, SessionReading):
         self._log.unwatch()
         self._log.close()
         self._shutdown_system()
+        if self._simple:
+            _close_mcp()
 
     def _shutdown_system(self) -> None:
         # The transport stops its pump before the system goes: nothing may listen on, or
