@@ -311,6 +311,23 @@ def test_a_bad_configuration_stops_the_host_before_it_starts(tmp_path: pathlib.P
         Host(data, base="simpleSystemBase")
 
 
+def test_vertebra_serve_refuses_a_bad_configuration_in_one_line(
+    tmp_path: pathlib.Path, no_leftover_processes: Any
+) -> None:
+    data = _data(tmp_path, '[servers.notes]\nargs = ["x"]\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "actors.cli", "--data", str(data), "serve"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        cwd=HERE.parent,
+    )
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "mcp.toml: server 'notes': command/url must give exactly one" in done.stderr
+    assert not (data / "daemon.json").exists()
+
+
 def test_a_daemon_sessions_server_runs_in_its_process_and_is_gone_when_it_stops(
     tmp_path: pathlib.Path, pidfile: pathlib.Path, no_leftover_processes: Any
 ) -> None:
