@@ -129,7 +129,9 @@ class Connection:
                 None,
                 None,
             )
-            self._task = asyncio.get_running_loop().create_task(self._own(emit))
+            self._task = asyncio.get_running_loop().create_task(
+                self._own(emit, self._ready, self._stop)
+            )
         try:
             await asyncio.wait_for(self._ready.wait(), START_TIMEOUT)
         except TimeoutError:
@@ -144,12 +146,16 @@ class Connection:
             )
         return self.client
 
-    async def _own(self, emit: Callable[[Event], None]) -> None:
+    async def _own(
+        self, emit: Callable[[Event], None], ready: asyncio.Event, stop: asyncio.Event
+    ) -> None:
         """Hold the client's context for the connection's life (the SDK's task groups
-        must be entered and left by one task)."""
+        must be entered and left by one task). ``ready`` and ``stop`` are this start's
+        own: a late end of an older start must not touch a newer one."""
         from mcp import Client
 
         http = None
+        mine: Any = None
         try:
             s = self.server
             if s.transport == "stdio":
@@ -157,25 +163,27 @@ class Connection:
             else:
                 target, http = _http(s, emit)
             async with Client(target, cache=None, message_handler=self._on_message) as client:
-                self.client = client
-                self._ready.set()
-                await self._run(client)
+                mine = self.client = client
+                ready.set()
+                await self._run(client, stop)
         except BaseException as exc:  # reported to whoever waits for the connection
-            self._error = exc
-            self._failed_at = time.monotonic()
+            if self._ready is ready:
+                self._error = exc
+                self._failed_at = time.monotonic()
         finally:
-            self.client = None
-            self._ready.set()
+            if self.client is mine:
+                self.client = None
+            ready.set()
             if http is not None:
                 with contextlib.suppress(Exception):
                     await http.aclose()
 
-    async def _run(self, client: Any) -> None:
+    async def _run(self, client: Any, stop: asyncio.Event) -> None:
         """Until closed; on a 2026-07-28 connection, listen for tool-list changes."""
         from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
         if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            await self._stop.wait()
+            await stop.wait()
             return
 
         async def listen() -> None:
@@ -186,7 +194,7 @@ class Connection:
 
         watcher = asyncio.get_running_loop().create_task(listen())
         try:
-            await self._stop.wait()
+            await stop.wait()
         finally:
             watcher.cancel()
             with contextlib.suppress(BaseException):
