@@ -480,3 +480,23 @@ def test_the_reference_server_everything_under_node(
         assert "image" in kinds
         ref = next(c for c in image.extra["mcp"]["content"] if c["type"] == "image")
         assert ref["mimeType"] == "image/png" and ref["size"] > 0 and len(ref["sha256"]) == 64
+
+
+def test_a_handshake_era_list_changed_notice_marks_the_tools_stale() -> None:
+    """Servers on the 2025 revisions (server-everything among them) send
+    ``notifications/tools/list_changed`` unasked; 2026-07-28 ones publish it to
+    ``subscriptions/listen`` (the test above)."""
+    import asyncio
+
+    import mcp_types
+
+    from actors.agents.mcp_client import Connection
+    from actors.agents.mcp_config import ServerConfig
+
+    conn = Connection(ServerConfig(name="x", command="true"))
+    conn.tools = ()
+    asyncio.run(conn._on_message(mcp_types.ToolListChangedNotification()))
+    assert conn.tools is None
+    conn.tools = ()
+    asyncio.run(conn._on_message(RuntimeError("a transport error")))
+    assert conn.tools == ()
