@@ -59,6 +59,13 @@ def _output_options(p: argparse.ArgumentParser) -> None:
         "--http-allow-remote", action="store_true", help="allow a non-loopback --http address"
     )
     p.add_argument(
+        "--durability",
+        choices=("normal", "full"),
+        default="normal",
+        help="what an acknowledged event survives on a SQLite spine: normal, a crash of any "
+        "process; full, a power cut too (a disk sync per commit)",
+    )
+    p.add_argument(
         "--a2a-webhook",
         metavar="URL",
         default=None,
