@@ -112,7 +112,6 @@ class Host(SessionCommands, SessionReading):
         durability: str = "normal",
     ) -> None:
         _check_base(base, attach, admin_port, convention_bind is not None)
-        spine = _durable(data_dir, spine, durability)
         cfg = RunnerConfig(
             data_dir=os.path.abspath(os.fspath(data_dir)),
             interceptors=tuple(interceptors) if interceptors is not None else (SlashCommands(),),
@@ -121,7 +120,7 @@ class Host(SessionCommands, SessionReading):
             idle_timeout=idle_timeout,
             restart=RestartPolicy(max_restarts=max_restarts, window=restart_window),
             projections=projections,
-            spine=spine or "",
+            spine=_durable(data_dir, spine, durability),
             auto_seal=auto_seal or SealPolicy(),
             cluster=convention_bind is not None,
             # Everything runs in this process there: no process start to save.
