@@ -29,7 +29,7 @@ def open_stores(db_path: str, spine: str) -> Stores:
     and its snapshot store."""
     log = open_log(spine or db_path, single_connection=True, deferred_checkpoints=True)
     try:
-        return log, SnapshotStore(os.path.dirname(db_path))
+        return log, SnapshotStore(os.path.dirname(db_path), spine or db_path)
     except Exception:
         log.close()
         raise
