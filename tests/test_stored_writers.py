@@ -146,14 +146,10 @@ class _Runner:
     def __init__(self) -> None:
         self.appends = Histogram()
         self.sent: list[tuple[Any, Any]] = []
-        self.routed: list[tuple[str, Any, Any]] = []
         self.published_seqs: list[int] = []
 
     def send(self, to: Any, msg: Any) -> None:
         self.sent.append((to, msg))
-
-    def route(self, sid: str, msg: Any, reply_to: Any) -> None:
-        self.routed.append((sid, msg, reply_to))
 
     def published(self, sid: str, records: Any) -> None:
         self.published_seqs += [r.seq for r in records]
@@ -170,7 +166,7 @@ def test_the_runner_closes_a_stored_parent_and_routes_its_childrens_stop(
     tmp_path: pathlib.Path,
 ) -> None:
     """On a real spine: the close is stored after the folded seq, published, timed, and
-    the child's interrupt is routed by the Runner (it used to be dropped)."""
+    the child's interrupt goes to the Runner to be routed (it used to be dropped)."""
     events = _parent_with_a_running_child()
     writer, runner = _stored(tmp_path, "p", events)
     try:
@@ -178,16 +174,16 @@ def test_the_runner_closes_a_stored_parent_and_routes_its_childrens_stop(
         stored = list(writer.log.read_events("p", len(events)))
         assert stored[-1].phase == Phase.CLOSED and any(e.kind == Kind.STALLED for e in stored)
         assert runner.published_seqs == [e.seq for e in stored]
-        ((child, stop, reply_to),) = runner.routed
-        assert (child, type(stop), stop.reason, reply_to) == (
-            "p-a",
-            m.Interrupt,
-            "cancelled",
+        ((to, stop),) = runner.sent
+        assert (to, type(stop), stop.session_id, stop.reason) == (
             "runner",
+            m.Interrupt,
+            "p-a",
+            "cancelled",
         )
         assert sum(runner.appends.counts) == 1
         assert writer.close("p") == ("closed", writer.log.last_seq("p"))  # nothing more
-        assert len(runner.routed) == 1
+        assert len(runner.sent) == 1
     finally:
         writer.log.close()
 

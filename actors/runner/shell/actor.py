@@ -320,7 +320,10 @@ class RunnerActor(GuardedActor):
     receiveMsg_Pong = _replied
 
     def receiveMsg_RequestFailed(self, msg: m.RequestFailed, sender: Any) -> None:
-        _log().warning("runner request %s failed: %s", msg.request_id, msg.message)
+        # A child closed already (close-all closes it too) needs no cancelling.
+        quiet = msg.error == "SessionClosed" and msg.request_id.startswith("cancel-")
+        level = logging.INFO if quiet else logging.WARNING
+        _log().log(level, "runner request %s failed: %s", msg.request_id, msg.message)
 
     def receiveMsg_SpareReady(self, msg: sp.SpareReady, sender: Any) -> None:
         self.spares.ready(sender)

@@ -57,8 +57,11 @@ class _StoredPorts(RecordingPorts):
         self.runner.published(self.session_id, res.records)
 
     def cancel_children(self, effect: c.CancelChildren) -> None:
+        # Sent to the Runner itself, routed once the message that closed the parent is
+        # done: a close-all closes a stored child in the same pass, and its interrupt then
+        # finds it closed instead of starting a process for it.
         for stop in cancellations(effect):
-            self.runner.route(stop.session_id, stop, self.runner.myAddress)
+            self.runner.send(self.runner.myAddress, stop)
 
 
 class StoredWriter:
