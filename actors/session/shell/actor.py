@@ -173,10 +173,11 @@ class SessionActor(GuardedActor):
         elif self.exit is not None:
             # On its way out; the Runner queues the request for the next incarnation.
             self.exit.bounce(routed)
-        else:
-            msg = routed.message
+        elif routed.reply_to is not None:
             failed = m.RequestFailed(
-                request_id=msg.request_id, error="SessionNotFound", message="not serving"
+                request_id=routed.message.request_id,
+                error="SessionNotFound",
+                message="not serving",
             )
             self.send(routed.reply_to, failed)
 
