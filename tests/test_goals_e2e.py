@@ -571,6 +571,47 @@ def test_a_run_cut_off_by_a_stop_then_closed_by_close_all_stalls(
         h.close()
 
 
+def test_a_fan_out_cut_off_by_a_stop_then_closed_by_close_all_ends_every_run(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """Parent and children cut off by a daemon stop, then close_all with no process up:
+    each child's run stalls before closed, the parent records both children completed
+    (cancelled) and stalls, so wait answers at once for every one of them and nothing is
+    left to resume."""
+    data = tmp_path / "data"
+    h = _host(data)
+    try:
+        sid = h.create()
+        slow = ("!slow 0.3 one two three four five", "!slow 0.3 six seven eight nine ten")
+        h.submit(sid, _spawns(*slow))
+        kids = wait_for(
+            lambda: (
+                [e.child for e in h.history(sid) if e.kind == Kind.CHILD_SPAWNED]
+                if sum(e.kind == Kind.CHILD_SPAWNED for e in h.history(sid)) == 2
+                else None
+            ),
+            30,
+        )
+        wait_for(lambda: all(_started(h, k) for k in kids), 30)
+    finally:
+        h.close()
+    h = _host(data)
+    try:
+        h.close_all()
+        for s in (sid, *kids):
+            with pytest.raises(GoalStalled):
+                h.wait(s, timeout=10)
+            evs = h.history(s)
+            assert _goal_events(evs) == [Kind.SESSION_STARTED, Kind.STALLED]
+            assert evs[-1].phase == "closed"
+        done = [e for e in h.history(sid) if e.kind == Kind.CHILD_COMPLETED]
+        assert sorted(e.child for e in done) == sorted(kids)
+        assert all(e.is_error for e in done)
+        assert h.resume_all() == []
+    finally:
+        h.close()
+
+
 def test_a_revived_session_has_its_cut_off_run_resumed(
     tmp_path: pathlib.Path, no_leftover_processes
 ) -> None:  # type: ignore[no-untyped-def]
