@@ -27,7 +27,8 @@ from ...placement import HOST
 from ...session import protocol as sp
 from ...session.rules.commands import CloseStored, Session
 from ...session.rules.decide import decide
-from ...session.rules.state import SessionState, fold, recovery_events
+from ...session.rules.recovery import recovery_events
+from ...session.rules.state import SessionState, fold
 from ...session.shell.actor import SessionActor
 from ...session.shell.subscriptions import Subscriptions
 from .. import spine_path, spine_spec
