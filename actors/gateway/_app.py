@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 
+from . import _agui_routes as agui
 from . import _session_routes as sessions
 from . import _stream_routes as streams
 from . import _telemetry_routes as telemetry
@@ -48,6 +49,7 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/v1/sessions/{id}/verify", "write", streams.verify),
     RouteSpec("GET", "/v1/sessions/{id}/events", "read", streams.session_events),
     RouteSpec("GET", "/v1/events", "admin", streams.all_events),
+    RouteSpec("POST", "/v1/agui/{id}", "write", agui.run),
     RouteSpec("GET", "/metrics", "admin", telemetry.metrics),
 )
 
