@@ -4,6 +4,7 @@ budget held before a resumed tool runs."""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from actors.agents.governance import Requirement
@@ -248,3 +249,22 @@ def test_an_interrupt_while_a_tool_runs_leaves_it_in_doubt() -> None:
     out = kit.interrupt()
     (doubt,) = _of(out, Kind.ACTION_IN_DOUBT)
     assert (doubt.call, doubt.reason, doubt.extra["resolution"]) == (call, "cancelled", "fail")
+
+
+def test_an_approved_call_is_held_to_the_budgets_when_it_is_about_to_run() -> None:
+    """Approved after the goal's wall time ran out: when the resumed worker asks, the call
+    ends refused (budget_exceeded), its approval used up; nothing runs."""
+    kit = SessionKit()
+    kit.run(
+        c.Submit(request_id="rs", key="g", objective="x", budget={"max_seconds": 10}, now=1000.0)
+    )
+    kit.run(c.Govern(turn=1, action="model", now=1001.0))
+    turn = kit.state.running.turn  # type: ignore[union-attr]
+    ask = c.Govern(turn=turn, action="deploy", tool_use_id="d1", input="{}", need=GATED, now=1002.0)
+    p = kit.run(ask).events[0].call
+    kit.restart()
+    kit.run(c.Decide(request_id="r1", key="k1", call=p, approve=True))
+    late = kit.run(attrs.evolve(ask, now=2000.0))
+    assert late.kinds == [Kind.ACTION_REJECTED] and late.events[0].fault == "budget_exceeded"
+    assert late.effects[0].verdict == "reject"
+    assert not [e for e in kit.events if e.kind == Kind.ACTION_STARTED]

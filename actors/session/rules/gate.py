@@ -16,7 +16,7 @@ from spine import Event, Kind
 
 from ... import messages as m
 from ...agents.egress_rules import EgressDecision, destination, precheck
-from ...agents.governance import Ask, Fault, Policy, PolicyError, Spent, Verdict, rule
+from ...agents.governance import Ask, Fault, Policy, PolicyError, Ruling, Spent, Verdict, rule
 from ...spec import AgentSpec, SettingsError, TurnInput
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
 from .goals import goal_budget
@@ -121,10 +121,9 @@ def _judged(
     if cmd.action != "model" and action_key("model", "") not in st.turn_actions:
         # A tool answered before its turn's first model call (a turn resumed after a
         # restart) is first held to the turn's budgets, as that model call would be.
-        spent = Ask(policy=policy, action="model", spent=_spent(st, run))
-        first = rule(attrs.evolve(spent, goal=goal_budget(st, run, cmd.now)))
-        if first.verdict == Verdict.REJECT:
-            return first.verdict, first.fault, first.error, policy.trust, None
+        spent = _turn_budgets(st, run, policy, cmd.now)
+        if spent is not None:
+            return spent.verdict, spent.fault, spent.error, policy.trust, None
     ask = Ask(
         policy=policy,
         action=cmd.action,
@@ -138,6 +137,14 @@ def _judged(
         why = f"egress to {refused.host} refused: {refused.reason}"
         return r.verdict, r.fault, why, policy.trust, refused
     return r.verdict, r.fault, r.error, policy.trust, None
+
+
+def _turn_budgets(st: SessionState, run: Running, policy: Policy, now: float) -> Ruling | None:
+    """The refusal a model call would get now from the budgets (turns, tokens, cost, the
+    goal's wall time), or None: what any effect of a resumed turn is held to first."""
+    ask = Ask(policy=policy, action="model", spent=_spent(st, run), goal=goal_budget(st, run, now))
+    r = rule(ask)
+    return r if r.verdict == Verdict.REJECT else None
 
 
 def _egress_refused(cmd: Govern, policy: Policy) -> EgressDecision | None:
@@ -177,6 +184,13 @@ def _asked_again(s: Session, cmd: Govern) -> Decision | None:
             fault = Fault.APPROVAL_MISMATCH
             return Decision(state=s, effects=(_answer(cmd, Verdict.REJECT, call, fault),))
         base = _base(st, cmd, call)
+        spent = _spent_since(st, s, cmd)
+        if spent is not None:
+            # Approved or to be retried, but a budget ran out meanwhile: it ends refused.
+            why = str(spent.fault or "policy_error")
+            ev = Event(kind=Kind.ACTION_REJECTED, fault=why, error=spent.error, **base)
+            effect = _answer(cmd, Verdict.REJECT, call, why)
+            return Decision(state=s, events=(ev,), effects=(effect,))
         ev = _started(base, intent.key, cmd.need.idempotent)
         effect = _answer(cmd, Verdict.ADMIT, call, "", intent.key)
         return Decision(state=s, events=(ev,), effects=(effect,))
@@ -190,6 +204,17 @@ def _asked_again(s: Session, cmd: Govern) -> Decision | None:
         why = Fault.APPROVAL_REJECTED if st.decided.get(call) is False else ""
         return Decision(state=s, effects=(_answer(cmd, Verdict.REJECT, call, why),))
     return Decision(state=s)  # still waiting for a human
+
+
+def _spent_since(st: SessionState, s: Session, cmd: Govern) -> Ruling | None:
+    run = s.running
+    if run is None:
+        return None
+    try:
+        policy = Policy.from_metadata(st.metadata)
+    except PolicyError as exc:
+        return Ruling(Verdict.REJECT, None, str(exc))
+    return _turn_budgets(st, run, policy, cmd.now)
 
 
 def _base(st: SessionState, cmd: Govern, call: int) -> dict[str, Any]:
