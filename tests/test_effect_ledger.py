@@ -268,3 +268,30 @@ def test_an_approved_call_is_held_to_the_budgets_when_it_is_about_to_run() -> No
     assert late.kinds == [Kind.ACTION_REJECTED] and late.events[0].fault == "budget_exceeded"
     assert late.effects[0].verdict == "reject"
     assert not [e for e in kit.events if e.kind == Kind.ACTION_STARTED]
+
+
+def test_both_status_folds_show_a_call_in_doubt_and_a_spawn_run_on() -> None:
+    """The event fold and the row fold agree: a call in doubt is state in_doubt (a child's
+    too, settling its node's in-flight count); an intent alone changes nothing."""
+    from test_projections_status import fold_rows, stored
+
+    from projections import ActionState
+
+    evs = stored(
+        [
+            Event(kind=Kind.SESSION_STARTED, goal="p", text="plan"),
+            Event(kind=Kind.ACTION_ADMITTED, call=3, action="append", trust="standard"),
+            Event(kind=Kind.ACTION_STARTED, call=3, action="append"),
+            Event(kind=Kind.ACTION_IN_DOUBT, call=3, action="append", reason="crash"),
+            Event(kind=Kind.CHILD_SPAWNED, goal="p", child="k", text="sub"),
+            Event(kind=Kind.ACTION_ADMITTED, goal="k", call=4, action="append"),
+            Event(kind=Kind.ACTION_IN_DOUBT, goal="k", call=4, action="append"),
+        ]
+    )
+    p = project(evs)
+    assert fold_rows(evs) == p
+    assert [(a.goal, a.call, a.state) for a in p.actions] == [
+        ("", 3, ActionState.IN_DOUBT),
+        ("k", 4, ActionState.IN_DOUBT),
+    ]
+    assert [c.in_flight for c in p.fanout] == [0]
