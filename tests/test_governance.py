@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import pytest
 
 from actors.agents.egress import EgressRefused, classify, http_get, resolve, verdict
@@ -22,6 +23,7 @@ from actors.agents.governance import (
     Verdict,
     gate,
 )
+from actors.agents.tools import HTTP_GET, ToolContext
 from actors.session.rules import commands as c
 from actors.testing import SessionKit
 from projections import project
@@ -495,6 +497,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             return
         body = b"hello from the test server"
+        key = self.headers.get("idempotency-key")
+        if key:
+            body += f" (idempotency key {key})".encode()
         self.send_response(200)
         self.send_header("content-length", str(len(body)))
         self.end_headers()
@@ -537,6 +542,15 @@ def test_http_get_refuses_loopback_by_default_and_reaches_it_when_allowlisted(
     body = http_get(url, allow=["127.0.0.1/32"], record=seen.append)
     assert body.startswith("HTTP 200") and "hello from the test server" in body
     assert [(d.allowed, d.reason) for d in seen] == [(True, "allowlisted")]
+
+
+def test_http_get_sends_the_calls_idempotency_key(servers: tuple[str, str]) -> None:
+    """The tool hands the call's key to the server it reaches (Idempotency-Key)."""
+    url, _ = servers
+    ctx = ToolContext(emit=lambda e: None, egress_allow=("127.0.0.1/32",), idempotency_key="s/1/7")
+    assert "(idempotency key s/1/7)" in HTTP_GET.fn({"url": url}, ctx)
+    bare = attrs.evolve(ctx, idempotency_key="")
+    assert "idempotency key" not in HTTP_GET.fn({"url": url}, bare)
 
 
 def test_a_redirect_from_an_allowed_host_to_loopback_is_refused(
