@@ -56,12 +56,12 @@ def mp(tmp_path: pathlib.Path, no_leftover_processes) -> Iterator[Host]:  # type
 def test_session_kills_mid_call_run_no_tool_twice_and_lose_no_call(
     mp: Host, tmp_path: pathlib.Path
 ) -> None:
-    """12 sessions, each SIGKILLed once at a random point of its goal run's two concurrent
+    """20 sessions, each SIGKILLed once at a random point of its goal run's two concurrent
     calls (one runs-once tool, one idempotent)."""
     log = tmp_path / "effects.log"
     rng = random.Random(25)
     sids = []
-    for i in range(12):
+    for i in range(20):
         sid = mp.create(metadata=NO_HUMAN)
         mp.submit(sid, objective(log, f"s{i}", "append", "append_idem"), budget={"max_turns": 2})
         kill_session_mid_call(mp, sid, rng)
