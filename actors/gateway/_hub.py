@@ -198,13 +198,14 @@ class Waiter:
     """Collects the records of some kinds that a hub hands out after it joined (a goal
     wait: the end of a run), on the loop."""
 
-    def __init__(self, kinds: Iterable[str]) -> None:
-        self.kinds = frozenset(kinds)
+    def __init__(self, kinds: Iterable[str] | None) -> None:
+        #: None: every kind.
+        self.kinds = frozenset(kinds) if kinds is not None else None
         self.found: list[Record] = []
         self.changed = asyncio.Event()
 
     def offer(self, batch: Batch) -> None:
-        hits = [r for r, _ in batch.records if r.kind in self.kinds]
+        hits = [r for r, _ in batch.records if self.kinds is None or r.kind in self.kinds]
         if hits:
             self.found.extend(hits)
             self.changed.set()
@@ -344,7 +345,7 @@ class Hubs:
         self._leave(rec.hub)
 
     @contextlib.contextmanager
-    def waiting(self, stream: str, kinds: Iterable[str]) -> Iterator[Waiter]:
+    def waiting(self, stream: str, kinds: Iterable[str] | None) -> Iterator[Waiter]:
         """A `Waiter` on ``stream``'s hub for as long as the block runs. Everything the
         log holds when it joins is readable from the log: read it after joining, and
         nothing falls between the read and what the waiter sees."""
