@@ -408,7 +408,11 @@ def test_a_parent_killed_while_its_children_run_follows_the_same_children(mp: Ho
     assert "one two three four five" in answer and "six seven eight nine ten" in answer
     evs = mp.history(sid)
     assert [e.child for e in evs if e.kind == Kind.CHILD_SPAWNED and e.goal == sid] == kids
-    assert [e.reason for e in evs if e.kind == Kind.TURN_CANCELLED] == ["crash"]
+    # The spawns were in doubt and are idempotent (a child is named after its call): the
+    # cut turn runs on and asks again under the same keys, finding the same children.
+    assert not [e for e in evs if e.kind == Kind.TURN_CANCELLED and not e.goal]
+    doubts = [e for e in evs if e.kind == Kind.ACTION_IN_DOUBT and not e.goal]
+    assert [e.extra["resolution"] for e in doubts] == ["retry", "retry"]
     for kid in kids:
         own = mp.history(kid)
         assert _goal_events(own) == [Kind.SESSION_STARTED, Kind.CONVERGED]

@@ -317,6 +317,8 @@ class AnswerWorker:
     verdict: str
     call: int
     fault: str = ""
+    #: The call's idempotency key (admitted tool calls), handed to the tool.
+    key: str = ""
 
 
 @attrs.frozen(kw_only=True)

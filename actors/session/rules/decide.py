@@ -56,9 +56,10 @@ from .commands import (
 )
 from .gate import decide_action, govern, paused
 from .records import seal, sealed, verified, verify
+from .recovery import recovery_events
 from .refusals import failed, refusal
 from .replace import replace
-from .state import QUEUEING_KINDS, fold, metadata_diff, recovery_events
+from .state import QUEUEING_KINDS, fold, metadata_diff
 from .stored import close_stored, fail_stored, revive_stored
 from .turns import cancel, done_event, finished, progress, settle, start_failed
 from .views import ingress_seq
@@ -120,7 +121,7 @@ def _open(s: Session, cmd: Open) -> Decision:
         if cmd.metadata:
             events.append(Event(kind=Kind.PROPERTIES, properties=dict(cmd.metadata)))
         events.extend(then)
-    events.extend(recovery_events(st))
+    events.extend(recovery_events(st, first_seq=st.last_seq + len(events) + 1))
     metadata = dict(st.metadata)
     if cmd.create and not already:
         metadata.update(cmd.metadata)

@@ -12,8 +12,8 @@ from spine import Event, Kind, Phase
 from ... import messages as m
 from . import goals
 from .commands import CloseStored, Decision, FailStored, ReviveStored, Session
+from .recovery import recovery_events
 from .refusals import failed
-from .state import recovery_events
 
 
 def close_stored(s: Session, cmd: CloseStored) -> Decision:

@@ -166,7 +166,14 @@ class IncarnationPorts:
     def answer_worker(self, effect: c.AnswerWorker) -> None:
         w = self.inc.workers.get(effect.turn)
         if w is not None:
-            w.answer(effect.action, effect.tool_use_id, effect.verdict, effect.call, effect.fault)
+            w.answer(
+                effect.action,
+                effect.tool_use_id,
+                effect.verdict,
+                effect.call,
+                effect.fault,
+                effect.key,
+            )
 
     def create_child(self, effect: c.CreateChild) -> None:
         inc = self.inc
