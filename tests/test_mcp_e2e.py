@@ -22,7 +22,6 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed")
 from actors._runtime.system import free_port
 from actors.agents import ScriptedFactory
 from actors.agents.mcp_client import close_all
-from actors.agents.mcp_results import idempotency_key
 from actors.errors import InvalidRequest
 from actors.host import Host
 from projections import spans_from
@@ -92,6 +91,14 @@ def _of(evs: list[Event], kind: str) -> list[Event]:
     return [e for e in evs if e.kind == kind]
 
 
+def _key(evs: list[Event], tool_use_id: str) -> str:
+    """The idempotency key the effect ledger stored for the call before it ran."""
+    (started,) = [e for e in _of(evs, Kind.ACTION_STARTED) if e.tool_use_id == tool_use_id]
+    key = started.extra["idempotencyKey"]
+    assert isinstance(key, str) and key
+    return key
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -118,7 +125,7 @@ def test_a_stdio_servers_tool_is_a_governed_call_with_its_key_and_result_stored(
     completed = [e.action for e in _of(evs, Kind.ACTION_COMPLETED)]
     assert completed.count("notes.echo") == 1 and completed.count("notes.picture") == 1
     echo, picture = _of(evs, Kind.TOOL_RESULT)
-    key = idempotency_key(sid, calls[0].tool_use_id)
+    key = _key(evs, calls[0].tool_use_id)
     # The server saw the key in the request's _meta and said it back.
     assert echo.result == f"hi (key {key})" and not echo.is_error
     rec = echo.extra["mcp"]
@@ -283,7 +290,7 @@ def test_a_real_wire_format_is_offered_the_servers_schema_under_a_safe_name(
     assert offered["notes__echo"]["description"].startswith("Say the text back")
     assert [e.tool for e in _of(evs, Kind.TOOL_CALL)] == ["notes.echo"]
     (result,) = _of(evs, Kind.TOOL_RESULT)
-    assert result.result == f"w (key {idempotency_key(sid, 'c1')})"
+    assert result.result == f"w (key {_key(evs, 'c1')})"
     second = models.requests[1]["body"]["messages"]
     called = [c["function"]["name"] for m in second for c in m.get("tool_calls") or ()]
     assert called == ["notes__echo"]
@@ -413,7 +420,7 @@ def test_a_streamable_http_server_is_reached_through_the_egress_guard(
         done, evs = _turn(h, sid, '!tool web.echo {"text": "over http"}')
         assert done.stop_reason == "end_turn", done
         (result,) = _of(evs, Kind.TOOL_RESULT)
-        key = idempotency_key(sid, result.tool_use_id)
+        key = _key(evs, result.tool_use_id)
         assert result.result == f"over http (key {key})"
         egress = _of(evs, Kind.EGRESS)
         assert [(e.host, e.allowed) for e in egress] == [("127.0.0.1", True)]

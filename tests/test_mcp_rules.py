@@ -25,7 +25,7 @@ GOOD: dict[str, Any] = {
             "args": ["-m", "notes"],
             "env": ["NOTES_TOKEN"],
             "timeout": 5,
-            "in_doubt": "fail",
+            "in_doubt": "retry",
             "tools": {"remember": {"approval": True}},
         },
         "search": {
@@ -48,10 +48,11 @@ def test_a_good_configuration_reads_both_transports_and_the_operators_policy() -
     )
     assert notes.timeout == 5.0
     # Per tool over the server's defaults; the rest take the defaults.
-    assert notes.policy("remember").approval and notes.policy("remember").in_doubt == "fail"
+    assert notes.policy("remember").approval and notes.policy("remember").in_doubt == "retry"
     assert not notes.policy("other").approval
     need = notes.policy("remember").requirement()
-    assert need.approval and need.capabilities == frozenset({"mcp"})
+    assert need.approval and need.capabilities == frozenset({"mcp"}) and need.idempotent
+    assert not cfg.servers["search"].policy("x").requirement().idempotent
     assert (search.transport, search.headers, search.egress_allow) == (
         "http",
         {"Authorization": "SEARCH_AUTH"},

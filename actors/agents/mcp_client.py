@@ -286,7 +286,9 @@ class McpCall:
         self.hints = dict(hinted)
 
     async def __call__(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
-        key = idempotency_key(ctx.session_id, ctx.tool_use_id)
+        # The effect ledger's key for the call (the same when a crash makes it run again);
+        # derived here where no session runs the turn.
+        key = ctx.idempotency_key or idempotency_key(ctx.session_id, ctx.tool_use_id)
         record: dict[str, Any] = {
             "server": self.server.name,
             "tool": self.tool,
@@ -371,6 +373,7 @@ def _tool(server: ServerConfig, t: Any) -> Tool:
         parameters=dict(t.input_schema or {"type": "object", "properties": {}}),
         fn=McpCall(server, t.name, hinted),
         requirement=server.policy(t.name).requirement(),
+        idempotent=server.policy(t.name).in_doubt == "retry",
         context=True,
         asynchronous=True,
     )

@@ -14,7 +14,9 @@ command or reach a URL of its own choosing. What a server says about its tools
     timeout = 30                    # seconds a call may take (default 60)
     approval = false                # every call needs a human (default false)
     trust = "sandboxed"             # the least trust a session needs (default sandboxed)
-    in_doubt = "ask"                # a call whose outcome is unknown: ask | retry | fail
+    in_doubt = "ask"                # a call a crash cut off: ask (the session's
+                                    # governance.in_doubt) | retry (the server dedupes
+                                    # by the key in _meta: sent again with the same key)
 
     [servers.notes.tools.delete_note]
     approval = true                 # per tool, over the server's defaults
@@ -52,8 +54,10 @@ __all__ = [
 ]
 
 CONFIG_FILE = "mcp.toml"
-#: What a call whose outcome is unknown (the daemon died while it ran) becomes.
-IN_DOUBT = ("ask", "retry", "fail")
+#: What a call cut off by a crash becomes: ``ask``, in doubt as the session's
+#: ``governance.in_doubt`` says; ``retry``, run again under the same idempotency key (the
+#: operator vouches that the server dedupes by the key it gets in ``_meta``).
+IN_DOUBT = ("ask", "retry")
 #: Server names become the prefix of their tools' names (``server.tool``).
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -78,7 +82,10 @@ class ToolPolicy:
 
     def requirement(self) -> Requirement:
         return Requirement(
-            trust=self.trust, capabilities=frozenset({"mcp"}), approval=self.approval
+            trust=self.trust,
+            capabilities=frozenset({"mcp"}),
+            approval=self.approval,
+            idempotent=self.in_doubt == "retry",
         )
 
 

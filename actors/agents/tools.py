@@ -52,6 +52,10 @@ class ToolContext:
     delegate: Callable[[str, str], tuple[str, bool]] | None = None
     #: The id of the tool call being answered.
     tool_use_id: str = ""
+    #: The call's idempotency key, stable across restarts (the session, the turn and the
+    #: call): a tool that reaches a system honouring keys sends it, so a re-run of a call
+    #: in doubt does nothing twice.
+    idempotency_key: str = ""
     #: The session whose turn calls the tool.
     session_id: str = ""
 
@@ -70,8 +74,11 @@ class ToolOutput:
 class Tool:
     """A tool: ``fn(args)`` (or ``fn(args, ctx)`` with ``context=True``) returns text or
     a `ToolOutput`. ``requirement`` is what the governance gate checks before every call.
-    ``asynchronous``: ``fn`` returns an awaitable, awaited on the provider loop (so an
-    interrupt cancels it) instead of run on a thread."""
+    ``idempotent`` declares that running a call twice under its idempotency key has the
+    effect of running it once (a pure function, a read, a call whose system dedupes by
+    key): a call cut by a crash is then run again; any other is in doubt
+    (``governance.in_doubt``). ``asynchronous``: ``fn`` returns an awaitable, awaited on
+    the provider loop (so an interrupt cancels it) instead of run on a thread."""
 
     name: str
     description: str
@@ -79,6 +86,7 @@ class Tool:
     fn: Callable[..., Any]
     requirement: Requirement = attrs.field(factory=Requirement)
     context: bool = False
+    idempotent: bool = False
     asynchronous: bool = False
 
     def spec(self) -> ToolSpec:
@@ -205,6 +213,7 @@ CLOCK = Tool(
     description="The current date and time in UTC, ISO 8601.",
     parameters={"type": "object", "properties": {}, "additionalProperties": False},
     fn=_clock,
+    idempotent=True,
 )
 
 CALCULATOR = Tool(
@@ -220,6 +229,7 @@ CALCULATOR = Tool(
         "additionalProperties": False,
     },
     fn=_calculator,
+    idempotent=True,
 )
 
 
@@ -234,7 +244,9 @@ def _http_get(args: Mapping[str, Any], ctx: ToolContext) -> str:
         ctx.emit(Event(kind=Kind.EGRESS, host=d.host, allowed=d.allowed, reason=d.reason))
 
     try:
-        return http_get(url, allow=ctx.egress_allow, record=record)
+        return http_get(
+            url, allow=ctx.egress_allow, record=record, idempotency_key=ctx.idempotency_key
+        )
     except EgressRefused as exc:
         raise ToolError(str(exc)) from None
     except (OSError, ValueError) as exc:
@@ -261,6 +273,8 @@ HTTP_GET = Tool(
     fn=_http_get,
     requirement=Requirement(trust="standard", capabilities=frozenset({"net"}), egress="url"),
     context=True,
+    # A GET, sent with the call's Idempotency-Key.
+    idempotent=True,
 )
 
 
@@ -286,6 +300,8 @@ SPAWN = Tool(
     fn=_spawn,
     requirement=Requirement(capabilities=frozenset({"spawn"})),
     context=True,
+    # The child is named after the call: a re-run finds the same child and its end.
+    idempotent=True,
 )
 
 
@@ -306,6 +322,7 @@ FINISH = Tool(
     ),
     parameters=_one_string("answer"),
     fn=_finish,
+    idempotent=True,
 )
 
 

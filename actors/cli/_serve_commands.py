@@ -187,6 +187,7 @@ def _start_host(
             spine=spine,
             auto_seal=seal_policy,
             convention_bind=bind,
+            durability=args.durability,
         )
     except (CliError, KeyboardInterrupt):
         raise

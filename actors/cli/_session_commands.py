@@ -370,7 +370,12 @@ def pending(args: argparse.Namespace, out: Out) -> int:
                 )
             )
         else:
-            out.line(f"{ev.call:>6}  {ev.action:<16} {ev.input}")
+            doubt = (
+                "  (in doubt: it may have run; approve runs it again)"
+                if ev.reason == "in_doubt"
+                else ""
+            )
+            out.line(f"{ev.call:>6}  {ev.action:<16} {ev.input}{doubt}")
     if not waiting and not args.json:
         out.line("no action waits for approval")
     return 0

@@ -103,6 +103,23 @@ class CloseStored:
 
 
 @attrs.frozen(kw_only=True)
+class FailStored:
+    """Record the failure of a stream that has no process (it crashed past its restart
+    budget; the Runner is its writer): what the crash left open is closed, then ``failed``."""
+
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class ReviveStored:
+    """An operator's decision to bring a failed session back, recorded by the Runner (a
+    failed session has no process) as ``recovered`` naming ``reason``."""
+
+    request_id: str
+    reason: str = ""
+
+
+@attrs.frozen(kw_only=True)
 class SealStream:
     """Seal what is new: the shell computes the seal (it reads the log and signs)."""
 
@@ -246,6 +263,8 @@ Command = (
     | Intercepted
     | Close
     | CloseStored
+    | FailStored
+    | ReviveStored
     | SealStream
     | Sealed
     | VerifyStream
@@ -298,6 +317,8 @@ class AnswerWorker:
     verdict: str
     call: int
     fault: str = ""
+    #: The call's idempotency key (admitted tool calls), handed to the tool.
+    key: str = ""
 
 
 @attrs.frozen(kw_only=True)
