@@ -139,7 +139,6 @@ class Host(SessionCommands, SessionReading):
         cfg = RunnerConfig(
             data_dir=os.path.abspath(os.fspath(data_dir)),
             interceptors=tuple(interceptors) if interceptors is not None else (SlashCommands(),),
-            # The operator's MCP servers, checked before anything starts.
             factory=factory if attach else with_mcp(factory, _mcp_config(data_dir)),
             busy_policy=BusyPolicy.parse(busy_policy),
             idle_timeout=idle_timeout,
