@@ -52,6 +52,14 @@ async def slow(seconds: float) -> str:
     return "done"
 
 
+@app.tool()
+async def slow_echo(text: str, seconds: float, ctx: Context) -> str:
+    """Wait, then say the text back with the idempotency key the client sent."""
+    key = (ctx.request_context.meta or {}).get("io.vertebra/idempotency-key", "")
+    await asyncio.sleep(seconds)
+    return f"{text} (key {key})"
+
+
 def _extra() -> str:
     """A tool that was not there at first."""
     return "extra ran"

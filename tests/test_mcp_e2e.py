@@ -379,6 +379,43 @@ def test_a_killed_session_process_takes_its_server_along(
         h.close()
 
 
+@pytest.mark.parametrize("in_doubt", ["retry", "ask"])
+def test_a_call_a_crash_cut_off_is_sent_again_under_its_key_only_if_the_operator_says(
+    tmp_path: pathlib.Path, pidfile: pathlib.Path, no_leftover_processes: Any, in_doubt: str
+) -> None:
+    """SIGKILL of the session process while ``slow_echo`` runs: the call is in doubt.
+    With ``in_doubt = "retry"`` it is sent once more with the same key (the server's
+    answer names it); by default (``ask``) a human is asked and nothing is sent."""
+    extra = f'\n[servers.notes.tools.slow_echo]\nin_doubt = "{in_doubt}"\n'
+    data = _data(tmp_path, _stdio_server(extra=extra))
+    h = Host(data, base="multiprocTCPBase", timeout=30, factory=ScriptedFactory())
+    try:
+        sid = h.create(metadata={"mcp.servers": "notes"})
+        ack = h.send(sid, '!tool notes.slow_echo {"text": "once", "seconds": 3}')
+
+        def after() -> list[Event]:
+            return [e for e in h.history(sid) if e.seq > ack.seq]
+
+        wait_for(lambda: _of(after(), Kind.ACTION_STARTED) and pidfile.exists(), timeout=30)
+        os.kill(h.session_pid(sid), 9)
+        (doubt,) = wait_for(lambda: _of(after(), Kind.ACTION_IN_DOUBT), timeout=30)
+        assert doubt.extra["resolution"] == in_doubt
+        if in_doubt == "ask":
+            (question,) = wait_for(lambda: _of(after(), Kind.ACTION_PENDING), timeout=30)
+            assert question.extra["inDoubt"] == doubt.call
+            assert not _of(after(), Kind.TOOL_RESULT)
+            return
+        done = h.wait_turn(sid, ack.seq, timeout=60)
+        assert done.stop_reason == "end_turn", done
+        evs = after()
+        (result,) = _of(evs, Kind.TOOL_RESULT)
+        key = _of(evs, Kind.ACTION_STARTED)[0].extra["idempotencyKey"]
+        assert result.result == f"once (key {key})"
+        assert [e.tool for e in _of(evs, Kind.TOOL_CALL)] == ["notes.slow_echo"]
+    finally:
+        h.close()
+
+
 @pytest.fixture
 def http_server(tmp_path: pathlib.Path) -> Iterator[str]:
     port = free_port()
