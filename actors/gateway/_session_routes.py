@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -14,6 +15,7 @@ from spine import InvalidArgumentError, Kind, validate_session_id
 from spine import history as stream_history
 
 from .. import errors as e
+from ..authority import Authority, refusal
 from ..session.goals import budget_problem
 from ._gateway import Gateway, call, known
 from ._replies import (
@@ -57,7 +59,8 @@ async def create_session(gw: Gateway, request: Request) -> Response:
     g: Grant = request.state.grant
     if not g.admin and (sid is None or not g.may_write(sid)):
         raise HttpError(403, "forbidden", "this token may only create its own sessions")
-    sid = await call(gw.host.create, sid, metadata)
+    _authorize(g, metadata, {})
+    sid = await call(gw.host.create, sid, metadata, authority=_authority(g))
     info = await call(gw.host.get, sid)
     # A header is Latin-1 on the wire and an id need not be: percent-encode it (RFC 3986).
     return json_response(info_json(info), 201, {"Location": session_path(sid)})
@@ -173,8 +176,22 @@ async def set_metadata(gw: Gateway, request: Request) -> Response:
     sid = session_id(request)
     changes = string_map(await json_body(request), "body", nulls=True)
     await known(gw, sid)
-    ack = await call(gw.host.set_metadata, sid, changes)
+    g: Grant = request.state.grant
+    # The session checks as it stores (what it holds then is what counts; 403 naming the
+    # key, `NotAuthorized`).
+    ack = await call(gw.host.set_metadata, sid, changes, authority=_authority(g))
     return json_response(ack_json(ack))
+
+
+def _authority(g: Grant) -> Authority:
+    return Authority.OPERATOR if g.admin else Authority.SESSION
+
+
+def _authorize(g: Grant, changes: Mapping[str, str | None], metadata: Mapping[str, str]) -> None:
+    """403 naming the first key ``g`` may not write (`actors.authority`)."""
+    problem = refusal(changes, metadata, _authority(g))
+    if problem is not None:
+        raise HttpError(403, "forbidden_key", problem)
 
 
 async def approvals(gw: Gateway, request: Request) -> Response:
