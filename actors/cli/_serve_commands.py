@@ -291,12 +291,17 @@ def _start_http(args: argparse.Namespace, host: Any, out: Out) -> Any:
         raise CliError(
             f"--http needs the http extra (pip install 'vertebra[http]'): {exc}", EXIT_USAGE
         ) from None
+    from ..gateway._tokens import ADMIN_FILE
+
     try:
         gw = start_gateway(args.data, args.http, allow_remote=args.http_allow_remote, host=host)
     except GatewayError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
-    out.line(f"vertebra http: {gw.url}  token {gw.token}")
-    out.line(f"vertebra http: open {gw.page_url}")
+    # The admin token is never printed: stdout ends up in service managers' logs. Its
+    # file is owner-only; the page link is completed with it by whoever may read it.
+    where = os.path.join(args.data, ADMIN_FILE)
+    out.line(f"vertebra http: {gw.url}  admin token in {where} (owner-only)")
+    out.line(f"vertebra http: open {gw.url}/#token=$(cat {where})")
     return gw
 
 

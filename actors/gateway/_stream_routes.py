@@ -84,8 +84,14 @@ def _resume_point(request: Request, param: str) -> int:
     return int_param(request, param, 0)
 
 
-def _sse_response(gw: Gateway, body: Callable[[Any], Coroutine[Any, Any, bool]]) -> Response:
-    return SseResponse(body, ping=gw.ping, send_timeout=gw.send_timeout, direct=gw.direct)
+def _sse_response(
+    gw: Gateway, request: Request, body: Callable[[Any], Coroutine[Any, Any, bool]]
+) -> Response:
+    # A revoked or expired token's stream ends at its next heartbeat.
+    valid = functools.partial(gw.tokens.valid, request.state.grant)
+    return SseResponse(
+        body, ping=gw.ping, send_timeout=gw.send_timeout, direct=gw.direct, valid=valid
+    )
 
 
 async def session_events(gw: Gateway, request: Request) -> Response:
@@ -95,7 +101,7 @@ async def session_events(gw: Gateway, request: Request) -> Response:
     await known(gw, sid)
     if gw.stopping:
         raise HttpError(503, "unavailable", "the gateway is stopping")
-    return _sse_response(gw, functools.partial(gw.hubs.serve, sid, after, kinds))
+    return _sse_response(gw, request, functools.partial(gw.hubs.serve, sid, after, kinds))
 
 
 async def all_events(gw: Gateway, request: Request) -> Response:
@@ -111,4 +117,4 @@ async def all_events(gw: Gateway, request: Request) -> Response:
     async def body(out: Any) -> bool:
         return await _sse.global_body(feed, out, gw.send_timeout)
 
-    return _sse_response(gw, body)
+    return _sse_response(gw, request, body)
