@@ -6,6 +6,7 @@ program; ``vertebra serve --http 127.0.0.1:8080`` does the same from the command
 
 from ._app import ROUTES, create_app
 from ._gateway import Gateway
+from ._limits import Limits
 from ._routing import RouteSpec
 from ._server import GatewayError, GatewayHandle, is_loopback, parse_bind, start_gateway
 from ._tokens import Grant, TokenStore, admin_token, create_token
@@ -16,6 +17,7 @@ __all__ = [
     "GatewayError",
     "GatewayHandle",
     "Grant",
+    "Limits",
     "RouteSpec",
     "TokenStore",
     "admin_token",

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from .. import errors as e
@@ -87,6 +87,10 @@ def endpoint(gw: Gateway, access: str, fn: Handler) -> Callable[[Request], Await
             return await fn(gw, request)
         except HttpError as exc:
             return error_response(exc.status, exc.code, exc.message)
+        except ClientDisconnect:
+            # The client went (or missed its body's deadline) mid-request: nobody reads
+            # this answer, and it is no server fault to log.
+            return error_response(400, "disconnected", "the client went before its body ended")
         except e.ActorsError as exc:
             status, code = STATUS.get(type(exc), (503, "unavailable"))
             return error_response(status, code, str(exc))

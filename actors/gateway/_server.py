@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import os
@@ -18,6 +19,7 @@ from ..host import Host
 from ..runner import spine_spec
 from ._app import create_app
 from ._gateway import Gateway
+from ._limits import Limits, ResourceReport, protocol
 from ._tokens import TokenStore
 from ._wire import expose_transport
 
@@ -102,6 +104,7 @@ def start_gateway(
     allow_remote: bool = False,
     host: Host | None = None,
     ping: float = 15.0,
+    limits: Limits | None = None,
     **host_options: Any,
 ) -> GatewayHandle:
     """Serve HTTP + SSE for the daemon over ``data_dir`` on ``bind`` (port 0: a free one).
@@ -109,7 +112,8 @@ def start_gateway(
     With ``host`` the gateway uses that embedding `Host` (and leaves it open on `stop`);
     without, it starts one with ``host_options`` and closes it on `stop`. A bind address
     that is not loopback is refused unless ``allow_remote``: the admin token then crosses
-    the network, so put TLS in front.
+    the network, so put TLS in front. ``limits`` bounds connections (`Limits`: head,
+    body and idle timeouts, how many at once).
     """
     addr, port = parse_bind(bind)
     if not is_loopback(addr) and not allow_remote:
@@ -135,7 +139,7 @@ def start_gateway(
         if owned is not None:
             owned.close()
         raise
-    server, thread = _serve(gw, sock, owned)
+    server, thread = _serve(gw, sock, owned, limits or Limits())
     shown = f"[{addr}]" if family == socket.AF_INET6 else addr
     url = f"http://{shown}:{sock.getsockname()[1]}"
     return GatewayHandle(server, thread, gw, url, owned, sink_id)
@@ -148,30 +152,45 @@ def _listen(addr: str, port: int, bind: str) -> tuple[socket.AddressFamily, sock
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((addr, port))
-        sock.listen(128)
+        sock.listen(Limits().backlog)
     except OSError as exc:
         sock.close()
         raise GatewayError(f"cannot bind {bind}: {exc}") from None
     return family, sock
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server with the loop's handler of accept errors replaced, so that a
+    process out of file descriptors logs a line now and then, not a traceback a try."""
+
+    def __init__(self, config: uvicorn.Config, report: ResourceReport) -> None:
+        super().__init__(config)
+        self.report = report
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        asyncio.get_running_loop().set_exception_handler(self.report)
+        await super().serve(sockets)
+
+
 def _serve(
-    gw: Gateway, sock: socket.socket, owned: Host | None
+    gw: Gateway, sock: socket.socket, owned: Host | None, limits: Limits
 ) -> tuple[uvicorn.Server, threading.Thread]:
     """Run uvicorn on ``sock`` on a thread of its own and wait until it serves; if it
     does not, close the socket and ``owned`` (the Host the gateway started)."""
     config = uvicorn.Config(
         expose_transport(create_app(gw)),
         # h11 (the default without httptools), named so that the SSE bodies' direct
-        # writes know the framing they write into.
-        http="h11",
+        # writes know the framing they write into; with deadlines and a connection bound.
+        http=protocol(limits),
+        timeout_keep_alive=max(1, round(limits.idle)),
+        backlog=limits.backlog,
         log_level="warning",
         access_log=False,
         lifespan="off",
         timeout_graceful_shutdown=2,
         ws="none",
     )
-    server = uvicorn.Server(config)
+    server = _Server(config, ResourceReport(limits.report))
     thread = threading.Thread(
         target=server.run, kwargs={"sockets": [sock]}, name="vertebra-gateway", daemon=True
     )
