@@ -1,6 +1,6 @@
 """Token lifecycle over real HTTP and the CLI: minted tokens are listed without their
 secret, expire, and are revoked one at a time (open event streams included); the admin
-token is never printed. Also the 405 answers' ``Allow``."""
+token is never printed. Also the 405 answers' ``Allow`` and the id and resume rules."""
 
 from __future__ import annotations
 
@@ -148,3 +148,19 @@ def test_the_token_command_creates_lists_and_revokes(tmp_path: pathlib.Path) -> 
     gone = _cli(data, "revoke", token_id)
     assert gone.returncode == 2 and "no token" in gone.stderr
     assert _cli(data, "list").stdout == ""
+
+
+def test_one_rule_for_ids_and_resume_points(gw: GatewayHandle, admin: httpx.Client) -> None:
+    """A null id is refused, not read as "make one up"; an id with a format character
+    (U+202E, which makes text display reversed) is refused naming why; a resume point
+    beyond the range is the same 422 in the header and in the query."""
+    r = admin.post("/v1/sessions", json={"id": None})
+    assert r.status_code == 422 and "'id' must be a string" in r.json()["message"]
+    r = admin.post("/v1/sessions", json={"id": "evil\u202etxt"})
+    assert r.status_code == 400 and r.json()["error"] == "bad_id"
+    admin.post("/v1/sessions", json={"id": "resume-1"})
+    huge = str(10**30)
+    by_query = admin.get("/v1/sessions/resume-1/events", params={"after": huge})
+    by_header = admin.get("/v1/sessions/resume-1/events", headers={"Last-Event-ID": huge})
+    assert by_query.status_code == by_header.status_code == 422
+    assert by_query.json()["error"] == by_header.json()["error"] == "invalid_field"

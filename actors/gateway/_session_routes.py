@@ -49,6 +49,8 @@ async def list_sessions(gw: Gateway, request: Request) -> Response:
 
 async def create_session(gw: Gateway, request: Request) -> Response:
     body = await json_body(request, required=False)
+    if "id" in body and body["id"] is None:
+        raise HttpError(422, "invalid_field", "'id' must be a string (leave it out for a fresh id)")
     sid = field(body, "id", str, None)
     metadata = string_map(field(body, "metadata", dict, {}), "metadata", nulls=False)
     if sid is not None:
@@ -108,6 +110,10 @@ async def submit_goal(gw: Gateway, request: Request) -> Response:
     if not isinstance(objective, str) or not objective.strip():
         raise HttpError(422, "invalid_field", "'objective' must be a non-empty string")
     budget = field(body, "budget", dict, {})
+    # JSON has one number type: 3.0 is the integer 3 (as JSON Schema reads it).
+    budget = {
+        k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in budget.items()
+    }
     problem = budget_problem(budget)
     if problem:
         raise HttpError(422, "invalid_field", problem)

@@ -21,6 +21,8 @@ from ._wire import SseResponse
 
 #: Largest page of history one request returns.
 MAX_LIMIT = 1000
+#: Largest seq or position a resume point may name (``after``, ``Last-Event-ID``).
+MAX_POSITION = 2**62
 
 
 async def status(gw: Gateway, request: Request) -> Response:
@@ -78,10 +80,13 @@ def _resume_point(request: Request, param: str) -> int:
             value = int(last_id.strip())
         except ValueError:
             raise HttpError(400, "bad_id", "Last-Event-ID must be an integer") from None
-        if value < 0:
-            raise HttpError(400, "bad_id", "Last-Event-ID must not be negative")
+        # The same range as ``after``, answered the same way.
+        if not 0 <= value <= MAX_POSITION:
+            raise HttpError(
+                422, "invalid_field", f"Last-Event-ID must be between 0 and {MAX_POSITION}"
+            )
         return value
-    return int_param(request, param, 0)
+    return int_param(request, param, 0, high=MAX_POSITION)
 
 
 def _sse_response(

@@ -12,6 +12,9 @@ from ._replies import HttpError, json_response
 from ._requests import field, json_body
 from ._tokens import list_tokens, mint, parse_ttl, revoke_token
 
+#: The longest lifetime a token may be given (200 years: "no expiry" is leaving it out).
+MAX_TTL = 200 * 365.25 * 86400
+
 
 async def list_all(gw: Gateway, request: Request) -> Response:
     """Every minted token without its secret: id, sessions, read-only, times, expired."""
@@ -25,12 +28,17 @@ def _ttl(raw: object) -> float | None:
         return None
     if isinstance(raw, bool) or not isinstance(raw, int | float | str):
         raise HttpError(422, "invalid_field", "'expires_in' must be seconds or text like 7d")
-    try:
-        ttl = parse_ttl(str(raw))
-    except ValueError as exc:
-        raise HttpError(422, "invalid_field", f"'expires_in': {exc}") from None
-    if ttl > 10 * 365 * 86400:
-        raise HttpError(422, "invalid_field", "'expires_in' is at most ten years")
+    if isinstance(raw, int | float):
+        if not 0 < raw < float("inf"):
+            raise HttpError(422, "invalid_field", "'expires_in' must be above 0 seconds")
+        ttl = float(raw)
+    else:
+        try:
+            ttl = parse_ttl(raw)
+        except ValueError as exc:
+            raise HttpError(422, "invalid_field", f"'expires_in': {exc}") from None
+    if ttl > MAX_TTL:
+        raise HttpError(422, "invalid_field", f"'expires_in' is at most {MAX_TTL:.0f} seconds")
     return ttl
 
 
