@@ -279,6 +279,7 @@ COMMANDS: tuple[Command, ...] = (
         (
             "vertebra token create --session chat-1 --expires 7d",
             "vertebra token create --session a --read-only",
+            "vertebra token create --tenant acme",
             "vertebra token list",
             "vertebra token revoke tok_0123456789ab",
         ),

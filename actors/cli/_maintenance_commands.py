@@ -215,7 +215,8 @@ def _export_keys(file: str, keys: dict[str, str]) -> list[Any]:
 def token_args(p: argparse.ArgumentParser) -> None:
     tsub = p.add_subparsers(dest="token_command", required=True, metavar="create|list|revoke")
     c = tsub.add_parser("create", help="a token scoped to sessions (printed once)")
-    c.add_argument("--session", action="append", required=True, help="a session (repeatable)")
+    c.add_argument("--session", action="append", default=[], help="a session (repeatable)")
+    c.add_argument("--tenant", default=None, help="every session of this tenant, instead")
     c.add_argument("--read-only", action="store_true", help="may read but not write")
     c.add_argument(
         "--expires", metavar="TTL", default=None, help="lifetime: 30m, 12h, 7d, 2w (default: none)"
@@ -246,7 +247,9 @@ def token(args: argparse.Namespace, out: Out) -> int:
         return 0
     try:
         ttl = None if args.expires is None else parse_ttl(args.expires)
-        info, secret = mint(args.data, args.session, read_only=args.read_only, ttl=ttl)
+        info, secret = mint(
+            args.data, args.session, read_only=args.read_only, ttl=ttl, tenant=args.tenant
+        )
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     out.line(secret)
@@ -263,7 +266,8 @@ def _token_line(info: Any, now: float) -> str:
     else:
         expiry = f"{'expired' if info.expired(now) else 'expires'} {when(info.expires)}"
     mode = "read-only" if info.read_only else "read-write"
-    return f"{info.id}  {','.join(info.sessions)}  {mode}  created {when(info.created)}  {expiry}"
+    scope = f"tenant {info.tenant}" if info.tenant else ",".join(info.sessions)
+    return f"{info.id}  {scope}  {mode}  created {when(info.created)}  {expiry}"
 
 
 __all__ = [

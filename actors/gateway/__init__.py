@@ -9,6 +9,7 @@ from ._gateway import Gateway
 from ._limits import Limits
 from ._routing import RouteSpec
 from ._server import GatewayError, GatewayHandle, is_loopback, parse_bind, start_gateway
+from ._tenants import Quotas
 from ._tokens import Grant, TokenStore, admin_token, create_token
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "GatewayHandle",
     "Grant",
     "Limits",
+    "Quotas",
     "RouteSpec",
     "TokenStore",
     "admin_token",

@@ -14,9 +14,12 @@ from projections import cache_hit_rate
 
 
 class HttpError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+        self.headers = headers
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

@@ -20,6 +20,7 @@ from ..runner import spine_spec
 from ._app import create_app
 from ._gateway import Gateway
 from ._limits import Limits, ResourceReport, protocol
+from ._tenants import Quotas
 from ._tokens import TokenStore
 from ._wire import expose_transport
 
@@ -105,6 +106,7 @@ def start_gateway(
     host: Host | None = None,
     ping: float = 15.0,
     limits: Limits | None = None,
+    quotas: Quotas | None = None,
     **host_options: Any,
 ) -> GatewayHandle:
     """Serve HTTP + SSE for the daemon over ``data_dir`` on ``bind`` (port 0: a free one).
@@ -113,7 +115,7 @@ def start_gateway(
     without, it starts one with ``host_options`` and closes it on `stop`. A bind address
     that is not loopback is refused unless ``allow_remote``: the admin token then crosses
     the network, so put TLS in front. ``limits`` bounds connections (`Limits`: head,
-    body and idle timeouts, how many at once).
+    body and idle timeouts, how many at once); ``quotas`` bounds each tenant (`Quotas`).
     """
     addr, port = parse_bind(bind)
     if not is_loopback(addr) and not allow_remote:
@@ -132,7 +134,7 @@ def start_gateway(
         # sessions in the data directory's SQLite file.
         log = open_log(spine_spec(host.data_dir, host.spine))
         log.watch()
-        gw = Gateway(host=host, log=log, tokens=tokens, ping=ping)
+        gw = Gateway(host=host, log=log, tokens=tokens, ping=ping, quotas=quotas or Quotas())
         sink_id = host.add_sink(gw.on_sink)
     except BaseException:
         sock.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -34,6 +35,7 @@ from ._requests import (
     session_id,
     string_map,
 )
+from ._tenants import TENANT_KEY
 from ._tokens import Grant
 
 #: How long ``GET .../goals/wait`` waits without a ``timeout``, and at most (seconds).
@@ -44,7 +46,11 @@ WAIT_MAX = 300.0
 async def list_sessions(gw: Gateway, request: Request) -> Response:
     g: Grant = request.state.grant
     infos = await call(gw.host.sessions)
-    return json_response({"sessions": [info_json(i) for i in infos if g.may_read(i.session_id)]})
+    return json_response({"sessions": [info_json(i) for i in infos if _covers(g, i)]})
+
+
+def _covers(g: Grant, info: Any) -> bool:
+    return g.may_read(info.session_id, info.metadata.get(TENANT_KEY))
 
 
 async def create_session(gw: Gateway, request: Request) -> Response:
@@ -59,13 +65,43 @@ async def create_session(gw: Gateway, request: Request) -> Response:
         except (ValueError, InvalidArgumentError) as exc:
             raise HttpError(400, "bad_id", str(exc)) from None
     g: Grant = request.state.grant
-    if not g.admin and (sid is None or not g.may_write(sid)):
-        raise HttpError(403, "forbidden", "this token may only create its own sessions")
-    _authorize(g, metadata, {})
-    sid = await call(gw.host.create, sid, metadata, authority=_authority(g))
+    if g.tenant is not None:
+        _authorize(g, metadata, {})
+        sid = await _create_in_tenant(gw, g.tenant, sid, metadata)
+    else:
+        if not g.admin and (sid is None or not g.may_write(sid)):
+            raise HttpError(403, "forbidden", "this token may only create its own sessions")
+        _authorize(g, metadata, {})
+        sid = await call(gw.host.create, sid, metadata, authority=_authority(g))
     info = await call(gw.host.get, sid)
     # A header is Latin-1 on the wire and an id need not be: percent-encode it (RFC 3986).
     return json_response(info_json(info), 201, {"Location": session_path(sid)})
+
+
+async def _create_in_tenant(
+    gw: Gateway, tenant: str, sid: str | None, metadata: dict[str, Any]
+) -> str:
+    """Create a session of ``tenant`` within its quota of live sessions."""
+    limit = gw.quotas.sessions
+    if limit is not None:
+        infos = await call(gw.host.sessions)
+        live = [
+            i
+            for i in infos
+            if i.metadata.get(TENANT_KEY) == tenant and i.state not in ("closed", "failed")
+        ]
+        if len(live) >= limit:
+            raise HttpError(
+                429,
+                "quota_exceeded",
+                f"tenant {tenant!r} holds its {limit} live sessions; close one first",
+            )
+    # The tenant is the operator's key: the gateway sets it, on the tenant's behalf.
+    sid = await call(
+        gw.host.create, sid, {**metadata, TENANT_KEY: tenant}, authority=Authority.OPERATOR
+    )
+    gw.tenants.remember(sid, tenant)
+    return str(sid)
 
 
 async def get_session(gw: Gateway, request: Request) -> Response:

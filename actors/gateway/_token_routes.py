@@ -43,15 +43,25 @@ def _ttl(raw: object) -> float | None:
 
 
 async def create(gw: Gateway, request: Request) -> Response:
-    """``{"sessions": [...], "read_only": false, "expires_in": "7d"}``: 201 with the
+    """``{"sessions": [...] or "tenant": T, "read_only": false, "expires_in": "7d"}``: 201 with the
     token (the only time it is shown) and its stored entry."""
     body = await json_body(request)
+    tenant = field(body, "tenant", str, None)
     sessions = field(body, "sessions", list, None)
-    if not sessions or not all(isinstance(s, str) and s for s in sessions):
+    if (sessions is None) == (tenant is None):
+        raise HttpError(422, "invalid_field", "give either 'sessions' or 'tenant'")
+    if sessions is not None and (
+        not sessions or not all(isinstance(s, str) and s for s in sessions)
+    ):
         raise HttpError(422, "invalid_field", "'sessions' must be a non-empty list of ids")
     read_only = field(body, "read_only", bool, False)
     ttl = _ttl(body.get("expires_in"))
-    info, token = await call(mint, gw.tokens.data_dir, sessions, read_only=read_only, ttl=ttl)
+    try:
+        info, token = await call(
+            mint, gw.tokens.data_dir, sessions or (), read_only=read_only, ttl=ttl, tenant=tenant
+        )
+    except ValueError as exc:
+        raise HttpError(422, "invalid_field", str(exc)) from None
     return json_response({**info.as_json(time.time()), "token": token}, 201)
 
 

@@ -55,16 +55,22 @@ class Grant:
     sessions: frozenset[str] | None = None
     read_only: bool = False
     token_id: str | None = None
+    #: A tenant's token reaches every session of its tenant (the sessions' ``tenant``
+    #: key), and creates sessions in it; ``sessions`` is then None.
+    tenant: str | None = None
 
     @property
     def admin(self) -> bool:
-        return self.sessions is None and not self.read_only
+        return self.sessions is None and not self.read_only and self.tenant is None
 
-    def may_read(self, session_id: str) -> bool:
+    def may_read(self, session_id: str, tenant: str | None = None) -> bool:
+        """Whether the token covers ``session_id``, whose tenant is ``tenant``."""
+        if self.tenant is not None:
+            return tenant == self.tenant
         return self.sessions is None or session_id in self.sessions
 
-    def may_write(self, session_id: str) -> bool:
-        return not self.read_only and self.may_read(session_id)
+    def may_write(self, session_id: str, tenant: str | None = None) -> bool:
+        return not self.read_only and self.may_read(session_id, tenant)
 
 
 @attrs.frozen(kw_only=True)
@@ -76,6 +82,7 @@ class TokenInfo:
     read_only: bool
     created: float
     expires: float | None
+    tenant: str | None = None
 
     def expired(self, now: float) -> bool:
         return self.expires is not None and now >= self.expires
@@ -88,6 +95,7 @@ class TokenInfo:
             "created": self.created,
             "expires": self.expires,
             "expired": self.expired(now),
+            "tenant": self.tenant,
         }
 
 
@@ -136,6 +144,7 @@ def _info(e: dict[str, Any]) -> TokenInfo:
         read_only=bool(e.get("read_only")),
         created=float(e.get("created") or 0.0),
         expires=float(expires) if isinstance(expires, int | float) else None,
+        tenant=str(e["tenant"]) if e.get("tenant") else None,
     )
 
 
@@ -161,12 +170,19 @@ def mint(
     *,
     read_only: bool = False,
     ttl: float | None = None,
+    tenant: str | None = None,
 ) -> tuple[TokenInfo, str]:
-    """Mint a token limited to ``sessions`` (read-only if asked, expiring ``ttl`` seconds
-    from now if given): its stored entry and the token, of which only the digest is kept."""
+    """Mint a token limited to ``sessions``, or to the sessions of ``tenant`` (read-only
+    if asked, expiring ``ttl`` seconds from now if given): its stored entry and the
+    token, of which only the digest is kept."""
     scope = sorted(set(sessions))
-    if not scope:
-        raise ValueError("a scoped token needs at least one session")
+    if tenant is not None:
+        if scope:
+            raise ValueError("a tenant's token covers its tenant's sessions: name no sessions")
+        if not tenant or not tenant.isprintable() or len(tenant) > 200:
+            raise ValueError(f"a tenant is 1 to 200 printable characters, got {tenant!r}")
+    elif not scope:
+        raise ValueError("a scoped token needs at least one session (or a tenant)")
     if ttl is not None and not ttl > 0:
         raise ValueError(f"a token's lifetime must be above 0 seconds, got {ttl!r}")
     token = "vts_" + secrets.token_urlsafe(32)
@@ -178,6 +194,7 @@ def mint(
         "read_only": read_only,
         "created": now,
         "expires": None if ttl is None else now + ttl,
+        "tenant": tenant,
     }
     with _locked(data_dir) as path:
         _save(path, [*_load(path), entry])
@@ -185,10 +202,15 @@ def mint(
 
 
 def create_token(
-    data_dir: str, sessions: Iterable[str], *, read_only: bool = False, ttl: float | None = None
+    data_dir: str,
+    sessions: Iterable[str] = (),
+    *,
+    read_only: bool = False,
+    ttl: float | None = None,
+    tenant: str | None = None,
 ) -> str:
     """`mint`, returning only the token."""
-    return mint(data_dir, sessions, read_only=read_only, ttl=ttl)[1]
+    return mint(data_dir, sessions, read_only=read_only, ttl=ttl, tenant=tenant)[1]
 
 
 def list_tokens(data_dir: str) -> list[TokenInfo]:
@@ -235,7 +257,10 @@ class TokenStore:
         for e in _load(self._path):
             info = _info(e)
             grant = Grant(
-                sessions=frozenset(info.sessions), read_only=info.read_only, token_id=info.id
+                sessions=None if info.tenant else frozenset(info.sessions),
+                read_only=info.read_only,
+                token_id=info.id,
+                tenant=info.tenant,
             )
             grants[str(e["sha256"])] = (grant, info.expires)
         self._grants, self._stamp = grants, stamp
