@@ -57,9 +57,9 @@ sys.path.insert(0, os.path.dirname(_HERE))
 
 from thespian.actors import ActorSystem  # noqa: E402
 
+from actors._runtime.system import free_port, log_defs, loopback_only  # noqa: E402
 from actors.host import Host  # noqa: E402
 from actors.runner import spine_path  # noqa: E402
-from actors.system import free_port, log_defs, loopback_only  # noqa: E402
 from bench._echo import (  # noqa: E402
     EchoAck,
     EchoPid,
@@ -493,7 +493,7 @@ def frame_cost(n: int = 20000) -> None:
     import pickle
 
     from actors import messages as m
-    from actors import transport_auth as ta
+    from actors._runtime import transport_auth as ta
 
     kid = ta.use_secret(os.urandom(32))
     msg = (
@@ -529,7 +529,7 @@ def frame_cost(n: int = 20000) -> None:
 
 def probe_main(mode: str, spec: str) -> None:
     """``--probe on|off``: one `auth_probe` in this process, its figures as JSON."""
-    from actors import transport_auth
+    from actors._runtime import transport_auth
 
     if mode == "off":
         transport_auth._disable_for_measurement()

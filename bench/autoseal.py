@@ -32,8 +32,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
 
+from actors._runtime.system import loopback_only  # noqa: E402
 from actors.policy import DAEMON_SEAL_POLICY, SealPolicy  # noqa: E402
-from actors.system import loopback_only  # noqa: E402
 from bench.actors import TURN_END, WAIT, _drive, host  # noqa: E402
 from spine import Kind  # noqa: E402
 
@@ -45,7 +45,7 @@ CONFIGS = {
 
 
 def focused(rounds: int, turns: int) -> None:
-    from actors.session.autoseal import AutoSealer
+    from actors.session.shell.autoseal import AutoSealer
     from spine import Event, SqliteLog
     from spine.seal import SigningKey, seal_event
 

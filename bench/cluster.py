@@ -35,9 +35,9 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
 
+from actors._runtime.system import free_port  # noqa: E402
+from actors._runtime.transport_auth import share_secret  # noqa: E402
 from actors.host import Host  # noqa: E402
-from actors.system import free_port  # noqa: E402
-from actors.transport_auth import share_secret  # noqa: E402
 from spine.testing import fresh_schema, postgres_cluster  # noqa: E402
 
 

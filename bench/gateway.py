@@ -42,9 +42,9 @@ sys.path.insert(0, os.path.dirname(_HERE))
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 
+from actors._runtime.system import free_port, processes_in_session  # noqa: E402
 from actors.host import Host  # noqa: E402
 from actors.runner import spine_path  # noqa: E402
-from actors.system import free_port, processes_in_session  # noqa: E402
 from spine import Event, Kind, SqliteLog, subscribe  # noqa: E402
 
 

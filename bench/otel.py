@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import orjson
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
+from actors._runtime.system import processes_in_session
 from actors.agents import ModelFactory, builtin_tools
 from actors.host import Host
 from actors.otel import (
@@ -45,7 +46,6 @@ from actors.otel import (
     start_trace_export,
     stop_trace_export,
 )
-from actors.system import processes_in_session
 from projections import SpanFolder
 from spine import Kind, decode_event, encode_event
 

@@ -155,7 +155,7 @@ class Daemon:
         return code
 
     def check_no_leftovers(self) -> None:
-        from actors.system import processes_in_session
+        from actors._runtime.system import processes_in_session
 
         wait_for(lambda: not any(processes_in_session(s) for s in self.systems), 15)
 

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from actors.host import Host
-from actors.session.state import SessionState, fold
+from actors.session.rules.state import SessionState, fold
 from projections import project
 from spine import Kind, open_log
 

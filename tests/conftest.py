@@ -92,8 +92,8 @@ def no_leftover_processes():  # type: ignore[no-untyped-def]
     Thespian's admin detaches from its parent)."""
     import os
 
+    from actors._runtime.system import processes_in_session
     from actors.host import SYSTEM_SESSIONS
-    from actors.system import processes_in_session
 
     before_children = set(descendants(os.getpid()))
     before_systems = set(SYSTEM_SESSIONS)

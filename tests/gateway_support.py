@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 from conftest import wait_for
 
+from actors._runtime.system import processes_in_session
 from actors.gateway import GatewayHandle, start_gateway
 from actors.host import SYSTEM_SESSIONS
-from actors.system import processes_in_session
 
 
 @contextlib.contextmanager

@@ -260,8 +260,8 @@ def test_a_protocol_subscriber_of_a_session_failed_past_its_budget_receives_the_
 def test_a_long_session_restarts_from_a_snapshot_with_the_same_state(mp: Host) -> None:
     """Past the snapshot interval a session snapshots its state; after a kill it restarts
     from the snapshot plus the tail and serves with exactly the state a full fold gives."""
-    from actors.session.snapshots import SNAPSHOT_EVERY, SnapshotStore
-    from actors.session.state import SessionState, fold
+    from actors.session.rules.state import SessionState, fold
+    from actors.session.shell.snapshots import SNAPSHOT_EVERY, SnapshotStore
     from spine import SqliteLog
 
     sid = "long-one"
@@ -277,7 +277,7 @@ def test_a_long_session_restarts_from_a_snapshot_with_the_same_state(mp: Host) -
     mp.register(sid)
     a = mp.send(sid, "hello")
     mp.wait_turn(sid, a.seq)
-    store = SnapshotStore(mp.data_dir)
+    store = SnapshotStore(mp.data_dir, os.path.join(mp.data_dir, "spine.db"))
     try:
         snap = store.load(sid)
         assert snap is not None and snap.last_seq >= SNAPSHOT_EVERY

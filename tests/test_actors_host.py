@@ -89,7 +89,7 @@ def test_an_instant_answer_shares_its_messages_append_while_commits_wait(
     one time stamp. On a log that commits at once the message is acked after its own
     commit and the answer follows in a second. A turn that must wait (a tool call) ends
     in an append of its own either way."""
-    from actors.session import execution
+    from actors.session.shell import execution
 
     monkeypatch.setattr(execution, "GROUP_AFTER", 0.0 if contended else 3600.0)
     h = Host(tmp_path / "data", base=base, timeout=20)  # its processes fork the setting
@@ -135,7 +135,7 @@ def test_each_turn_builds_its_agent_once_whether_it_answers_at_once_or_waits(
     """Trying an instant answer builds the turn's agent; a turn that then must wait runs
     that same agent, and a factory that fails is called once and fails the turn once,
     whether the answer is tried ahead of the message's append or after it."""
-    from actors.session import execution
+    from actors.session.shell import execution
 
     monkeypatch.setattr(execution, "GROUP_AFTER", 0.0 if contended else 3600.0)
     builds = tmp_path / "builds"
@@ -413,7 +413,7 @@ def test_a_closed_session_can_still_be_replayed_through_the_protocol(
     from conftest import wait_for
 
     from actors import messages as msgs
-    from actors.system import processes_in_session
+    from actors._runtime.system import processes_in_session
 
     h = Host(tmp_path, base="multiprocTCPBase", timeout=20)
     try:

@@ -15,8 +15,8 @@ import psycopg
 import pytest
 from conftest import wait_for
 
+from actors._runtime.system import processes_in_session
 from actors.host import Host
-from actors.system import processes_in_session
 from spine import Kind, open_log
 
 

@@ -87,7 +87,7 @@ def test_a_snapshot_on_the_single_process_base_does_not_stop_the_session(
 ) -> None:  # type: ignore[no-untyped-def]
     """Snapshots are written from whichever thread drives the system there; the session
     used to stop serving at its first snapshot (seq 1000)."""
-    import actors.session.execution as session_execution
+    import actors.session.shell.execution as session_execution
 
     monkeypatch.setattr(session_execution, "SNAPSHOT_EVERY", 10)
     h = Host(tmp_path, base="simpleSystemBase", timeout=20)

@@ -19,7 +19,7 @@ from actors.interceptors import (
 )
 from actors.runner import SinkRouter
 from actors.session import protocol as _internal
-from actors.session.state import SessionState, fold, metadata_diff, recovery_events
+from actors.session.rules.state import SessionState, fold, metadata_diff, recovery_events
 from actors.spec import MODEL_NAME, MODEL_TEMPERATURE, AgentSpec
 from spine import Event, Kind, Phase, Usage
 
@@ -260,8 +260,8 @@ def test_usage_adds_field_by_field() -> None:
 def test_replace_copies_as_attrs_evolve_does_and_falls_back_where_it_must() -> None:
     """The fold's copies skip ``__init__`` only for plain slotted classes; every class gets
     what `attrs.evolve` gives, and a field the class lacks is refused by name."""
-    from actors.session import commands as c
-    from actors.session.replace import _plain, replace
+    from actors.session.rules import commands as c
+    from actors.session.rules.replace import _plain, replace
 
     st = SessionState(session_id="s")
     state = fold(st, [Event(kind=Kind.USER_MESSAGE, text="hi")])
@@ -295,7 +295,7 @@ def test_only_the_queueing_kinds_can_leave_work_for_a_turn() -> None:
     """The decider skips folding a decision's events when none is of `QUEUEING_KINDS`:
     folding any other kind, with any fields a handler reads, leaves nothing pending and
     no goal run in flight."""
-    from actors.session.state import _HANDLERS, QUEUEING_KINDS
+    from actors.session.rules.state import _HANDLERS, QUEUEING_KINDS
 
     sid = "s"
     for kind in _HANDLERS:

@@ -12,8 +12,8 @@ from fake_models import FakeModelServer
 
 from actors.agents import ModelAgent
 from actors.agents.http import HttpProvider
-from actors.session.commands import Finished, Govern, Progress
-from actors.session.worker import TurnWorker
+from actors.session.rules.commands import Finished, Govern, Progress
+from actors.session.shell.worker import TurnWorker
 from actors.spec import AgentSpec, TurnInput
 from actors.testing import SessionKit
 from spine import Kind, Usage

@@ -22,8 +22,8 @@ from actors.agents.base import AgentError
 from actors.agents.formats import anthropic_body, chat_body, conversation, responses_body
 from actors.agents.http import HttpProvider
 from actors.agents.wire import Message, ModelRequest, ToolCall, ToolSpec
-from actors.session.commands import Finished, Govern, Progress
-from actors.session.worker import TurnWorker
+from actors.session.rules.commands import Finished, Govern, Progress
+from actors.session.shell.worker import TurnWorker
 from actors.spec import AgentSpec, TurnInput
 from projections import (
     SettingsError,
@@ -546,7 +546,7 @@ def test_a_cancelled_turn_keeps_only_the_text_not_yet_stored() -> None:
 
 def test_provider_usage_is_kept_beside_the_usage_on_turn_completed() -> None:
     """Each model call's raw report lands on turn.completed as providerUsage."""
-    from actors.session.commands import Finished as Fin
+    from actors.session.rules.commands import Finished as Fin
     from actors.testing import SessionKit
 
     kit = SessionKit()

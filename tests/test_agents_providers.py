@@ -15,7 +15,7 @@ from actors.agents.base import AgentError
 from actors.agents.http import HttpProvider
 from actors.agents.providers import PROVIDERS, WireFormat, bearer_headers, known_providers
 from actors.agents.wire import ModelRequest, Stopped, StreamEvent, TextDelta
-from actors.session.commands import StartTurn
+from actors.session.rules.commands import StartTurn
 from actors.spec import AgentSpec
 from actors.testing import SessionKit
 from projections import model_settings

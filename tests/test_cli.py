@@ -494,8 +494,8 @@ def test_hosts_lists_the_members_of_a_convention_the_daemon_leads(
     tmp_path: pathlib.Path, pg_url: str, no_leftover_processes
 ) -> None:  # type: ignore[no-untyped-def]
     """hosts on a convention leader lists each member: name, alive, capacity, sessions."""
-    from actors.system import free_port
-    from actors.transport_auth import share_secret
+    from actors._runtime.system import free_port
+    from actors._runtime.transport_auth import share_secret
 
     port = free_port()
     leader = Daemon(tmp_path / "lead")
@@ -1144,7 +1144,7 @@ def test_the_readme_examples_run_in_order_on_one_data_directory(
     end, and no command fails or answers an HTTP error."""
     pytest.importorskip("starlette", reason="the HTTP examples need the http extra (starlette)")
     pytest.importorskip("uvicorn", reason="the HTTP examples need the http extra (uvicorn)")
-    from actors.system import free_port
+    from actors._runtime.system import free_port
 
     port = free_port()
     bin_dir = tmp_path / "bin"

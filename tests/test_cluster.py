@@ -14,11 +14,12 @@ from collections.abc import Iterator
 import pytest
 from conftest import wait_for
 
+from actors._runtime.system import free_port
+from actors._runtime.transport_auth import share_secret
 from actors.cli._main import main
 from actors.host import Host
-from actors.runner.cluster import CAPACITY, DATA, HOST, HostTable, fits, member_of
-from actors.system import free_port
-from actors.transport_auth import share_secret
+from actors.placement import CAPACITY, DATA, HOST, fits
+from actors.runner.rules.cluster import HostTable, member_of
 from spine import Kind, open_log
 
 # -- the pure table ------------------------------------------------------------------------
@@ -114,6 +115,10 @@ def test_a_registration_notice_for_a_member_thought_alive_says_it_restarted() ->
     ("argv", "problem"),
     [
         (["serve", "--join", "127.0.0.1:1", "--host-name", "m"], "postgresql"),
+        (
+            ["serve", "--spine", "sqlite:///one.db", "--convention-leader"],
+            "several hosts share one PostgreSQL log",
+        ),
         (["serve", "--host-name", "m"], "--host-name needs --convention-leader or --join"),
         (["serve", "--spine", "postgresql://x/y", "--join", "127.0.0.1:1"], "--host-name"),
         (
@@ -246,14 +251,14 @@ def test_sessions_spread_over_members_and_move_when_their_member_is_killed(
 
 
 def _session_pids(h: Host) -> list[int]:
-    from actors.system import processes_in_session
+    from actors._runtime.system import processes_in_session
 
     return processes_in_session(h.system_session)
 
 
 def test_one_heartbeat_is_outstanding_per_member_until_answered_or_resent() -> None:
     """A silent member is pinged again only after `RESEND_AFTER`, not at every tick."""
-    from actors.runner.cluster import RESEND_AFTER
+    from actors.runner.rules.cluster import RESEND_AFTER
 
     t = HostTable()
     m = t.joined("m1", "a1", 1, "", 0.0)

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from actors.transport_auth import share_secret
+from actors._runtime.transport_auth import share_secret
 from spine.testing import postgres_cluster
 
 SUBNET = "10.213.7"

@@ -1,4 +1,4 @@
-"""`actors.forking.on_fresh_chunk`: calls that straddle a frame-stack chunk boundary map
+"""`actors._runtime.forking.on_fresh_chunk`: calls that straddle a frame-stack chunk boundary map
 and unmap a chunk each time; under the padded frame there is no boundary for ~200 frames."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import resource
 
 import pytest
 
-from actors.forking import _PAD_SLOTS, _padded_call, on_fresh_chunk
+from actors._runtime.forking import _PAD_SLOTS, _padded_call, on_fresh_chunk
 
 CALLS = 200
 

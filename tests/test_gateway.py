@@ -945,7 +945,7 @@ def test_serve_http_prints_the_url_and_the_readme_curl_examples_work(
     import subprocess
     import sys
 
-    from actors.system import free_port
+    from actors._runtime.system import free_port
 
     port = free_port()
     daemon = subprocess.Popen(

@@ -162,7 +162,7 @@ def test_a_daemon_at_1024_files_serves_a_token_under_2000_slow_sockets(
     """The figures of the issue: 2,000 unauthenticated slow sockets against a daemon
     whose file limit is 1,024; a client with the token is served all along, within a
     small multiple of its quiet latency, and the daemon's output stays a few lines."""
-    from actors.system import free_port
+    from actors._runtime.system import free_port
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 4500:

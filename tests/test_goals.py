@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from actors import messages as m
-from actors.session import commands as c
-from actors.session.warmup import warm_up
+from actors.session.rules import commands as c
+from actors.session.shell.warmup import warm_up
 from actors.testing import Outcome, SessionKit
 from projections import project
 from spine import Event, Kind, Usage

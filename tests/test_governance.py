@@ -22,7 +22,7 @@ from actors.agents.governance import (
     Verdict,
     gate,
 )
-from actors.session import commands as c
+from actors.session.rules import commands as c
 from actors.testing import SessionKit
 from projections import project
 from spine import Kind

@@ -19,7 +19,7 @@ from actors.agents.governance import (
     Verdict,
     rule,
 )
-from actors.session import commands as c
+from actors.session.rules import commands as c
 from actors.testing import SessionKit
 from spine import Kind
 

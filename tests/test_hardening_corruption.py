@@ -223,7 +223,7 @@ def test_a_running_interval_timer_does_not_hold_a_seal_by_count_back() -> None:
     asks for a seal at once when the count is reached before the timer fires; after the
     seal is stored, the seal event alone asks for nothing."""
     from actors.policy import SealPolicy
-    from actors.session.autoseal import AUTO_SEAL, AUTO_SEAL_TIMER, AutoSealer
+    from actors.session.shell.autoseal import AUTO_SEAL, AUTO_SEAL_TIMER, AutoSealer
     from spine import Event, MemoryLog
     from spine.seal import SigningKey, seal_event
 

@@ -16,9 +16,9 @@ import pytest
 from cli_support import CLI, Daemon, env, read_only_folder, run, run_in
 from conftest import wait_for
 
+from actors._runtime.system import free_port, processes_in_session
 from actors._version import __version__
 from actors.cli._daemon import EXIT_NO_DAEMON, LOCK_FILE, lock_held, lock_holders
-from actors.system import free_port, processes_in_session
 from spine import Event, Kind, SqliteLog
 
 

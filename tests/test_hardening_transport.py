@@ -19,8 +19,8 @@ from cli_support import Daemon, run
 from conftest import descendants
 
 from actors import Host, WrongDaemon
-from actors import transport_auth as ta
-from actors.system import processes_in_session
+from actors._runtime import transport_auth as ta
+from actors._runtime.system import processes_in_session
 
 NOBODY = 65534
 

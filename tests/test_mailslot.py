@@ -8,8 +8,8 @@ import pathlib
 import select
 import threading
 
+from actors._runtime.mailslot import Mailslot
 from actors.host.host import Host
-from actors.mailslot import Mailslot
 from spine import Kind
 
 WAIT = 10.0
@@ -89,7 +89,7 @@ def test_pending_says_whether_something_waits_without_taking_it() -> None:
 
 def test_in_flight_is_false_where_the_transport_cannot_say() -> None:
     """An actor without Thespian's TCP transport (the single-process base) always sends."""
-    from actors.mailslot import in_flight
+    from actors._runtime.mailslot import in_flight
 
     class NoTransport:
         pass
@@ -103,7 +103,7 @@ def test_thespian_waits_with_poll_after_lean_select_and_the_switch_is_idempotent
 
     from thespian.system.transport import TCPTransport as tt
 
-    from actors.system import lean_select
+    from actors._runtime.system import lean_select
 
     lean_select()
     first = tt.selectors
@@ -117,7 +117,7 @@ def test_thespian_describes_a_message_only_when_the_description_is_printed() -> 
     """Thespian's debug lines name every message; the text is built only if written."""
     from thespian.system.transport import ReceiveEnvelope, TransmitIntent
 
-    from actors.system import lazy_descriptions
+    from actors._runtime.system import lazy_descriptions
 
     lazy_descriptions()
     lazy_descriptions()

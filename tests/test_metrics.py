@@ -317,8 +317,8 @@ def test_thespians_own_log_reaches_ours_only_at_the_configured_level(
 
     from thespian.system.utilis import thesplog
 
-    from actors.logformat import FORMAT_ENV, LEVEL_ENV, set_context
-    from actors.system import route_thespian_log
+    from actors._runtime.logformat import FORMAT_ENV, LEVEL_ENV, set_context
+    from actors._runtime.system import route_thespian_log
 
     monkeypatch.setenv(FORMAT_ENV, "json")
     monkeypatch.setenv(LEVEL_ENV, "WARNING")
@@ -328,7 +328,7 @@ def test_thespians_own_log_reaches_ours_only_at_the_configured_level(
         thesplog("quiet %s", "detail", level=logging.INFO)
         thesplog("loud %s", "detail", level=logging.WARNING)
     finally:
-        from actors import logformat
+        from actors._runtime import logformat
 
         logformat._context.clear()
     rows = [json.loads(x) for x in (tmp_path / "vertebra.log").read_text().splitlines()]
@@ -341,7 +341,7 @@ def test_thespians_own_log_reaches_ours_only_at_the_configured_level(
 def test_the_append_histogram_gathers_in_one_process_and_merges_in_another() -> None:
     """Observations fall in the first bucket whose bound they do not exceed; a taken delta
     starts over, and merged deltas add up to every observation."""
-    from actors.histogram import Histogram
+    from actors._runtime.histogram import Histogram
 
     h = Histogram((0.001, 0.01))
     for v in (0.0005, 0.001, 0.002, 5.0):
@@ -362,7 +362,7 @@ def test_the_registry_reports_ingress_per_session_by_queue() -> None:
     committed is ``in_flight``, stored messages the session reports waiting are ``queued``;
     sessions with none are left out and the totals add up."""
     from actors import messages as m
-    from actors.runner.registry import Registry
+    from actors.runner.rules.registry import Registry
     from actors.session.protocol import Appended, SessionReady
 
     r = Registry()

@@ -8,10 +8,12 @@ from typing import Any
 import pytest
 
 from actors import messages as m
+from actors._runtime.shell import requester_of
 from actors.policy import RestartPolicy
 from actors.runner import EntryState, Registry
-from actors.runner import supervision as sv
-from actors.runner.actions import (
+from actors.runner.protocol import PassivationDue, RestartDue
+from actors.runner.rules import supervision as sv
+from actors.runner.rules.actions import (
     Action,
     CloseStored,
     Deliver,
@@ -25,9 +27,7 @@ from actors.runner.actions import (
     Stop,
     WakeProjection,
 )
-from actors.runner.protocol import PassivationDue, RestartDue
 from actors.session.protocol import Appended, Routed, SessionReady, SessionStopping
-from actors.shell import requester_of
 
 SID = "s1"
 CALLER = "caller"
@@ -210,7 +210,7 @@ def test_a_failed_session_refuses_everything_but_reads_with_session_failed(msg: 
 def test_a_subscription_to_a_failed_session_is_replayed_from_the_log_after_its_failure() -> None:
     """A Subscribe to a failed session, sent before or after it failed, is served from the
     stored rows (ReplayStored) after the failure is recorded; nothing is spawned."""
-    from actors.runner.actions import ReplayStored
+    from actors.runner.rules.actions import ReplayStored
 
     r = _live(max_restarts=0, window=60.0)
     early = m.Subscribe(request_id="s1", session_id=SID, after_seq=1)
@@ -471,7 +471,7 @@ def test_a_stream_that_does_not_decode_fails_the_session_at_once_naming_the_seq(
     """SessionUnreadable: no restart (it cannot help), the failure is recorded with its
     reason, what waited is refused naming the seq, and a verification is still served
     from the stored rows (VerifyStored), also once its exit was first taken for a crash."""
-    from actors.runner.actions import VerifyStored
+    from actors.runner.rules.actions import VerifyStored
     from actors.session.protocol import SessionUnreadable
 
     r = _registry()

@@ -10,7 +10,7 @@ import pytest
 
 from actors.interceptors import Emitter, Ingress, InterceptResult, SessionView, SlashCommands
 from actors.policy import BusyPolicy
-from actors.session import commands as c
+from actors.session.rules import commands as c
 from actors.spec import AgentSpec
 from actors.testing import SessionKit
 from projections import project

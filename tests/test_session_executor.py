@@ -10,9 +10,9 @@ import pytest
 
 from actors import messages as m
 from actors.interceptors import Ingress, SlashCommands
-from actors.session import commands as c
-from actors.session.executor import EFFECTS, Executor, Ports, RecordingPorts
-from actors.session.state import SessionState
+from actors.session.rules import commands as c
+from actors.session.rules.state import SessionState
+from actors.session.shell.executor import EFFECTS, Executor, Ports, RecordingPorts
 from actors.spec import AgentSpec, TurnInput
 from spine import Kind, MemoryLog
 from spine.seal import SigningKey
@@ -115,8 +115,8 @@ def test_a_key_stored_before_is_answered_as_then_and_changes_nothing() -> None:
 
 def test_the_actor_and_the_kit_carry_effects_out_through_the_one_table_only() -> None:
     """Neither shell keeps an effect dispatch of its own: both lend ports to the executor."""
-    from actors.session.execution import DecisionExecution, _ActorPorts
-    from actors.session.kit import SessionKit
+    from actors.session.shell.execution import DecisionExecution, _ActorPorts
+    from actors.session.shell.kit import SessionKit
 
     assert not hasattr(DecisionExecution, "_effect") and not hasattr(SessionKit, "_effect")
     wanted = {n for n in vars(Ports) if not n.startswith("_")}

@@ -5,9 +5,9 @@ the session fold's, so a closed run ends and a revived run is the one the sessio
 from __future__ import annotations
 
 from actors.host.goals import in_flight
-from actors.session import commands as c
-from actors.session.decide import decide
-from actors.session.state import SessionState, fold
+from actors.session.rules import commands as c
+from actors.session.rules.decide import decide
+from actors.session.rules.state import SessionState, fold
 from actors.testing import SessionKit
 from spine import Event, Kind, Phase
 

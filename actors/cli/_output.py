@@ -32,17 +32,17 @@ class JsonOut(Out):
     """The daemon's output under ``--log-format json``: one JSON object per line."""
 
     def line(self, text: str = "") -> None:
-        from ..logformat import json_record
+        from .._runtime.logformat import json_record
 
         print(json_record("INFO", "vertebra.daemon", text), file=self.stdout, flush=True)
 
     def note(self, text: str) -> None:
-        from ..logformat import json_record
+        from .._runtime.logformat import json_record
 
         print(json_record("WARNING", "vertebra.daemon", text), file=self.stderr, flush=True)
 
     def event(self, sid: str, ev: Any, text: str) -> None:
-        from ..logformat import json_record
+        from .._runtime.logformat import json_record
 
         line = json_record(
             "INFO", "vertebra.events", text, session=sid, seq=ev.seq, kind=ev.kind, turn=ev.turn

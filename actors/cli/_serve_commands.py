@@ -115,7 +115,7 @@ def _log_setup(args: argparse.Namespace, out: Out) -> Out:
     (they read the environment), before the actor system exists."""
     import logging
 
-    from ..logformat import FORMAT_ENV, LEVEL_ENV
+    from .._runtime.logformat import FORMAT_ENV, LEVEL_ENV
 
     level = getattr(args, "log_level", None)
     if level:
@@ -189,6 +189,7 @@ def _start_host(
             spine=spine,
             auto_seal=seal_policy,
             convention_bind=bind,
+            durability=args.durability,
         )
     except (CliError, KeyboardInterrupt):
         raise
@@ -293,8 +294,11 @@ def _start_http(args: argparse.Namespace, host: Any, out: Out) -> Any:
         ) from None
     from ..gateway._tokens import ADMIN_FILE
 
+    webhook = _webhook(args)
     try:
-        gw = start_gateway(args.data, args.http, allow_remote=args.http_allow_remote, host=host)
+        gw = start_gateway(
+            args.data, args.http, allow_remote=args.http_allow_remote, host=host, webhook=webhook
+        )
     except GatewayError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     # The admin token is never printed: stdout ends up in service managers' logs. Its
@@ -303,6 +307,19 @@ def _start_http(args: argparse.Namespace, host: Any, out: Out) -> Any:
     out.line(f"vertebra http: {gw.url}  admin token in {where} (owner-only)")
     out.line(f"vertebra http: open {gw.url}/#token=$(cat {where})")
     return gw
+
+
+def _webhook(args: argparse.Namespace) -> Any:
+    if not args.a2a_webhook:
+        return None
+    try:
+        from ..gateway._a2a_push import Webhook
+    except ImportError as exc:
+        raise CliError(f"--a2a-webhook needs the a2a extra: {exc}", EXIT_USAGE) from None
+    try:
+        return Webhook.from_env(args.a2a_webhook, args.a2a_webhook_secret_env)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
 
 
 def stop_args(p: argparse.ArgumentParser) -> None:

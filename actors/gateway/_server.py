@@ -81,6 +81,8 @@ class GatewayHandle:
         if self._stopped:
             return
         self._stopped = True
+        if self.gateway.push is not None:
+            self.gateway.push.stop()
         self.gateway.stop_feeds()
         self._server.should_exit = True
         self._thread.join(timeout)
@@ -107,6 +109,7 @@ def start_gateway(
     ping: float = 15.0,
     limits: Limits | None = None,
     quotas: Quotas | None = None,
+    webhook: Any = None,
     **host_options: Any,
 ) -> GatewayHandle:
     """Serve HTTP + SSE for the daemon over ``data_dir`` on ``bind`` (port 0: a free one).
@@ -116,13 +119,10 @@ def start_gateway(
     that is not loopback is refused unless ``allow_remote``: the admin token then crosses
     the network, so put TLS in front. ``limits`` bounds connections (`Limits`: head,
     body and idle timeouts, how many at once); ``quotas`` bounds each tenant (`Quotas`).
+    ``webhook`` (an `_a2a_push.Webhook`, the a2a extra) receives the A2A tasks' pauses
+    and ends.
     """
-    addr, port = parse_bind(bind)
-    if not is_loopback(addr) and not allow_remote:
-        raise GatewayError(
-            f"refusing to bind {addr}: not a loopback address"
-            " (--http-allow-remote, or allow_remote=True, allows it)"
-        )
+    addr, port = _bind(bind, allow_remote)
     data = os.path.abspath(os.fspath(data_dir))
     tokens = TokenStore(data)
     family, sock = _listen(addr, port, bind)
@@ -136,6 +136,10 @@ def start_gateway(
         log.watch()
         gw = Gateway(host=host, log=log, tokens=tokens, ping=ping, quotas=quotas or Quotas())
         sink_id = host.add_sink(gw.on_sink)
+        if webhook is not None:
+            from ._a2a_push import PushPump
+
+            gw.push = PushPump(log, data, webhook)
     except BaseException:
         sock.close()
         if owned is not None:
@@ -145,6 +149,16 @@ def start_gateway(
     shown = f"[{addr}]" if family == socket.AF_INET6 else addr
     url = f"http://{shown}:{sock.getsockname()[1]}"
     return GatewayHandle(server, thread, gw, url, owned, sink_id)
+
+
+def _bind(bind: str, allow_remote: bool) -> tuple[str, int]:
+    addr, port = parse_bind(bind)
+    if not is_loopback(addr) and not allow_remote:
+        raise GatewayError(
+            f"refusing to bind {addr}: not a loopback address"
+            " (--http-allow-remote, or allow_remote=True, allows it)"
+        )
+    return addr, port
 
 
 def _listen(addr: str, port: int, bind: str) -> tuple[socket.AddressFamily, socket.socket]:

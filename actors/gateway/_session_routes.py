@@ -17,7 +17,7 @@ from spine import history as stream_history
 
 from .. import errors as e
 from ..authority import Authority, refusal
-from ..session.goals import budget_problem
+from ..session.rules.goals import budget_problem
 from ._gateway import Gateway, call, known
 from ._replies import (
     HttpError,

@@ -17,6 +17,7 @@ from . import _sse
 from ._gateway import Gateway, call, known
 from ._replies import HttpError, json_response, status_json
 from ._requests import int_param, session_id
+from ._tokens import Grant
 from ._wire import SseResponse
 
 #: Largest page of history one request returns.
@@ -90,10 +91,10 @@ def _resume_point(request: Request, param: str) -> int:
 
 
 def _sse_response(
-    gw: Gateway, request: Request, body: Callable[[Any], Coroutine[Any, Any, bool]]
+    gw: Gateway, grant: Grant, body: Callable[[Any], Coroutine[Any, Any, bool]]
 ) -> Response:
     # A revoked or expired token's stream ends at its next heartbeat.
-    valid = functools.partial(gw.tokens.valid, request.state.grant)
+    valid = functools.partial(gw.tokens.valid, grant)
     return SseResponse(
         body, ping=gw.ping, send_timeout=gw.send_timeout, direct=gw.direct, valid=valid
     )
@@ -106,7 +107,9 @@ async def session_events(gw: Gateway, request: Request) -> Response:
     await known(gw, sid)
     if gw.stopping:
         raise HttpError(503, "unavailable", "the gateway is stopping")
-    return _sse_response(gw, request, functools.partial(gw.hubs.serve, sid, after, kinds))
+    return _sse_response(
+        gw, request.state.grant, functools.partial(gw.hubs.serve, sid, after, kinds)
+    )
 
 
 async def all_events(gw: Gateway, request: Request) -> Response:
@@ -122,4 +125,4 @@ async def all_events(gw: Gateway, request: Request) -> Response:
     async def body(out: Any) -> bool:
         return await _sse.global_body(feed, out, gw.send_timeout)
 
-    return _sse_response(gw, request, body)
+    return _sse_response(gw, request.state.grant, body)

@@ -13,7 +13,7 @@ from spine import Kind, Log, SpineError, new_session_id, validate_session_id
 from .. import messages as m
 from ..authority import Authority, refusal
 from ..errors import ActorsError, InvalidRequest, NotAuthorized
-from ..session.goals import budget_problem
+from ..session.rules.goals import budget_problem
 from .goals import in_flight, runs_in_flight
 from .replies import request_id
 

@@ -8,7 +8,7 @@ import time
 from spine import Event, Kind, Log, history, subscribe
 
 from ..errors import GoalStalled, HostTimeout, InvalidRequest, SessionNotFound
-from ..session.state import SessionState, fold
+from ..session.rules.state import SessionState, fold
 
 _ENDS = (Kind.CONVERGED, Kind.STALLED)
 

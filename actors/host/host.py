@@ -20,16 +20,16 @@ from typing import Any
 
 import attrs
 
-from spine import SqliteLog, open_log, private_dir
+from spine import open_log, private_dir
 
 from .. import messages as m
+from .._runtime.system import bind_only, free_port, loopback_only, orphan_guard
 from ..errors import HostClosed, HostTimeout, InvalidRequest
 from ..interceptors import SlashCommands
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
 from ..policy import BusyPolicy, RestartPolicy, SealPolicy
 from ..runner import spine_spec
 from ..runner.protocol import StopSpares
-from ..system import bind_only, free_port, loopback_only, orphan_guard
 from .commands import SessionCommands
 from .reading import SessionReading, pending_actions
 from .replies import request_id
@@ -77,6 +77,9 @@ class Host(SessionCommands, SessionReading):
     an embedding Host seals only when asked; ``spare_sessions``
     session processes are kept started and warmed up ahead of need (multiproc only), so
     that creating a session (a goal's child above all) does not wait for a process to start.
+    ``durability`` is what an acknowledged event survives on a SQLite spine: ``"normal"``
+    (a crash of any process) or ``"full"`` (a power cut as well, at the cost of a sync
+    per commit; `spine.LogSpec.durable`).
     """
 
     def __init__(
@@ -98,8 +101,16 @@ class Host(SessionCommands, SessionReading):
         auto_seal: SealPolicy | None = None,
         convention_bind: str | None = None,
         spare_sessions: int = 3,
+        durability: str = "normal",
     ) -> None:
         _check_base(base, attach, admin_port, convention_bind is not None)
+        if durability != "normal":
+            # In the URL, so that every process that opens the spine opens it so.
+            spine = (
+                spine_spec(os.path.abspath(os.fspath(data_dir)), spine or "")
+                .durable(durability)
+                .url
+            )
         cfg = RunnerConfig(
             data_dir=os.path.abspath(os.fspath(data_dir)),
             interceptors=tuple(interceptors) if interceptors is not None else (SlashCommands(),),
@@ -172,10 +183,11 @@ class Host(SessionCommands, SessionReading):
         # Keep the spine's cross-process watcher running for the Host's life, so that
         # every subscription (wait_turn opens one per call) is woken from its first read.
         self._log.watch()
-        if not self._attach and isinstance(self._log, SqliteLog):
-            # Sessions leave the WAL's checkpoints to this process, which forks no more
-            # actor processes from here on: an acknowledgement never waits for one.
-            self._log.start_checkpoints()
+        if not self._attach:
+            # The log's background work (on SQLite the WAL's checkpoints, which sessions
+            # leave to this process) runs here, in a process that forks no more actor
+            # processes from here on: an acknowledgement never waits for it.
+            spine_spec(self.data_dir, self.spine).backend.start_upkeep(self._log)
 
     @property
     def _asys(self) -> Any:

@@ -1,7 +1,7 @@
 """A member host of a convention: an actor system that runs the sessions a leader places.
 
 A member runs no Runner and no projections. It joins the leader's Thespian convention
-with capabilities naming it (`actors.runner.cluster.HOST`), its capacity and its data
+with capabilities naming it (`actors.runner.rules.cluster.HOST`), its capacity and its data
 directory; the leader's Runner creates session actors (and one heartbeat agent) on it
 through Thespian's capability-based placement. Every listener binds the one address
 given: Thespian's transport takes pickles without authentication, so the convention
@@ -16,9 +16,9 @@ from typing import Any
 
 from spine import load_backend
 
+from .._runtime.system import bind_only, free_port, log_defs, orphan_guard
 from ..errors import InvalidRequest
-from ..runner.cluster import CAPACITY, DATA, HOST
-from ..system import bind_only, free_port, log_defs, orphan_guard
+from ..placement import CAPACITY, DATA, HOST
 
 __all__ = ["MemberHost", "parse_endpoint", "widen_transmits"]
 
@@ -105,7 +105,7 @@ class MemberHost:
         self.admin_port = admin_port or free_port()
         from thespian.actors import ActorSystem
 
-        from ..transport_auth import keyed, load_secret
+        from .._runtime.transport_auth import keyed, load_secret
 
         caps: dict[str, Any] = {
             "Admin Port": self.admin_port,

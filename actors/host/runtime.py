@@ -17,10 +17,10 @@ import time
 from typing import Any
 
 from .. import messages as m
+from .._runtime.system import data_identity
 from ..errors import ActorsError, HostTimeout, InvalidRequest, WrongDaemon
 from ..messages import GetRunner, Ping, Pong, RunnerAddress, RunnerConfig, SessionPid
-from ..runner.guardian import Guardian
-from ..system import data_identity
+from ..runner.shell.guardian import Guardian
 from ..validation import field_problem
 from .replies import raise_failed, request_id
 from .transport import Transport

@@ -26,8 +26,8 @@ from typing import Any, Protocol
 from thespian.actors import ActorSystem
 
 from .. import messages as m
-from ..system import log_defs, processes_in_session
-from ..transport_auth import keyed, load_secret
+from .._runtime.system import log_defs, processes_in_session
+from .._runtime.transport_auth import keyed, load_secret
 from .replies import ReplyMatcher, request_id
 
 log = logging.getLogger("vertebra.host")

@@ -59,7 +59,7 @@ class RunnerAddress:
     address: Any
     generation: int
     projection: Any = None
-    #: `actors.system.data_identity` of the data directory this runtime serves: an
+    #: `actors._runtime.system.data_identity` of the data directory this runtime serves: an
     #: attaching Host checks it reached the daemon of its own directory.
     data_id: str = ""
 

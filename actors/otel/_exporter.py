@@ -25,7 +25,7 @@ from spine import Event, Kind, Phase, decode_event, open_log
 
 from .. import messages as m
 from ..host.replies import request_id
-from ..session.state import GOAL_PARENT
+from ..session.rules.state import GOAL_PARENT
 from ._export_messages import (
     DEFAULT_BATCH,
     DEFAULT_INTERVAL,

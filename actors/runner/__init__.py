@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 
-from spine import LogSpec
+from spine import LogSpec, checkpoints_at
 
-from .entry import EntryState
-from .registry import Registry
-from .sinks import SinkRouter
+from .rules.entry import EntryState
+from .rules.registry import Registry
+from .shell.sinks import SinkRouter
 
 __all__ = [
     "EntryState",
@@ -38,22 +38,19 @@ def spine_spec(data_dir: str, spine: str = "") -> LogSpec:
 
 
 def checkpoint_location(data_dir: str, spine: str = "") -> str:
-    """Where the status projection checkpoints: beside a PostgreSQL spine in its own
-    database, else its own SQLite file in the data directory."""
-    spec = spine_spec(data_dir, spine)
-    if spec.scheme == "postgresql":
-        return spec.url
-    return os.path.join(data_dir, "projections.db")
+    """Where the status projection checkpoints (the spine's backend says: beside a
+    PostgreSQL spine in its own database, else its own SQLite file in the data directory)."""
+    return checkpoints_at(spine_spec(data_dir, spine), data_dir).url
 
 
 def __getattr__(name: str) -> object:
     # The actors pull in Thespian; importing the registry (pure) should not.
     if name == "RunnerActor":
-        from .actor import RunnerActor
+        from .shell.actor import RunnerActor
 
         return RunnerActor
     if name == "Guardian":
-        from .guardian import Guardian
+        from .shell.guardian import Guardian
 
         return Guardian
     raise AttributeError(f"module 'actors.runner' has no attribute {name!r}")

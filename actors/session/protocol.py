@@ -84,7 +84,7 @@ class Appended:
     ingress keys now committed (so the Runner stops tracking them); ``busy`` says whether a
     turn is running or queued (idle sessions may be passivated); ``queued`` counts the stored
     messages waiting for a turn. ``append_counts`` and ``append_seconds`` are the spine
-    append latencies observed since the last report (`actors.histogram.Histogram.take`).
+    append latencies observed since the last report (`actors._runtime.histogram.Histogram.take`).
     """
 
     session_id: str

@@ -1,0 +1,389 @@
+"""The session decider's vocabulary: its state, the commands it takes, the decision it
+returns and the effects a decision asks the shell to carry out. All pure data."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+from spine import Event, Usage
+from spine.seal import Seal, VerifyReport
+
+from ...agents.governance import Requirement
+from ...interceptors import Ingress, NoticeItem
+from ...policy import BusyPolicy
+from ...spec import AgentSpec, TurnInput
+from ...terse import terse_module
+from .state import SessionState
+
+#: Kind of the live item that carries streamed model text.
+ASSISTANT_DELTA = "assistant.delta"
+
+
+@attrs.frozen(kw_only=True)
+class Running:
+    """The turn whose worker runs now: what it has streamed so far."""
+
+    turn: int
+    text: str = ""
+    usage: Usage | None = None
+    #: How much of ``text`` is already stored as ``assistant.message`` events (text said
+    #: before a round's tool calls is stored ahead of them).
+    said: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class Session:
+    """The decider's state: the folded stream plus what only this incarnation knows."""
+
+    stored: SessionState
+    busy_policy: BusyPolicy = BusyPolicy.ENQUEUE
+    running: Running | None = None
+    stopping: bool = False
+
+    @property
+    def session_id(self) -> str:
+        return self.stored.session_id
+
+
+# -- commands ----------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Open:
+    """A new incarnation starts: create the stream if asked, close what a crash left open."""
+
+    incarnation: int = 0
+    create: bool = False
+    metadata: Mapping[str, str] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class Receive:
+    """Ingress as it arrived (user message, interrupt, metadata change, switch), before
+    the interceptor chain. ``stored`` is what an earlier delivery of the same key stored,
+    as ``(seq, kind)`` rows (the shell looks the key up in the log), empty if nothing."""
+
+    request_id: str
+    ingress: Ingress
+    stored: tuple[tuple[int, str], ...] = ()
+    #: The events of that earlier delivery, to tell a retry from another request that
+    #: reuses its key.
+    prior: tuple[Event, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class Intercepted:
+    """What the interceptor chain made of a `Receive`: ``ingress`` None means consumed.
+
+    ``changes`` are the metadata changes the chain made through its session view,
+    ``emitted`` the events and notices it published, in order, and ``notices`` the
+    result's notices (emitted after the chain)."""
+
+    request_id: str
+    key: str
+    ingress: Ingress | None
+    changes: Mapping[str, str | None] = attrs.field(factory=dict)
+    emitted: tuple[Event | NoticeItem, ...] = ()
+    notices: tuple[NoticeItem, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class Close:
+    request_id: str
+
+
+@attrs.frozen(kw_only=True)
+class CloseStored:
+    """Close a stream that has no process (the Runner is its writer): what a crash left
+    open is closed, the goal run in flight stalls, then ``closed`` -- as `Close` does."""
+
+
+@attrs.frozen(kw_only=True)
+class SealStream:
+    """Seal what is new: the shell computes the seal (it reads the log and signs)."""
+
+    request_id: str
+
+
+@attrs.frozen(kw_only=True)
+class Sealed:
+    """The computed seal (None: nothing new to seal), for the session to append."""
+
+    request_id: str
+    seal: Seal | None
+
+
+@attrs.frozen(kw_only=True)
+class VerifyStream:
+    request_id: str
+
+
+@attrs.frozen(kw_only=True)
+class Verified:
+    """The verification's report, for the session to record as ``record.verified``."""
+
+    request_id: str
+    report: VerifyReport
+    time: datetime
+
+
+@attrs.frozen(kw_only=True)
+class Progress:
+    """From the turn's worker: streamed text, tool events to store, usage so far."""
+
+    turn: int
+    text: str = ""
+    events: tuple[Event, ...] = ()
+    usage: Usage | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Finished:
+    """The turn's worker ended (its last text rides along)."""
+
+    turn: int
+    stop_reason: str
+    text: str = ""
+    error: str = ""
+    usage: Usage | None = None
+    #: The providers' own usage reports, one per model call (kept beside the normalised
+    #: usage on ``turn.completed`` as ``providerUsage``).
+    provider_usage: tuple[Mapping[str, Any], ...] = ()
+    #: Events the worker still held (an action's end): stored after the last text.
+    events: tuple[Event, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class Govern:
+    """From the turn's worker: may this action run? ``action`` is ``model`` or the tool's
+    name; ``need`` is what the tool declares it needs. Answered with `AnswerWorker`."""
+
+    turn: int
+    action: str
+    tool_use_id: str = ""
+    input: str = ""
+    need: Requirement = attrs.field(factory=Requirement)
+    #: The addresses the worker looked the action's destination up to (``need.egress``
+    #: names one by a host name); None when nothing was looked up.
+    resolved: tuple[str, ...] | None = None
+    #: Unix time the session received the request (stamped by the shell: a goal run's
+    #: wall-time budget is checked against it).
+    now: float = 0.0
+
+
+@attrs.frozen(kw_only=True)
+class Decide:
+    """A human's approval or rejection of a pending action."""
+
+    request_id: str
+    key: str
+    call: int
+    approve: bool
+    note: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class Submit:
+    """Open a goal run (``session.started`` with the objective and the budget)."""
+
+    request_id: str
+    key: str
+    objective: str
+    budget: Mapping[str, int] = attrs.field(factory=dict)
+    #: Unix time the session received it (stamped by the shell), 0 if unknown.
+    now: float = 0.0
+    #: What an earlier delivery of the same key stored, as ``(seq, kind)`` rows (the shell
+    #: looks the key up in the log), empty if nothing: a retry is answered as then.
+    stored: tuple[tuple[int, str], ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class Resume:
+    """Continue the goal run in flight, if any (the next turn starts when one is due)."""
+
+    request_id: str
+    key: str
+
+
+@attrs.frozen(kw_only=True)
+class Spawn:
+    """From the turn's worker: the admitted ``spawn`` tool call ``tool_use_id`` delegates
+    ``objective`` to a child session (answered with `AnswerSpawn` once it exists)."""
+
+    turn: int
+    tool_use_id: str
+    objective: str
+
+
+@attrs.frozen(kw_only=True)
+class StartFailed:
+    """The agent for a started turn could not be built (the factory raised)."""
+
+    turn: int
+    error: str
+
+
+@attrs.frozen
+class Settle:
+    """Nothing arrived: start the next turn if one is due."""
+
+
+@attrs.frozen(kw_only=True)
+class Poisoned:
+    """The Runner dropped a keyed ingress that crashed this session twice."""
+
+    key: str
+    detail: str
+
+
+Command = (
+    Open
+    | Receive
+    | Intercepted
+    | Close
+    | CloseStored
+    | SealStream
+    | Sealed
+    | VerifyStream
+    | Verified
+    | Progress
+    | Finished
+    | Govern
+    | Decide
+    | Submit
+    | Resume
+    | Spawn
+    | StartFailed
+    | Settle
+    | Poisoned
+)
+
+
+# -- effects -----------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class RunInterceptors:
+    """Run the chain over ``ingress`` and decide `Intercepted` with what it returns."""
+
+    request_id: str
+    ingress: Ingress
+
+
+@attrs.frozen(kw_only=True)
+class StartTurn:
+    """Build the agent with the factory and run it on a worker thread."""
+
+    turn: int
+    spec: AgentSpec
+    input: TurnInput
+
+
+@attrs.frozen(kw_only=True)
+class CancelTurn:
+    turn: int
+
+
+@attrs.frozen(kw_only=True)
+class AnswerWorker:
+    """Tell the running turn's worker the gate's verdict on one action."""
+
+    turn: int
+    action: str
+    tool_use_id: str
+    verdict: str
+    call: int
+    fault: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class CreateChild:
+    """Ask the Runner to create the child session ``child`` (its metadata carries the
+    objective, so it opens its goal run as it is created); then answer the worker."""
+
+    turn: int
+    tool_use_id: str
+    child: str
+    metadata: Mapping[str, str] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class CancelChildren:
+    """Interrupt the running children: each stalls with reason cancelled."""
+
+    children: tuple[str, ...]
+
+
+@attrs.frozen
+class EndSubscriptions:
+    """Tell every subscriber the session closed (a final batch with ``closed``)."""
+
+
+@attrs.frozen(kw_only=True)
+class StopSelf:
+    """Ask the Runner to stop this incarnation."""
+
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class ComputeSeal:
+    request_id: str
+
+
+@attrs.frozen(kw_only=True)
+class ComputeVerification:
+    request_id: str
+
+
+Effect = (
+    RunInterceptors
+    | StartTurn
+    | CancelTurn
+    | AnswerWorker
+    | CreateChild
+    | CancelChildren
+    | EndSubscriptions
+    | StopSelf
+    | ComputeSeal
+    | ComputeVerification
+)
+
+
+@attrs.frozen(kw_only=True)
+class Live:
+    """An ephemeral item (notice, text delta) placed after stored seq ``after_seq``."""
+
+    after_seq: int
+    kind: str
+    severity: str
+    text: str
+
+    def as_tuple(self) -> tuple[int, str, str, str]:
+        return (self.after_seq, self.kind, self.severity, self.text)
+
+
+@attrs.frozen(kw_only=True)
+class Decision:
+    """What a command decided: events to append (with the ingress's idempotency key), the
+    reply, live items, effects, and the decider's next state.
+
+    The state's ``stored`` part is not advanced here: the shell folds the events it
+    actually appended. An append that the log reports as a duplicate key applies nothing
+    but the reply (the events were stored by an earlier delivery).
+    """
+
+    state: Session
+    events: tuple[Event, ...] = ()
+    key: str | None = None
+    reply: Any = None
+    live: tuple[Live, ...] = ()
+    effects: tuple[Effect, ...] = ()
+
+
+# Thespian formats every message it moves; keep that cheap (see `actors.terse`).
+terse_module(globals())

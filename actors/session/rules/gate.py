@@ -1,0 +1,264 @@
+"""Decisions about governed actions (pure): the gate's verdict on each model call and tool
+call of a running turn, a human's approval or rejection of a waiting one, and what a
+cancelled turn does to the actions it left waiting.
+
+A ``call`` id is the seq of the first event that records the action, so it is unique in
+the session and the same after any restart (it comes from the stream, not a counter).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from spine import Event, Kind
+
+from ... import messages as m
+from ...agents.egress_rules import EgressDecision, destination, precheck
+from ...agents.governance import Ask, Fault, Policy, PolicyError, Spent, Verdict, rule
+from ...spec import AgentSpec, SettingsError, TurnInput
+from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
+from .goals import goal_budget
+from .refusals import failed
+from .state import PendingAction, SessionState, action_key, depth_of, unfinished
+from .views import history_before
+
+
+def _answer(cmd: Govern, verdict: str, call: int, fault: str = "") -> AnswerWorker:
+    return AnswerWorker(
+        turn=cmd.turn,
+        action=cmd.action,
+        tool_use_id=cmd.tool_use_id,
+        verdict=verdict,
+        call=call,
+        fault=fault,
+    )
+
+
+def _spent(st: SessionState, run: Running) -> Spent:
+    used = st.usage + run.usage if run.usage is not None else st.usage
+    return Spent(
+        tokens=used.input_tokens + used.output_tokens,
+        tool_calls=st.tool_calls,
+        turns=run.turn,
+        input_tokens=used.input_tokens,
+        output_tokens=used.output_tokens,
+        children=len(st.children),
+        depth=depth_of(st.metadata),
+    )
+
+
+def govern(s: Session, cmd: Govern) -> Decision:
+    run = s.running
+    if run is None or run.turn != cmd.turn:
+        return Decision(state=s)  # a worker of a turn already closed
+    st = s.stored
+    again = _asked_again(s, cmd)
+    if again is not None:
+        return again
+    verdict, fault, err, trust, refused = _judged(st, run, cmd)
+    call = st.last_seq + 1
+    base: dict[str, Any] = {
+        "turn": run.turn,
+        "action": cmd.action,
+        "call": call,
+        "trust": trust,
+        "tool": cmd.action if cmd.action != "model" else "",
+        "tool_use_id": cmd.tool_use_id,
+    }
+    if verdict == Verdict.ADMIT:
+        ev = Event(kind=Kind.ACTION_ADMITTED, **base)
+        return Decision(state=s, events=(ev,), effects=(_answer(cmd, verdict, call),))
+    if verdict == Verdict.PENDING:
+        ev = Event(kind=Kind.ACTION_PENDING, input=cmd.input, **base)
+        return Decision(state=s, events=(ev,))
+    fault_text = str(fault) if fault is not None else "policy_error"
+    ev = Event(kind=Kind.ACTION_REJECTED, fault=fault_text, error=err, **base)
+    events: tuple[Event, ...] = (ev,)
+    if refused is not None:
+        # The guard's decision, as the tool would have stored it (the egress ledger).
+        dial = Event(
+            kind=Kind.EGRESS,
+            turn=run.turn,
+            host=refused.host,
+            allowed=False,
+            reason=refused.reason,
+        )
+        events = (ev, dial)
+    return Decision(state=s, events=events, effects=(_answer(cmd, verdict, call, fault_text),))
+
+
+def _judged(
+    st: SessionState, run: Running, cmd: Govern
+) -> tuple[Verdict, Fault | None, str, str, EgressDecision | None]:
+    """The rules' verdict on ``cmd`` with its fault and error, the trust it was judged
+    under, and the guard's refusal when that is what refused it."""
+    try:
+        policy = Policy.from_metadata(st.metadata)
+    except PolicyError as exc:
+        # A policy that cannot be read admits nothing.
+        return Verdict.REJECT, None, str(exc), "", None
+    refused = _egress_refused(cmd, policy)
+    ask = Ask(
+        policy=policy,
+        action=cmd.action,
+        need=cmd.need,
+        spent=_spent(st, run),
+        egress_refused=refused is not None,
+        goal=goal_budget(st, run, cmd.now),
+    )
+    r = rule(ask)
+    if r.fault == Fault.EGRESS_REFUSED and refused is not None:
+        why = f"egress to {refused.host} refused: {refused.reason}"
+        return r.verdict, r.fault, why, policy.trust, refused
+    return r.verdict, r.fault, r.error, policy.trust, None
+
+
+def _egress_refused(cmd: Govern, policy: Policy) -> EgressDecision | None:
+    """The guard's refusal of the action's destination, or None (allowed, none named,
+    or a name that was not looked up: the tool's own guard checks it when it dials)."""
+    if not cmd.need.egress:
+        return None
+    dest = destination(cmd.input, cmd.need.egress)
+    if dest is None:
+        return None
+    d = precheck(dest[0], cmd.resolved, policy.egress_allow)
+    return d if d is not None and not d.allowed else None
+
+
+def _asked_again(s: Session, cmd: Govern) -> Decision | None:
+    """The answer to an action the stream already holds a verdict for, or None."""
+    st = s.stored
+    # A tool call is asked about again when its turn resumes after a restart; a model
+    # call never is (each is a new one).
+    known = (
+        None
+        if cmd.action == "model"
+        else st.turn_actions.get(action_key(cmd.action, cmd.tool_use_id))
+    )
+    if known is None:
+        return None
+    # Asked again (a resumed turn): answer from the stream, store nothing.
+    call, status = known
+    if status in ("admitted", "completed"):
+        return Decision(state=s, effects=(_answer(cmd, Verdict.ADMIT, call),))
+    if status == "rejected":
+        why = Fault.APPROVAL_REJECTED if st.decided.get(call) is False else ""
+        return Decision(state=s, effects=(_answer(cmd, Verdict.REJECT, call, why),))
+    return Decision(state=s)  # still waiting for a human
+
+
+def decide_action(s: Session, cmd: Decide) -> Decision:
+    st = s.stored
+    ack = m.Ack(request_id=cmd.request_id, session_id=s.session_id, key=cmd.key)
+    before = st.decided.get(cmd.call)
+    if before is not None:
+        if before == cmd.approve:
+            return Decision(state=s, reply=attrs.evolve(ack, duplicate=True))
+        was = "approved" if before else "rejected"
+        text = f"action {cmd.call} was already {was}"
+        return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", text))
+    pending = st.pending_actions.get(cmd.call)
+    if pending is None:
+        text = f"no action {cmd.call} waits for approval in session {s.session_id}"
+        return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", text))
+    events = _decided(st, pending, cmd)
+    ack = attrs.evolve(ack, seq=st.last_seq + len(events))
+    verdict = Verdict.ADMIT if cmd.approve else Verdict.REJECT
+    answer = AnswerWorker(
+        turn=pending.turn,
+        action=pending.action,
+        tool_use_id=pending.tool_use_id,
+        verdict=verdict,
+        call=cmd.call,
+        fault="" if cmd.approve else Fault.APPROVAL_REJECTED,
+    )
+    run = s.running
+    if run is not None and run.turn == pending.turn:
+        return Decision(state=s, events=events, key=cmd.key, reply=ack, effects=(answer,))
+    ot = st.open_turn
+    if ot is None or ot.turn != pending.turn or s.stopping or st.terminal:
+        return Decision(state=s, events=events, key=cmd.key, reply=ack)
+    # The turn waited through a restart: run it on from where it paused.
+    turn = _resumed(st, ot.turn)
+    return Decision(
+        state=attrs.evolve(s, running=Running(turn=ot.turn)),
+        events=events,
+        key=cmd.key,
+        reply=ack,
+        effects=(turn,),
+    )
+
+
+def _decided(st: SessionState, pending: PendingAction, cmd: Decide) -> tuple[Event, ...]:
+    """The human's decision on a waiting action and the verdict it gives, as events."""
+    try:
+        trust = Policy.from_metadata(st.metadata).trust
+    except PolicyError:
+        trust = ""
+    base: dict[str, Any] = {
+        "turn": pending.turn,
+        "action": pending.action,
+        "call": cmd.call,
+        "trust": trust,
+        "tool": pending.action,
+        "tool_use_id": pending.tool_use_id,
+    }
+    return (
+        Event(kind=Kind.ACTION_APPROVAL, allowed=cmd.approve, reason=cmd.note, **base),
+        Event(kind=Kind.ACTION_ADMITTED, **base)
+        if cmd.approve
+        else Event(kind=Kind.ACTION_REJECTED, fault=Fault.APPROVAL_REJECTED, **base),
+    )
+
+
+def _resumed(st: SessionState, turn: int) -> StartTurn:
+    """The effect that runs on ``turn``, left open by a restart, from where it paused."""
+
+    try:
+        spec = AgentSpec.from_metadata(st.metadata)
+        allow = Policy.from_metadata(st.metadata).egress_allow
+    except (SettingsError, PolicyError):
+        spec, allow = AgentSpec(), ()
+    turn_input = TurnInput(
+        session_id=st.session_id,
+        turn=turn,
+        text="",
+        history=history_before(st),
+        spec=spec,
+        resume=True,
+        egress_allow=allow,
+    )
+    return StartTurn(turn=turn, spec=spec, input=turn_input)
+
+
+def paused(s: Session) -> Running | None:
+    """The running turn, or the turn left open waiting for an approval after a restart
+    (no worker runs it, but an interrupt or a close must still end it)."""
+    if s.running is not None:
+        return s.running
+    st = s.stored
+    ot = st.open_turn
+    if ot is not None and any(p.turn == ot.turn for p in st.pending_actions.values()):
+        return Running(turn=ot.turn)
+    return None
+
+
+def withdrawn(st: SessionState, turn: int) -> list[Event]:
+    """As ``turn`` is cut off: rejections for its actions still waiting for a human, and
+    ends (fault ``cancelled``) for those admitted that never reported one."""
+    ended = unfinished(st, Fault.CANCELLED) if st.open_turn is not None else []
+    return ended + [
+        Event(
+            kind=Kind.ACTION_REJECTED,
+            turn=p.turn,
+            action=p.action,
+            call=p.call,
+            tool=p.action,
+            tool_use_id=p.tool_use_id,
+            fault=Fault.CANCELLED,
+        )
+        for p in st.pending_actions.values()
+        if p.turn == turn
+    ]

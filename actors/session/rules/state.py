@@ -1,0 +1,430 @@
+"""The session's pure core: its state as a fold of its own stream.
+
+No Thespian, no I/O, no clock: the actor shell loads events, calls `evolve`, appends what
+the handlers decide, and replies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+import orjson
+
+from spine import Event, Kind, Phase, Usage, terminal_after
+
+from .replace import replace
+
+#: Conversation messages kept in memory for the agent's context.
+HISTORY_LIMIT = 200
+
+#: Version of `SessionState`'s shape and module (pickles name it); others are ignored.
+SNAPSHOT_VERSION = 7
+
+
+@attrs.frozen(kw_only=True)
+class OpenTurn:
+    """A turn that started and has not completed or been cancelled."""
+
+    turn: int
+    text: str = ""
+    usage: Usage = attrs.field(factory=Usage)
+
+
+@attrs.frozen(kw_only=True)
+class PendingAction:
+    """A governed action waiting for a human: what it would run, in which turn."""
+
+    call: int
+    turn: int
+    action: str
+    tool_use_id: str = ""
+    input: str = ""
+
+
+#: Goal budget keys, as `Submit` takes them and ``session.started`` stores them (``extra``).
+BUDGET_KEYS = ("max_turns", "max_tokens", "max_tool_calls", "max_seconds")
+
+#: Consecutive failed turns after which a goal run stalls.
+MAX_FAILURES = 3
+
+
+@attrs.frozen(kw_only=True)
+class GoalRun:
+    """The session's goal run, opened by a ``session.started`` that names a goal.
+
+    The budget counts from the run's start (``base_*`` is what the session had spent
+    then); ``outcome`` is "" while the run is in flight, else converged or stalled.
+    """
+
+    id: str
+    objective: str = ""
+    budget: Mapping[str, int] = attrs.field(factory=dict)
+    base_turns: int = 0
+    base_tokens: int = 0
+    base_tool_calls: int = 0
+    #: Unix time the run opened (the ``session.started`` event's time), 0 if unknown.
+    started_at: float = 0.0
+    #: Turns in a row that ended in an error (reset by a clean one).
+    failures: int = 0
+    last_error: str = ""
+    #: Why a budget ran out (set by an ``action.rejected`` with fault budget_exceeded).
+    exhausted: str = ""
+    #: The final answer the ``finish`` tool was called with (``goal.finish`` = ``tool``).
+    answer: str = ""
+    #: Reminders to call ``finish`` stored so far (turns that answered without it).
+    reminders: int = 0
+    outcome: str = ""
+
+    @property
+    def active(self) -> bool:
+        return self.outcome == ""
+
+
+def action_key(action: str, tool_use_id: str) -> str:
+    """Names one governed action within its turn (a model call has no tool use id)."""
+    return f"{action}\x00{tool_use_id}"
+
+
+@attrs.frozen(kw_only=True)
+class SessionState:
+    """Everything a session needs to serve, rebuilt by folding its stream."""
+
+    session_id: str
+    last_seq: int = 0
+    metadata: Mapping[str, str] = attrs.field(factory=dict)
+    turns: int = 0
+    open_turn: OpenTurn | None = None
+    # Stored user messages with no turn started yet, oldest first: (seq, text).
+    pending: tuple[tuple[int, str], ...] = ()
+    #: Recent conversation, oldest first: (role, text, seq of the event that said it).
+    history: tuple[tuple[str, str, int], ...] = ()
+    #: "" while the session serves, else "closed" or "failed" (`spine.terminal_after`).
+    terminal: str = ""
+    usage: Usage = attrs.field(factory=Usage)
+    #: Governed tool calls admitted over the session (the ``max_tool_calls`` budget).
+    tool_calls: int = 0
+    #: The open turn's governed actions: `action_key` -> (call, status), status one of
+    #: admitted, rejected, pending, completed. A resumed turn is answered from here.
+    turn_actions: Mapping[str, tuple[int, str]] = attrs.field(factory=dict)
+    #: Actions waiting for approval, by call.
+    pending_actions: Mapping[int, PendingAction] = attrs.field(factory=dict)
+    #: Approval decisions taken, by call: True approved, False rejected.
+    decided: Mapping[int, bool] = attrs.field(factory=dict)
+    #: The latest goal run (None: the session never ran one).
+    goal: GoalRun | None = None
+    #: Children this session spawned, in spawn order: id -> still running.
+    children: Mapping[str, bool] = attrs.field(factory=dict)
+
+    @property
+    def running_goal(self) -> GoalRun | None:
+        """The goal run in flight, if any."""
+        g = self.goal
+        return g if g is not None and g.active else None
+
+    @property
+    def closed(self) -> bool:
+        return self.terminal == "closed"
+
+    @property
+    def failed(self) -> bool:
+        return self.terminal == "failed"
+
+    @property
+    def busy(self) -> bool:
+        """A turn is open or a stored message waits for one."""
+        return self.open_turn is not None or bool(self.pending)
+
+
+# Each handler returns the fields an event changes; `evolve` applies them, with the new
+# last seq, in one step (a fold runs on every append, so one copy per event, not two).
+Changes = dict[str, Any]
+
+
+def _meta(state: SessionState, ev: Event, seq: int) -> Changes:
+    md = dict(state.metadata)
+    for k, v in ev.properties.items():
+        if v is None:
+            md.pop(k, None)
+        else:
+            md[k] = v
+    return {"metadata": md}
+
+
+def _user(state: SessionState, ev: Event, seq: int) -> Changes:
+    changes: Changes = {
+        "pending": (*state.pending, (seq, ev.text)),
+        "history": _push(state.history, ("user", ev.text, seq)),
+    }
+    g = state.running_goal
+    if g is not None and ev.extra.get(FINISH_REMINDER):
+        changes["goal"] = attrs.evolve(g, reminders=g.reminders + 1)
+    return changes
+
+
+def _turn_started(state: SessionState, ev: Event, seq: int) -> Changes:
+    return {
+        "turns": max(state.turns, ev.turn),
+        "open_turn": OpenTurn(turn=ev.turn),
+        "pending": state.pending[1:],
+        "turn_actions": {},
+    }
+
+
+def _assistant(state: SessionState, ev: Event, seq: int) -> Changes:
+    return {"history": _push(state.history, ("assistant", ev.text, seq))}
+
+
+def _tool_call(state: SessionState, ev: Event, seq: int) -> Changes:
+    # The conversation a model gets is rebuilt from these, so a restarted session sends
+    # the same calls and results it had before.
+    body = orjson.dumps({"id": ev.tool_use_id, "name": ev.tool, "input": ev.input}).decode()
+    return {"history": _push(state.history, ("tool.call", body, seq))}
+
+
+def _tool_result(state: SessionState, ev: Event, seq: int) -> Changes:
+    body = orjson.dumps(
+        {"id": ev.tool_use_id, "name": ev.tool, "result": ev.result, "isError": ev.is_error}
+    ).decode()
+    changes: Changes = {"history": _push(state.history, ("tool.result", body, seq))}
+    g = state.running_goal
+    if (
+        g is not None
+        and ev.tool == "finish"
+        and not ev.is_error
+        and state.metadata.get(GOAL_FINISH) == "tool"
+    ):
+        changes["goal"] = attrs.evolve(g, answer=ev.result)
+    return changes
+
+
+def _turn_ended(state: SessionState, ev: Event, seq: int) -> Changes:
+    usage = state.usage + ev.usage if ev.usage is not None else state.usage
+    hist = state.history
+    if ev.text:
+        # Partial text of a cut-off or failed turn was said all the same.
+        hist = _push(hist, ("assistant", ev.text, seq))
+    changes: Changes = {"open_turn": None, "usage": usage, "history": hist}
+    if state.turn_actions:
+        changes["turn_actions"] = {}
+    if state.pending_actions:
+        changes["pending_actions"] = {
+            c: p for c, p in state.pending_actions.items() if p.turn != ev.turn
+        }
+    return changes
+
+
+def _started(state: SessionState, ev: Event, seq: int) -> Changes:
+    if not ev.goal:
+        return {}  # the session's creation, not a goal run
+    raw = ev.extra.get("budget") or {}
+    budget = {k: int(v) for k, v in raw.items() if k in BUDGET_KEYS}
+    u = state.usage
+    goal = GoalRun(
+        id=ev.goal,
+        objective=ev.text,
+        budget=budget,
+        base_turns=state.turns,
+        base_tokens=u.input_tokens + u.output_tokens,
+        base_tool_calls=state.tool_calls,
+        started_at=ev.time.timestamp() if ev.time is not None else 0.0,
+    )
+    return {"goal": goal}
+
+
+def _completed(state: SessionState, ev: Event, seq: int) -> Changes:
+    changes = _turn_ended(state, ev, seq)
+    g = state.running_goal
+    if g is not None:
+        if ev.error or ev.stop_reason in FAILED_STOPS:
+            why = ev.error or ev.stop_reason
+            changes["goal"] = attrs.evolve(g, failures=g.failures + 1, last_error=why)
+        elif g.failures:
+            changes["goal"] = attrs.evolve(g, failures=0, last_error="")
+    return changes
+
+
+def _outcome(outcome: str) -> Callable[[SessionState, Event, int], Changes]:
+    def handler(state: SessionState, ev: Event, seq: int) -> Changes:
+        g = state.goal
+        if g is None or ev.goal != g.id or not g.active:
+            return {}
+        return {"goal": attrs.evolve(g, outcome=outcome)}
+
+    return handler
+
+
+#: Stop reasons of a turn that got nowhere (a goal run counts them as failures).
+FAILED_STOPS = frozenset({"error", "timeout", "transient", "max_tool_rounds"})
+
+
+def _child_spawned(state: SessionState, ev: Event, seq: int) -> Changes:
+    if ev.child in state.children:
+        return {}
+    return {"children": {**state.children, ev.child: True}}
+
+
+def _child_completed(state: SessionState, ev: Event, seq: int) -> Changes:
+    if not state.children.get(ev.child):
+        return {}
+    return {"children": {**state.children, ev.child: False}}
+
+
+def depth_of(md: Mapping[str, str]) -> int:
+    """The session's delegation depth (``goal.depth``, 0 for a root session)."""
+    raw = md.get(GOAL_DEPTH, "0")
+    return int(raw) if raw.isdigit() else 0
+
+
+#: Metadata a spawned child is created with: its objective, its parent, its depth.
+GOAL_OBJECTIVE = "goal.objective"
+GOAL_PARENT = "goal.parent"
+GOAL_DEPTH = "goal.depth"
+#: How a goal run ends: ``answer`` (default: the model's answer when it stops without tool
+#: calls) or ``tool`` (only a call of the ``finish`` tool, its argument the answer).
+GOAL_FINISH = "goal.finish"
+FINISH_MODES = ("answer", "tool")
+#: Marks (in ``extra``) the user message that reminds the model to call ``finish``.
+FINISH_REMINDER = "finishReminder"
+
+
+def _action(status: str) -> Callable[[SessionState, Event, int], Changes]:
+    def handler(state: SessionState, ev: Event, seq: int) -> Changes:
+        key = action_key(ev.action, ev.tool_use_id)
+        changes: Changes = {"turn_actions": {**state.turn_actions, key: (ev.call, status)}}
+        if ev.call in state.pending_actions and status != "pending":
+            changes["pending_actions"] = {
+                c: p for c, p in state.pending_actions.items() if c != ev.call
+            }
+        if status == "pending":
+            changes["pending_actions"] = {
+                **state.pending_actions,
+                ev.call: PendingAction(
+                    call=ev.call,
+                    turn=ev.turn,
+                    action=ev.action,
+                    tool_use_id=ev.tool_use_id,
+                    input=ev.input,
+                ),
+            }
+        if status == "admitted" and ev.action != "model":
+            changes["tool_calls"] = state.tool_calls + 1
+        g = state.running_goal
+        if status == "rejected" and ev.fault == "budget_exceeded" and g is not None:
+            changes["goal"] = attrs.evolve(g, exhausted=ev.error or "budget exceeded")
+        return changes
+
+    return handler
+
+
+def _approval(state: SessionState, ev: Event, seq: int) -> Changes:
+    return {"decided": {**state.decided, ev.call: ev.allowed}}
+
+
+def _lifecycle(state: SessionState, ev: Event, seq: int) -> Changes:
+    terminal = terminal_after(state.terminal, ev.phase)
+    return {} if terminal == state.terminal else {"terminal": terminal}
+
+
+_HANDLERS: dict[str, Callable[[SessionState, Event, int], Changes]] = {
+    Kind.PROPERTIES: _meta,
+    Kind.USER_MESSAGE: _user,
+    Kind.TURN_STARTED: _turn_started,
+    Kind.ASSISTANT: _assistant,
+    Kind.TOOL_CALL: _tool_call,
+    Kind.TOOL_RESULT: _tool_result,
+    Kind.SESSION_STARTED: _started,
+    Kind.CHILD_SPAWNED: _child_spawned,
+    Kind.CHILD_COMPLETED: _child_completed,
+    Kind.CONVERGED: _outcome("converged"),
+    Kind.STALLED: _outcome("stalled"),
+    Kind.TURN_COMPLETED: _completed,
+    Kind.TURN_CANCELLED: _turn_ended,
+    Kind.LIFECYCLE: _lifecycle,
+    Kind.ACTION_ADMITTED: _action("admitted"),
+    Kind.ACTION_REJECTED: _action("rejected"),
+    Kind.ACTION_PENDING: _action("pending"),
+    Kind.ACTION_COMPLETED: _action("completed"),
+    Kind.ACTION_APPROVAL: _approval,
+}
+#: The kinds whose fold can queue work (a pending message, a goal run): no other makes a turn due.
+QUEUEING_KINDS = frozenset({Kind.USER_MESSAGE, Kind.SESSION_STARTED})
+
+
+def _push(
+    hist: tuple[tuple[str, str, int], ...], item: tuple[str, str, int]
+) -> tuple[tuple[str, str, int], ...]:
+    out = (*hist, item)
+    return out[-HISTORY_LIMIT:] if len(out) > HISTORY_LIMIT else out
+
+
+def evolve(state: SessionState, ev: Event, seq: int | None = None) -> SessionState:
+    """Fold one stored event into the session's state. ``seq`` is the event's seq when the
+    event object does not carry it (an event as appended, before the log numbered it)."""
+    at = ev.seq if seq is None else seq
+    handler = _HANDLERS.get(ev.kind)
+    if handler is None or (ev.goal and ev.goal != state.session_id):
+        # A child's events mirrored onto this stream (attributed by goal) are its, not ours.
+        return replace(state, last_seq=at)
+    return replace(state, last_seq=at, **handler(state, ev, at))
+
+
+def fold(
+    state: SessionState, events: Iterable[Event], first_seq: int | None = None
+) -> SessionState:
+    """Fold ``events`` in order; with ``first_seq`` they are taken to be stored at
+    ``first_seq``, ``first_seq + 1``, ... (whatever seq the objects carry)."""
+    for i, ev in enumerate(events):
+        state = evolve(state, ev, None if first_seq is None else first_seq + i)
+    return state
+
+
+def unfinished(state: SessionState, fault: str) -> list[Event]:
+    """``action.completed`` with ``fault`` for the open turn's admitted actions that never
+    reported an end (the turn is being closed under them)."""
+    out = []
+    for key, (call, status) in state.turn_actions.items():
+        if status == "admitted":
+            action, _, use_id = key.partition("\x00")
+            out.append(
+                Event(
+                    kind=Kind.ACTION_COMPLETED,
+                    call=call,
+                    action=action,
+                    tool=action if action != "model" else "",
+                    tool_use_id=use_id,
+                    fault=fault,
+                )
+            )
+    return out
+
+
+def recovery_events(state: SessionState, reason: str = "crash") -> list[Event]:
+    """Events that close what a crash left open: a turn that started and never ended."""
+    ot = state.open_turn
+    if ot is None or any(p.turn == ot.turn for p in state.pending_actions.values()):
+        # A turn waiting for an approval keeps waiting: the approval resumes it.
+        return []
+    return [
+        *unfinished(state, reason),
+        Event(
+            kind=Kind.TURN_CANCELLED,
+            turn=ot.turn,
+            text=ot.text,
+            reason=reason,
+            usage=ot.usage if not ot.usage.is_zero() else None,
+        ),
+        Event(kind=Kind.LIFECYCLE, phase=Phase.DONE, reason=reason),
+    ]
+
+
+def metadata_diff(
+    current: Mapping[str, str], changes: Mapping[str, str | None]
+) -> dict[str, str | None]:
+    """The changes that actually change something (a no-op write stores nothing)."""
+    out: dict[str, str | None] = {}
+    for k, v in changes.items():
+        if current.get(k) != v:
+            out[k] = v
+    return out

@@ -1,0 +1,68 @@
+"""Between the host protocol and the session decider (pure): the command a protocol request
+carries, and where a session stands as the protocol's `SessionInfo`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spine import Kind
+
+from ... import messages as m
+from ...interceptors import Ingress
+from .commands import Close, Command, Decide, Receive, Resume, SealStream, Submit, VerifyStream
+from .state import SessionState
+
+
+def command_of(msg: Any) -> Command | None:
+    """The command a protocol request carries (None for requests the shell answers itself:
+    reads, subscriptions, pings)."""
+    if isinstance(msg, m.SendMessage):
+        ingress = Ingress(kind=Kind.USER_MESSAGE, key=msg.key, text=msg.text)
+    elif isinstance(msg, m.SetMetadata):
+        ingress = Ingress(
+            kind=Kind.PROPERTIES,
+            key=msg.key,
+            properties=dict(msg.properties),
+            authority=msg.authority,
+        )
+    elif isinstance(msg, m.SwitchSession):
+        ingress = Ingress(kind=Kind.SESSION_SWITCH, key=msg.key, target=msg.target)
+    elif isinstance(msg, m.Interrupt):
+        ingress = Ingress(kind=Kind.INTERRUPT, key=msg.key, text=msg.reason)
+    elif isinstance(msg, m.CloseSession):
+        return Close(request_id=msg.request_id)
+    elif isinstance(msg, m.DecideAction):
+        return Decide(
+            request_id=msg.request_id,
+            key=msg.key,
+            call=msg.call,
+            approve=msg.approve,
+            note=msg.note,
+        )
+    elif isinstance(msg, m.SubmitGoal):
+        return Submit(
+            request_id=msg.request_id,
+            key=msg.key,
+            objective=msg.objective,
+            budget=dict(msg.budget),
+        )
+    elif isinstance(msg, m.ResumeGoal):
+        return Resume(request_id=msg.request_id, key=msg.key)
+    elif isinstance(msg, m.SealSession):
+        return SealStream(request_id=msg.request_id)
+    elif isinstance(msg, m.VerifySession):
+        return VerifyStream(request_id=msg.request_id)
+    else:
+        return None
+    return Receive(request_id=msg.request_id, ingress=ingress)
+
+
+def session_info(stored: SessionState, restarts: int) -> m.SessionInfo:
+    """Where the session stands, as the protocol's `SessionInfo`."""
+    return m.SessionInfo(
+        session_id=stored.session_id,
+        state=stored.terminal or "live",
+        last_seq=stored.last_seq,
+        restarts=restarts,
+        metadata=dict(stored.metadata),
+    )

@@ -1,0 +1,117 @@
+"""Auto-seal: the session seals its own stream by count and by time (`SealPolicy`).
+
+Tampering after the newest seal cannot be detected, so a daemon bounds that window. The
+session is its stream's only writer, so it seals itself: the shell asks `AutoSealer`
+after each append whether a seal is due now or a timer should start, and on the timer
+(or at once) for the `Sealed` command to run through the decider like an asked-for seal.
+Counting costs one comparison per append; reading the newest seal happens once per
+incarnation, on the first append.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+from spine import Event, Kind, Log, SpineError
+from spine.seal import NothingToSealError, SigningKey, prepare_seal, seals
+
+from ...policy import SealPolicy
+from ..rules import commands as c
+
+#: The wakeup payloads of a seal due by count (at once) and by time (the interval's timer).
+AUTO_SEAL = "auto-seal"
+AUTO_SEAL_TIMER = "auto-seal-timer"
+
+
+def _log() -> logging.Logger:
+    return logging.getLogger("vertebra.session")
+
+
+class AutoSealer:
+    """What no seal covers yet in one stream, and when the policy wants a seal."""
+
+    def __init__(
+        self, policy: SealPolicy, stream: str, log: Log, key: Callable[[], SigningKey]
+    ) -> None:
+        self.policy = policy
+        self.stream = stream
+        self.log = log
+        self._key = key
+        self._signing: SigningKey | None = None
+        #: First seq of the next seal; None until the newest seal was read.
+        self.first: int | None = None
+        #: The last seq that needs no seal now (the newest seal event, or what it covers):
+        #: a seal event alone is not worth another seal.
+        self.mark = 0
+        #: A seal by count is on its way / the interval's timer runs (one of each at most:
+        #: a running timer must not hold a count seal back).
+        self.now = False
+        self.timer = False
+        self.broken = False
+
+    def _load(self) -> None:
+        found = seals(self.log, self.stream)
+        if found:
+            s = found[-1]
+            self.first = s.last + 1
+            self.mark = s.seq if s.seq == s.last + 1 else s.last
+        else:
+            self.first, self.mark = 1, 0
+
+    def appended(
+        self, events: Sequence[Event], first_seq: int, last_seq: int, metadata: Mapping[str, str]
+    ) -> tuple[float, str] | None:
+        """Note an append; when a seal is due, as the delay and wakeup payload to schedule
+        (0 and `AUTO_SEAL`: at once), or None when nothing new is to be scheduled."""
+        if self.broken:
+            return None
+        policy = self.policy.for_session(metadata)
+        if not policy.enabled:
+            return None
+        if self.first is None:
+            try:
+                self._load()
+            except SpineError as exc:
+                # A seal that does not parse: verification reports it; sealing after it
+                # would only bury it, so this incarnation stops sealing by itself.
+                _log().warning("session %s: auto-seal off: %s", self.stream, exc)
+                self.broken = True
+                return None
+        for i, ev in enumerate(events):
+            if ev.kind == Kind.RECORD_SEALED:
+                last = ev.record.get("last")
+                if isinstance(last, int):
+                    seq = first_seq + i
+                    self.first = last + 1
+                    self.mark = seq if seq == last + 1 else last
+        pending = last_seq - self.mark
+        if pending <= 0:
+            return None
+        if policy.every and pending >= policy.every and not self.now:
+            self.now = True
+            return 0.0, AUTO_SEAL
+        if policy.interval and not self.timer:
+            self.timer = True
+            return policy.interval, AUTO_SEAL_TIMER
+        return None
+
+    def due(self, payload: str, last_seq: int) -> c.Sealed | None:
+        """The seal to append now that the wakeup ``payload`` came (None: nothing new, or
+        it cannot be made)."""
+        if payload == AUTO_SEAL_TIMER:
+            self.timer = False
+        else:
+            self.now = False
+        if self.broken or self.first is None or last_seq - self.mark <= 0:
+            return None
+        try:
+            if self._signing is None:
+                self._signing = self._key()
+            seal = prepare_seal(self.log, self.stream, self._signing, first=self.first)
+        except NothingToSealError:
+            return None
+        except SpineError as exc:
+            _log().warning("session %s: auto-seal failed: %s", self.stream, exc)
+            return None
+        return c.Sealed(request_id="", seal=seal)
