@@ -216,6 +216,7 @@ def test_a_daemon_at_1024_files_serves_a_token_under_2000_slow_sockets(
             s.close()
         daemon.terminate()
         out, _ = daemon.communicate(timeout=60)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert daemon.returncode == 0, out[-2000:]
     assert b"Traceback" not in out and len(out) < 20_000, out[-2000:]
 
