@@ -1,6 +1,7 @@
 """The agent factory: one agent per turn, built from the session's metadata.
 
-The provider comes from ``ore.model.provider``, looked up in `providers.PROVIDERS`; a
+The provider comes from the operator's profile the session names (``ore.model.profile``,
+`profiles`), else from ``ore.model.provider``, looked up in `providers.PROVIDERS`; a
 setting the turn cannot use (a provider no module provides, no model name for a real
 server, an unset key variable, the ``models`` extra missing) fails that turn with an
 error naming it, never the session.
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from ..spec import AgentSpec
 from .base import Agent, AgentError
 from .loop import ModelAgent, Provider
 from .mcp_config import McpConfig, McpConfigError
+from .profiles import Profile, resolve
 from .providers import PROVIDERS, SCRIPTED, unknown_provider
 from .scripted import ScriptedProvider
 from .tools import ToolRegistry, builtin_tools
@@ -39,9 +42,12 @@ class ModelFactory:
         retries: int = 3,
         backoff: float = 0.5,
         flush_interval: float = 0.02,
+        profiles: Mapping[str, Profile] | None = None,
         mcp: McpConfig | None = None,
     ) -> None:
         self.tools = tools if tools is not None else builtin_tools()
+        #: The operator's provider profiles (`actors.agents.profiles`), by name.
+        self.profiles = dict(profiles or {})
         self.retries = retries
         self.backoff = backoff
         self.flush_interval = flush_interval
@@ -81,6 +87,7 @@ class ModelFactory:
             raise AgentError(str(exc)) from None
 
     def build(self, spec: AgentSpec, session_id: str) -> Agent:
+        spec = resolve(spec, self.profiles)
         mcp = self.mcp_tools(spec)
         return ModelAgent(spec, self.provider(spec), self.tools, self.flush_interval, mcp)
 
@@ -105,6 +112,11 @@ class ScriptedFactory(ModelFactory):
 
     def provider(self, spec: AgentSpec) -> Provider:
         return ScriptedProvider(spec.model)
+
+    def build(self, spec: AgentSpec, session_id: str) -> Agent:
+        # No profile applies: the scripted model runs whatever the metadata names.
+        mcp = self.mcp_tools(spec)
+        return ModelAgent(spec, self.provider(spec), self.tools, self.flush_interval, mcp)
 
 
 def with_mcp(factory: Any, config: McpConfig | None) -> Any:
