@@ -32,7 +32,7 @@ pytestmark = pytest.mark.timeout(180)
 HERE = pathlib.Path(__file__).resolve().parent
 SERVER = HERE / "mcp_server.py"
 NPM_DIR = HERE.parent / ".npm-mcp"
-EVERYTHING = "@modelcontextprotocol/server-everything"
+EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"
 
 
 def _stdio_server(name: str = "notes", extra: str = "") -> str:
