@@ -52,6 +52,13 @@ class Kind(enum.StrEnum):
     ACTION_PENDING = "action.pending"
     #: A human's decision on a pending action: ``allowed``, and the note as ``reason``.
     ACTION_APPROVAL = "action.approval"
+    #: A summary of a span of the conversation (``fromSeq`` .. ``toSeq``, the summary as
+    #: ``text``): the model sees it in place of that span; the span's events stay stored.
+    CONTEXT_COMPACTED = "context.compacted"
+    #: Takes back the compaction stored at ``call`` (its seq): the earlier view returns.
+    CONTEXT_UNCOMPACTED = "context.uncompacted"
+    #: The model's context window as a server answered it (``extra``: tokens, source, key).
+    CONTEXT_WINDOW = "context.window"
     # Notices are pushed live to sinks and never stored.
     NOTICE = "notice"
 

@@ -22,7 +22,7 @@ from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, 
 from .goals import goal_budget
 from .refusals import failed
 from .state import PendingAction, SessionState, action_key, depth_of, unfinished
-from .views import history_before
+from .views import context_of, history_before
 
 
 def _answer(cmd: Govern, verdict: str, call: int, fault: str = "") -> AnswerWorker:
@@ -219,8 +219,9 @@ def _resumed(st: SessionState, turn: int) -> StartTurn:
     try:
         spec = AgentSpec.from_metadata(st.metadata)
         allow = Policy.from_metadata(st.metadata).egress_allow
+        context = context_of(st, spec)
     except (SettingsError, PolicyError):
-        spec, allow = AgentSpec(), ()
+        spec, allow, context = AgentSpec(), (), None
     turn_input = TurnInput(
         session_id=st.session_id,
         turn=turn,
@@ -229,6 +230,7 @@ def _resumed(st: SessionState, turn: int) -> StartTurn:
         spec=spec,
         resume=True,
         egress_allow=allow,
+        context=context,
     )
     return StartTurn(turn=turn, spec=spec, input=turn_input)
 

@@ -1,8 +1,5 @@
-"""The session's pure core: its state as a fold of its own stream.
-
-No Thespian, no I/O, no clock: the actor shell loads events, calls `evolve`, appends what
-the handlers decide, and replies.
-"""
+"""The session's pure core: its state as a fold of its own stream (no Thespian, I/O or
+clock: the shell loads events, calls `evolve`, appends what the handlers decide)."""
 
 from __future__ import annotations
 
@@ -14,6 +11,7 @@ import orjson
 
 from spine import Event, Kind, Phase, Usage, terminal_after
 
+from .context import CONTEXT_HANDLERS, ContextState, calibrated
 from .replace import replace
 
 #: Conversation messages kept in memory for the agent's context.
@@ -21,7 +19,7 @@ HISTORY_LIMIT = 200
 
 #: Version of `SessionState`'s shape and place (its pickle names its module); snapshots
 #: written by another version are ignored.
-SNAPSHOT_VERSION = 7
+SNAPSHOT_VERSION = 8
 
 
 @attrs.frozen(kw_only=True)
@@ -117,6 +115,8 @@ class SessionState:
     goal: GoalRun | None = None
     #: Children this session spawned, in spawn order: id -> still running.
     children: Mapping[str, bool] = attrs.field(factory=dict)
+    #: Compactions, the window a server answered, the estimate's calibration.
+    context: ContextState = attrs.field(factory=ContextState)
 
     @property
     def running_goal(self) -> GoalRun | None:
@@ -311,6 +311,8 @@ def _action(status: str) -> Callable[[SessionState, Event, int], Changes]:
             }
         if status == "admitted" and ev.action != "model":
             changes["tool_calls"] = state.tool_calls + 1
+        elif status == "completed" and ev.action == "model" and ev.extra:
+            changes["context"] = calibrated(state.context, ev)
         g = state.running_goal
         if status == "rejected" and ev.fault == "budget_exceeded" and g is not None:
             changes["goal"] = attrs.evolve(g, exhausted=ev.error or "budget exceeded")
@@ -348,6 +350,7 @@ _HANDLERS: dict[str, Callable[[SessionState, Event, int], Changes]] = {
     Kind.ACTION_PENDING: _action("pending"),
     Kind.ACTION_COMPLETED: _action("completed"),
     Kind.ACTION_APPROVAL: _approval,
+    **CONTEXT_HANDLERS,
 }
 #: The kinds whose fold can queue work (a pending message, a goal run): no other makes a turn due.
 QUEUEING_KINDS = frozenset({Kind.USER_MESSAGE, Kind.SESSION_STARTED})
@@ -424,8 +427,4 @@ def metadata_diff(
     current: Mapping[str, str], changes: Mapping[str, str | None]
 ) -> dict[str, str | None]:
     """The changes that actually change something (a no-op write stores nothing)."""
-    out: dict[str, str | None] = {}
-    for k, v in changes.items():
-        if current.get(k) != v:
-            out[k] = v
-    return out
+    return {k: v for k, v in changes.items() if current.get(k) != v}

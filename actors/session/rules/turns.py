@@ -27,7 +27,7 @@ from .commands import (
 from .gate import withdrawn
 from .replace import replace
 from .state import SessionState, fold, unfinished
-from .views import history_before
+from .views import context_of, history_before
 
 
 def done_event(turn: int = 0) -> Event:
@@ -71,6 +71,7 @@ def settle(s: Session, cmd: Settle) -> Decision:
     try:
         spec = AgentSpec.from_metadata(st.metadata)
         policy = Policy.from_metadata(st.metadata)
+        context = context_of(st, spec)
     except (SettingsError, PolicyError) as exc:
         # A setting no agent can use fails this turn, never the session.
         return Decision(state=s, events=_cannot_start(st, n, started, exc))
@@ -94,6 +95,7 @@ def settle(s: Session, cmd: Settle) -> Decision:
         egress_allow=policy.egress_allow,
         model_call=call,
         finish=st.running_goal is not None and goals.finish_mode(st.metadata) == "tool",
+        context=context,
     )
     return Decision(
         state=replace(s, running=Running(turn=n)),

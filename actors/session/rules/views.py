@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from projections import context_settings
 from spine import Kind
 
+from ...spec import AgentSpec, ContextView, window_key
 from .state import SessionState
 
-__all__ = ["history_before", "ingress_seq"]
+__all__ = ["context_of", "history_before", "ingress_seq"]
 
 
 def ingress_seq(records: Sequence[tuple[int, str]]) -> int:
@@ -28,3 +30,34 @@ def history_before(st: SessionState) -> tuple[tuple[str, str], ...]:
     queued behind a running turn sees that turn's answer, stored after it)."""
     waiting = {at for at, _ in st.pending}
     return tuple((role, text) for role, text, at in st.history if at not in waiting)
+
+
+def context_of(st: SessionState, spec: AgentSpec) -> ContextView | None:
+    """What the next turn's agent needs to manage its context, aligned with
+    `history_before`; None when there is nothing to manage (the scripted model without
+    ``ore.model.context_window``). `SettingsError` names a context setting that cannot be
+    used."""
+    settings = context_settings(st.metadata)
+    if not settings.window and spec.provider == "scripted":
+        return None
+    waiting = {at for at, _ in st.pending}
+    c = st.context
+    key = window_key(spec)
+    window, source = settings.window, "setting"
+    if not window and c.window_key == key:
+        window, source = c.window, c.window_source
+    elif not window:
+        source = ""
+    cur = c.current
+    return ContextView(
+        seqs=tuple(at for _, _, at in st.history if at not in waiting),
+        summary=cur.summary if cur is not None else "",
+        covered=(cur.first, cur.last) if cur is not None else (0, 0),
+        window=window,
+        window_source=source,
+        window_key=key,
+        compact_at=settings.compact_at,
+        keep_recent=settings.keep_recent,
+        summary_model=settings.summary_model,
+        calibration=c.calibration,
+    )
