@@ -22,6 +22,7 @@ from typing import Protocol, runtime_checkable
 import attrs
 
 from projections import (
+    CONTEXT_PARSERS,
     MODEL_BASE_URL,
     MODEL_PROVIDER,
     parse_base_url,
@@ -270,7 +271,7 @@ def _set(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
     problem = secret_problem({key: value})
     if problem is not None:
         return _err(problem)
-    parse = PARSERS.get(key)
+    parse = PARSERS.get(key) or CONTEXT_PARSERS.get(key)
     if parse is not None and value is not None:
         try:
             parse(value, key)
