@@ -135,8 +135,9 @@ def test_uncompacting_restores_the_earlier_view() -> None:
     kit.finish(text="v")
     after = _body(_turn_input(kit.send("t")))
     assert b"Summary of the earlier" not in after
-    assert orjson.loads(after)["messages"][: len(orjson.loads(before)["messages"]) - 1] == (
-        orjson.loads(before)["messages"][:-1]
+    assert (
+        orjson.loads(after)["messages"][: len(orjson.loads(before)["messages"]) - 1]
+        == (orjson.loads(before)["messages"][:-1])
     )
 
 

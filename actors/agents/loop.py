@@ -344,15 +344,17 @@ class _View:
         return chars_of(self.system, self.msgs) + self.extra
 
     def may_retry(self, exc: Exception) -> bool:
-        return self.turn.context is not None and not self.retried and is_overflow(exc)
+        """Whether ``exc`` is the server refusing the request as over its window (the
+        first time, a compaction and a retry; the second, a `ContextOverflow`)."""
+        return self.turn.context is not None and is_overflow(exc)
 
     async def overflowed(
         self, agent: ModelAgent, out: TurnOutput, tally: UsageTally, exc: Exception
     ) -> None:
         """Summarise all the older conversation and go on with that view, or fail the turn
         saying the request cannot fit."""
+        new = self.turn if self.retried else await compact(agent, self.turn, out, tally, keep=0)
         self.retried = True
-        new = await compact(agent, self.turn, out, tally, keep=0)
         ctx = self.turn.context
         assert ctx is not None
         if new is self.turn:

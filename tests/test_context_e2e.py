@@ -1,0 +1,171 @@
+"""Sessions that outgrow their model's context window keep working: real session
+processes against a server on loopback that refuses any request over its window with
+the real error shape; after a restart, the requests are the ones the log gives, byte for
+byte."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+
+import orjson
+import pytest
+from context_server import TOOLS, WindowServer
+
+from actors.agents import ModelFactory
+from actors.agents.context import model_view
+from actors.agents.formats import chat_body
+from actors.agents.wire import ModelRequest
+from actors.host import Host
+from actors.session.rules import commands as c
+from actors.session.rules.state import SessionState, fold
+from actors.session.rules.turns import settle
+from spine import Event, Kind
+
+pytestmark = pytest.mark.timeout(180)
+
+N_CTX = 1024
+
+
+def _host(path: pathlib.Path) -> Host:
+    return Host(
+        path / "data",
+        base="multiprocTCPBase",
+        timeout=20,
+        factory=ModelFactory(TOOLS, backoff=0.01),
+    )
+
+
+@pytest.fixture
+def server() -> Iterator[WindowServer]:
+    s = WindowServer(N_CTX)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _point(h: Host, sid: str, url: str, **extra: str) -> None:
+    h.set_metadata(
+        sid,
+        {
+            "ore.model.provider": "openai",
+            "ore.model.base_url": url,
+            "ore.model.name": "fake-1",
+            **extra,
+        },
+    )
+
+
+def _say(h: Host, sid: str, text: str) -> Event:
+    ack = h.send(sid, text)
+    return h.wait_turn(sid, ack.seq, timeout=60)
+
+
+def _message(i: int) -> str:
+    return f"m{i} " + f"line {i} of a conversation that goes on and on. " * 6
+
+
+def _rebuilt(events: list[Event], session_id: str) -> list[bytes]:
+    """Each turn's first answered request as the log gives it: the state before the turn,
+    with the context events the turn stored (its window answer, its compactions)."""
+    out = []
+    starts = [i for i, e in enumerate(events) if e.kind == Kind.TURN_STARTED]
+    for n, at in enumerate(starts):
+        end = starts[n + 1] if n + 1 < len(starts) else len(events)
+        ctx_events = [
+            e for e in events[at:end] if e.kind in (Kind.CONTEXT_WINDOW, Kind.CONTEXT_COMPACTED)
+        ]
+        st = fold(SessionState(session_id=session_id), [*events[:at], *ctx_events])
+        d = settle(c.Session(stored=st), c.Settle())
+        (start,) = [x for x in d.effects if isinstance(x, c.StartTurn)]
+        ti = start.input
+        system, msgs, _ = model_view(ti, ti.spec.system)
+        req = ModelRequest(
+            model=ti.spec.model,
+            messages=msgs,
+            tools=TOOLS.specs(),
+            system=system,
+            temperature=ti.spec.temperature,
+            max_output_tokens=ti.spec.max_output_tokens,
+            thinking_level=ti.spec.thinking_level,
+            include_usage=ti.spec.include_usage,
+        )
+        out.append(orjson.dumps(chat_body(req)))
+    return out
+
+
+def _first_answered(server: WindowServer) -> list[bytes]:
+    """The first answered main request of each turn (its last message is the user's)."""
+    out = []
+    for raw, _, ok, summary in server.log:
+        last = orjson.loads(raw)["messages"][-1]
+        if ok and not summary and last["role"] == "user":
+            out.append(raw)
+    return out
+
+
+def test_a_session_outlives_its_window_and_replays_its_requests_byte_for_byte(
+    tmp_path: pathlib.Path, server: WindowServer, no_leftover_processes: None
+) -> None:
+    h = _host(tmp_path)
+    try:
+        sid = h.create()
+        _point(h, sid, server.url)
+        for i in range(24):
+            text = f"!blob 40000 {i}" if i % 8 == 7 else _message(i)
+            done = _say(h, sid, text)
+            assert done.kind == Kind.TURN_COMPLETED and not done.error, done
+    finally:
+        h.close()
+    h = _host(tmp_path)  # a restart: a new incarnation folds the stored stream
+    try:
+        for i in range(24, 30):
+            done = _say(h, sid, _message(i))
+            assert done.kind == Kind.TURN_COMPLETED and not done.error, done
+        events = h.history(sid)
+    finally:
+        h.close()
+    refused = [t for _, t, ok, _ in server.log if not ok]
+    assert refused == [], f"{len(refused)} requests over the window"
+    assert max(t for _, t, _, _ in server.log) <= N_CTX
+    (window,) = [e for e in events if e.kind == Kind.CONTEXT_WINDOW]
+    assert window.extra["tokens"] == N_CTX and window.extra["source"] == "llama.cpp /props"
+    compactions = [e for e in events if e.kind == Kind.CONTEXT_COMPACTED]
+    assert len(compactions) >= 2 and all(e.text.startswith("summary of") for e in compactions)
+    assert all(e.extra["fromSeq"] <= e.extra["toSeq"] for e in compactions)
+    # Never destructive: every message said is still stored, and the whole big results.
+    said = [e.text for e in events if e.kind == Kind.USER_MESSAGE]
+    assert len(said) == 30 and said[0] == _message(0)
+    assert all(len(e.result) == 40000 for e in events if e.kind == Kind.TOOL_RESULT)
+    # Live == replay: each turn's request is the one the log gives, byte for byte, on
+    # both sides of the restart.
+    assert _first_answered(server) == _rebuilt(events, sid)
+
+
+def test_an_overflow_the_estimate_missed_is_answered_by_one_compaction_and_a_retry(
+    tmp_path: pathlib.Path, no_leftover_processes: None
+) -> None:
+    """The setting claims a window far larger than the server's: the server's refusal
+    (OpenAI's context_length_exceeded) compacts and retries; a message too large for any
+    view fails its turn with an error saying so, and the session serves on."""
+    server = WindowServer(N_CTX, announce=False, style="openai")
+    h = _host(tmp_path)
+    try:
+        sid = h.create()
+        _point(h, sid, server.url, **{"ore.model.context_window": "100000"})
+        for i in range(20):
+            done = _say(h, sid, _message(i))
+            assert done.kind == Kind.TURN_COMPLETED and not done.error, done
+        refused = [t for _, t, ok, _ in server.log if not ok]
+        assert refused, "the server never refused: the test did not reach the window"
+        events = h.history(sid)
+        assert any(e.kind == Kind.CONTEXT_COMPACTED for e in events)
+        done = _say(h, sid, "huge " + "h" * 8000)
+        assert done.kind == Kind.TURN_COMPLETED
+        assert "does not fit the model's context window" in done.error, done.error
+        done = _say(h, sid, "small again")
+        assert done.kind == Kind.TURN_COMPLETED and not done.error, done
+    finally:
+        h.close()
+        server.close()
