@@ -120,7 +120,7 @@ class WindowServer:
                 if not ok:
                     self._json(400, overflow(server.style, tokens, server.n_ctx))
                     return
-                self._stream(server.answer(msgs, summary) + [usage_chunk(tokens, 5)])
+                self._stream([*server.answer(msgs, summary), usage_chunk(tokens, 5)])
 
             def _stream(self, chunks: list[dict[str, Any]]) -> None:
                 self.send_response(200)
