@@ -124,8 +124,12 @@ def test_a_session_outlives_its_window_and_replays_its_requests_byte_for_byte(
             done = _say(h, sid, _message(i))
             assert done.kind == Kind.TURN_COMPLETED and not done.error, done
         events = h.history(sid)
+        report = h.context(sid)
     finally:
         h.close()
+    assert report["window"] == N_CTX and report["windowSource"] == "llama.cpp /props"
+    assert 0 < report["estimate"] < N_CTX and report["lastInputTokens"] > 0
+    assert report["lastCompaction"]["toSeq"] > report["lastCompaction"]["fromSeq"]
     refused = [t for _, t, ok, _ in server.log if not ok]
     assert refused == [], f"{len(refused)} requests over the window"
     assert max(t for _, t, _, _ in server.log) <= N_CTX

@@ -294,3 +294,20 @@ __all__ = [
     "table",
     "use_color",
 ]
+
+
+def context_fields(log: Any, sid: str) -> dict[str, Any]:
+    """The context state the session's fold gives (window, estimate, last compaction)."""
+    from actors.session.rules.state import SessionState, fold
+    from actors.session.rules.views import context_report
+    from spine import history
+
+    try:
+        st = fold(SessionState(session_id=sid), history(log, sid))
+    except Exception as exc:  # a stream that does not decode is the status's to report
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    report = context_report(st)
+    last = report.pop("lastCompaction", None)
+    if last:
+        report["lastCompaction"] = f"seq {last['seq']} (events {last['fromSeq']}-{last['toSeq']})"
+    return report

@@ -5,14 +5,18 @@ query: the rules stack without cycles."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from projections import context_settings
+import attrs
+
+from projections import SettingsError, context_settings
 from spine import Kind
 
-from ...spec import AgentSpec, ContextView, window_key
+from ...agents.context import chars_of, estimate, model_view
+from ...spec import AgentSpec, ContextView, TurnInput, window_key
 from .state import SessionState
 
-__all__ = ["context_of", "history_before", "ingress_seq"]
+__all__ = ["context_of", "context_report", "history_before", "ingress_seq"]
 
 
 def ingress_seq(records: Sequence[tuple[int, str]]) -> int:
@@ -61,3 +65,34 @@ def context_of(st: SessionState, spec: AgentSpec) -> ContextView | None:
         summary_model=settings.summary_model,
         calibration=c.calibration,
     )
+
+
+def context_report(st: SessionState) -> dict[str, Any]:
+    """Where the session's context stands, for status displays: the window and where it
+    came from, the estimate of the next request (the history as the next turn would
+    send it, without a new message), the last request the provider counted, and the last
+    compaction. Empty when there is nothing to manage."""
+    try:
+        spec = AgentSpec.from_metadata(st.metadata)
+        ctx = context_of(st, spec)
+    except SettingsError as exc:
+        return {"error": str(exc)}
+    if ctx is None:
+        return {}
+    ti = TurnInput(session_id=st.session_id, turn=0, text="", history=history_before(st), spec=spec)
+    system, msgs, _ = model_view(attrs.evolve(ti, context=ctx), spec.system)
+    est = estimate(ctx, chars_of(system, msgs))
+    out: dict[str, Any] = {
+        "window": ctx.window,
+        "windowSource": ctx.window_source or "not asked yet",
+        "estimate": est,
+        "compactAt": ctx.compact_at,
+        "lastInputTokens": ctx.calibration[1],
+        "compactions": len(st.context.compactions),
+    }
+    if ctx.window:
+        out["used"] = round(est / ctx.window, 4)
+    cur = st.context.current
+    if cur is not None:
+        out["lastCompaction"] = {"seq": cur.seq, "fromSeq": cur.first, "toSeq": cur.last}
+    return out
