@@ -376,3 +376,14 @@ def test_a_bad_context_setting_fails_the_turn_not_the_session(key: str, value: s
     ended = [e for e in out.events if e.kind == Kind.TURN_COMPLETED]
     assert ended and key in ended[0].error
     assert not kit.state.stored.terminal
+
+
+def test_history_shows_a_compaction_marker_with_the_span_it_covers() -> None:
+    from actors.cli._format import detail
+
+    ev = Event(kind=Kind.CONTEXT_COMPACTED, text="s", extra={"fromSeq": 3, "toSeq": 9})
+    assert detail(ev) == "#3-#9 summary: s"
+    failed = Event(kind=Kind.CONTEXT_COMPACTED, extra={"fromSeq": 3, "toSeq": 9}, error="")
+    assert "no summary could be written" in detail(failed)
+    win = Event(kind=Kind.CONTEXT_WINDOW, extra={"tokens": 4096, "source": "llama.cpp /props"})
+    assert detail(win) == "4096 tokens (llama.cpp /props)"

@@ -96,6 +96,8 @@ def detail(ev: Any) -> str:
         out = f"{ev.child}: {ev.text}"
     elif ev.kind == "child.completed":
         out = f"{ev.child} {'failed' if ev.is_error else 'done'}: {ev.result}"
+    elif ev.kind.startswith("context."):
+        out = _context_detail(ev)
     else:
         out = (
             ev.text
@@ -114,6 +116,18 @@ def detail(ev: Any) -> str:
 
 
 KIND_WIDTH = 20
+
+
+def _context_detail(ev: Any) -> str:
+    x = ev.extra or {}
+    if ev.kind == "context.window":
+        return f"{x.get('tokens')} tokens ({x.get('source')})"
+    if ev.kind == "context.uncompacted":
+        return f"compaction #{ev.call} taken back"
+    span = f"#{x.get('fromSeq')}-#{x.get('toSeq')}"
+    # The covered events are all still stored: history --after shows them.
+    gist = f"summary: {ev.text}" if ev.text else "left out, no summary could be written"
+    return f"{span} {gist}"
 
 
 def event_line(ev: Any, style: Style, session: str = "") -> str:
