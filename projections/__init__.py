@@ -6,7 +6,8 @@ turn tree; `metadata_from` its properties; `SessionsIndex` lists every session; 
 whole log. See docs/projections.md.
 """
 
-from ._checkpoints import CheckpointStore, Generation
+from spine import CheckpointStore, Generation
+
 from ._context import (
     CONTEXT_COMPACT_AT,
     CONTEXT_KEEP_RECENT,
