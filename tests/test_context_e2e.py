@@ -21,6 +21,7 @@ from actors.session.rules import commands as c
 from actors.session.rules.state import SessionState, fold
 from actors.session.rules.turns import settle
 from spine import Event, Kind
+from spine.seal import merkle_root, row_leaf_hash
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -95,6 +96,12 @@ def _rebuilt(events: list[Event], session_id: str) -> list[bytes]:
     return out
 
 
+def _root(h: Host, sid: str, first: int, last: int) -> str:
+    rows = h._log.read(sid, first - 1, last - first + 1)
+    assert [r.seq for r in rows] == list(range(first, last + 1))
+    return merkle_root([row_leaf_hash(r.payload, r.version) for r in rows]).hex()
+
+
 def _first_answered(server: WindowServer) -> list[bytes]:
     """The first answered main request of each turn (its last message is the user's)."""
     out = []
@@ -125,6 +132,11 @@ def test_a_session_outlives_its_window_and_replays_its_requests_byte_for_byte(
             assert done.kind == Kind.TURN_COMPLETED and not done.error, done
         events = h.history(sid)
         report = h.context(sid)
+        roots = {
+            e.seq: _root(h, sid, e.extra["fromSeq"], e.extra["toSeq"])
+            for e in events
+            if e.kind == Kind.CONTEXT_COMPACTED
+        }
     finally:
         h.close()
     assert report["window"] == N_CTX and report["windowSource"] == "llama.cpp /props"
@@ -138,6 +150,8 @@ def test_a_session_outlives_its_window_and_replays_its_requests_byte_for_byte(
     compactions = [e for e in events if e.kind == Kind.CONTEXT_COMPACTED]
     assert len(compactions) >= 2 and all(e.text.startswith("summary of") for e in compactions)
     assert all(e.extra["fromSeq"] <= e.extra["toSeq"] for e in compactions)
+    # Each names the Merkle root of exactly the stored events it stands for.
+    assert all(e.extra["root"] == roots[e.seq] for e in compactions)
     # Never destructive: every message said is still stored, and the whole big results.
     said = [e.text for e in events if e.kind == Kind.USER_MESSAGE]
     assert len(said) == 30 and said[0] == _message(0)

@@ -13,12 +13,13 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
 
-from spine import Event, Kind, Log, StreamSubscription, Usage, history, subscribe
+from spine import Event, Kind, Log, Record, StreamSubscription, Usage, history, subscribe
+from spine.seal import merkle_root, row_leaf_hash
 
 from ...agents import Agent, TurnInput
 from ...agents.egress import destination, literal, resolve
@@ -49,6 +50,17 @@ def mirror(ev: Event, child: str) -> Event:
     grandchild's events keep their own goal), numbered by the parent's log; its turn and
     call stay the child's own."""
     return attrs.evolve(ev, seq=0, goal=ev.goal or child)
+
+
+def _records(log: Log, stream: str, first: int, last: int) -> Iterator[Record]:
+    """Stored records ``first..last`` of ``stream``, read in pages."""
+    after = first - 1
+    while after < last:
+        page = log.read(stream, after, min(1000, last - after))
+        if not page:
+            return
+        yield from page
+        after = page[-1].seq
 
 
 #: Seconds a turn must have run before its first words are handed back at once.
@@ -245,8 +257,28 @@ class TurnWorker:
         """Store ``event`` in the turn, after what was said before it. It rides on the next
         hand-back (text, a tool call, a question to the gate, the turn's end): one message
         and one commit fewer per model call. Tools call this from their own threads."""
+        if event.kind == Kind.CONTEXT_COMPACTED and self._open_log is not None:
+            event = self._rooted(event)
         with self._events_lock:
             self._events.append(event)
+
+    def _rooted(self, ev: Event) -> Event:
+        """A compaction with the Merkle root of the events it covers (the seals' leaves),
+        so that a sealed record proves exactly which events the summary stands for."""
+        first, last = ev.extra.get("fromSeq"), ev.extra.get("toSeq")
+        if not isinstance(first, int) or not isinstance(last, int) or first > last:
+            return ev
+        log = self._follow()
+        try:
+            rows = list(_records(log, self.session_id, first, last))
+        except Exception:  # the summary stands without its root
+            return ev
+        finally:
+            self._unfollow()
+        if len(rows) != last - first + 1:
+            return ev
+        root = merkle_root([row_leaf_hash(r.payload, r.version) for r in rows])
+        return attrs.evolve(ev, extra={**ev.extra, "root": root.hex(), "count": len(rows)})
 
     def _take_events(self, more: tuple[Event, ...] = ()) -> tuple[Event, ...]:
         with self._events_lock:
