@@ -5,21 +5,27 @@ byte."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 from collections.abc import Iterator
+from typing import Any
 
 import orjson
 import pytest
-from context_server import TOOLS, WindowServer
+from context_server import TOOLS, WindowServer, overflow
+from fake_models import FakeModelServer
 
-from actors.agents import ModelFactory
+from actors.agents import ModelAgent, ModelFactory, ToolRegistry
 from actors.agents.context import model_view
 from actors.agents.formats import chat_body
+from actors.agents.http import HttpProvider
 from actors.agents.wire import ModelRequest
 from actors.host import Host
 from actors.session.rules import commands as c
 from actors.session.rules.state import SessionState, fold
 from actors.session.rules.turns import settle
+from actors.session.shell.worker import TurnWorker
+from actors.spec import AgentSpec, ContextView, TurnInput
 from spine import Event, Kind
 from spine.seal import merkle_root, row_leaf_hash
 
@@ -187,3 +193,114 @@ def test_an_overflow_the_estimate_missed_is_answered_by_one_compaction_and_a_ret
     finally:
         h.close()
         server.close()
+
+
+# -- every wire format's overflow answer, at the tool loop ---------------------------------
+
+_OVERFLOW = {
+    "openai": overflow("openai", 9000, 8192),
+    "llama": overflow("llama", 9000, 8192),
+    "anthropic": {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "prompt is too long: 210000 tokens > 200000 maximum",
+        },
+    },
+    "responses": {
+        "error": {
+            "message": "Your input exceeds the context window of this model.",
+            "type": "invalid_request_error",
+            "param": "input",
+            "code": "context_length_exceeded",
+        }
+    },
+}
+
+
+def _whole(fmt: str, text: str) -> dict[str, Any]:
+    if fmt == "anthropic":
+        return {
+            "type": "message",
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": 50, "output_tokens": 5},
+        }
+    if fmt == "responses":
+        return {
+            "object": "response",
+            "status": "completed",
+            "output": [{"type": "message", "content": [{"type": "output_text", "text": text}]}],
+            "usage": {"input_tokens": 50, "output_tokens": 5},
+        }
+    return {
+        "object": "chat.completion",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 5},
+    }
+
+
+@pytest.mark.parametrize("style", ["openai", "llama", "anthropic", "responses"])
+def test_each_wire_formats_overflow_error_compacts_and_retries_once(style: str) -> None:
+    fmt = "openai" if style in ("openai", "llama") else style
+    server = FakeModelServer()
+    try:
+        server.queue(
+            [("status", 400, {}, json.dumps(_OVERFLOW[style]))],
+            [("status", 200, {}, json.dumps(_whole(fmt, "the summary")))],
+            [("status", 200, {}, json.dumps(_whole(fmt, "the answer")))],
+        )
+        provider = HttpProvider(fmt, base_url=server.url, api_key=None, backoff=0.01)
+        agent = ModelAgent(AgentSpec(model="fake", provider=fmt), provider, ToolRegistry())
+        history = (("user", "old question"), ("assistant", "old answer"))
+        ti = TurnInput(
+            session_id="s",
+            turn=2,
+            text="new question",
+            history=history,
+            context=ContextView(seqs=(3, 7), window=100_000, window_source="setting"),
+        )
+        out = _Worker()
+        fin = out.run(agent, ti)
+        assert fin.stop_reason == "end_turn" and not fin.error, fin.error
+        (comp,) = out.events(Kind.CONTEXT_COMPACTED)
+        assert comp.text == "the summary" and (comp.extra["fromSeq"], comp.extra["toSeq"]) == (3, 7)
+        bodies = [r["body"] for r in server.wait_requests(3)]
+        assert b"the summary" in json.dumps(bodies[2]).encode()
+        assert b"old question" not in json.dumps(bodies[2]).encode()
+    finally:
+        server.close()
+
+
+class _Worker:
+    """A turn worker whose hand-backs are kept; the gate admits everything."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+        self.worker = TurnWorker(self._send, 2, 0.02)
+        self.calls = 0
+
+    def _send(self, msg: Any) -> None:
+        if isinstance(msg, c.Govern):
+            self.calls += 1
+            self.worker.answer(msg.action, msg.tool_use_id, "admit", self.calls, "")
+        else:
+            self.sent.append(msg)
+
+    def run(self, agent: ModelAgent, ti: TurnInput) -> c.Finished:
+        self.worker.start(agent, ti)
+        assert self.worker.done.wait(20)
+        fin = self.sent[-1]
+        assert isinstance(fin, c.Finished)
+        return fin
+
+    def events(self, kind: str) -> list[Event]:
+        return [
+            e
+            for p in self.sent
+            if isinstance(p, (c.Progress, c.Finished))
+            for e in p.events
+            if e.kind == kind
+        ]
