@@ -10,6 +10,7 @@ import pathlib
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import orjson
 import pytest
 from context_server import TOOLS, WindowServer, overflow
@@ -19,6 +20,7 @@ from actors.agents import ModelAgent, ModelFactory, ToolRegistry
 from actors.agents.context import model_view
 from actors.agents.formats import chat_body
 from actors.agents.http import HttpProvider
+from actors.agents.scripted import ScriptedProvider
 from actors.agents.wire import ModelRequest
 from actors.host import Host
 from actors.session.rules import commands as c
@@ -304,3 +306,24 @@ class _Worker:
             for e in p.events
             if e.kind == kind
         ]
+
+
+def test_a_goal_runs_turn_without_new_input_compacts_too_but_not_inside_a_tool_batch() -> None:
+    """A turn that continues the conversation (``resume``, no open tool call) compacts
+    like any; one that resumes a paused tool batch does not."""
+    agent = ModelAgent(AgentSpec(model="m"), ScriptedProvider("m"), ToolRegistry())
+    said = tuple(
+        ("user" if i % 2 == 0 else "assistant", f"turn {i} " + "w" * 400) for i in range(8)
+    )
+    ctx = ContextView(seqs=tuple(range(1, 9)), window=1000, keep_recent=1)
+    ti = TurnInput(session_id="s", turn=5, text="", history=said, resume=True, context=ctx)
+    out = _Worker()
+    assert not out.run(agent, ti).error
+    (comp,) = out.events(Kind.CONTEXT_COMPACTED)
+    assert (comp.extra["fromSeq"], comp.extra["toSeq"]) == (1, 6)
+    call = orjson.dumps({"id": "c1", "name": "clock", "input": "{}"}).decode()
+    paused = (*said, ("tool.call", call))
+    ti = attrs.evolve(ti, history=paused, context=attrs.evolve(ctx, seqs=tuple(range(1, 10))))
+    out = _Worker()
+    out.run(agent, ti)
+    assert out.events(Kind.CONTEXT_COMPACTED) == []

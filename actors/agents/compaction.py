@@ -6,7 +6,8 @@ Each answer is stored as an event (``context.window``, ``context.compacted``) an
 turn goes on with the `TurnInput` that event makes, so the request sent now is the one
 the folded log gives (`actors.agents.context.model_view`). The summary is emitted only
 once every summariser call is done: a turn cut in the middle of one stores none of it.
-Compaction runs before the turn's first model call only, never inside a tool batch.
+Compaction runs before the turn's first model call only (a goal run's turn that
+continues without new input included), never while a tool batch waits for its results.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ async def prepare(
     of tool definitions) is due, the older part summarised (the events saying so
     emitted)."""
     ctx = turn.context
-    if ctx is None or turn.resume:
-        return turn
+    if ctx is None or (turn.resume and model_view(turn, agent.spec.system)[2]):
+        return turn  # a tool batch still open: its results are on the way
     if ctx.window <= 0:
         turn = await _discover(agent, turn, out)
     if is_due(agent, turn, extra):
