@@ -7,7 +7,8 @@ message), so the session's estimate has to be calibrated to agree with it. It ke
 raw bytes of every request, for comparing requests byte for byte.
 
 Answers: a summariser's request (its system prompt is the summariser's) gets a short
-summary; a user message ``!blob N`` gets a call of the ``blob`` tool for N characters;
+summary; a user message ``!blob N`` gets a call of the ``blob`` tool for N characters,
+``!recall SEQ`` one of ``recall`` for the first 500 characters of event SEQ;
 a tool result gets "got it"; anything else gets ``reply to <first word>``.
 """
 
@@ -150,10 +151,11 @@ class WindowServer:
         if last.get("role") == "tool":
             return [chunk(content="got it"), chunk(finish="stop")]
         text = str(last.get("content") or "")
-        if text.startswith("!blob "):
-            args = json.dumps({"n": int(text.split()[1])})
+        if text.startswith(("!blob ", "!recall ")):
+            name, n = text[1:].split()[:2]
+            args = json.dumps({"n": int(n)} if name == "blob" else {"seq": int(n), "length": 500})
             return [
-                chunk(tool_calls=[tool_delta(0, f"call_{len(msgs)}", "blob", args)]),
+                chunk(tool_calls=[tool_delta(0, f"call_{len(msgs)}", name, args)]),
                 chunk(finish="tool_calls"),
             ]
         return [chunk(content=f"reply to {text.split()[0] if text else ''}"), chunk(finish="stop")]

@@ -17,10 +17,11 @@ from context_server import TOOLS, WindowServer, overflow
 from fake_models import FakeModelServer
 
 from actors.agents import ModelAgent, ModelFactory, ToolRegistry
-from actors.agents.context import model_view
+from actors.agents.context import leaves_out, model_view
 from actors.agents.formats import chat_body
 from actors.agents.http import HttpProvider
 from actors.agents.scripted import ScriptedProvider
+from actors.agents.tools import RECALL
 from actors.agents.wire import ModelRequest
 from actors.host import Host
 from actors.session.rules import commands as c
@@ -90,10 +91,11 @@ def _rebuilt(events: list[Event], session_id: str) -> list[bytes]:
         (start,) = [x for x in d.effects if isinstance(x, c.StartTurn)]
         ti = start.input
         system, msgs, _ = model_view(ti, ti.spec.system)
+        tools = TOOLS.with_tool(RECALL) if leaves_out(ti) else TOOLS
         req = ModelRequest(
             model=ti.spec.model,
             messages=msgs,
-            tools=TOOLS.specs(),
+            tools=tools.specs(),
             system=system,
             temperature=ti.spec.temperature,
             max_output_tokens=ti.spec.max_output_tokens,
@@ -129,6 +131,10 @@ def test_a_session_outlives_its_window_and_replays_its_requests_byte_for_byte(
         _point(h, sid, server.url)
         for i in range(24):
             text = f"!blob 40000 {i}" if i % 8 == 7 else _message(i)
+            if i == 9:
+                # The model reads a cut result back by its seq.
+                blob = next(e for e in h.history(sid) if e.kind == Kind.TOOL_RESULT)
+                text = f"!recall {blob.seq}"
             done = _say(h, sid, text)
             assert done.kind == Kind.TURN_COMPLETED and not done.error, done
     finally:
@@ -163,7 +169,13 @@ def test_a_session_outlives_its_window_and_replays_its_requests_byte_for_byte(
     # Never destructive: every message said is still stored, and the whole big results.
     said = [e.text for e in events if e.kind == Kind.USER_MESSAGE]
     assert len(said) == 30 and said[0] == _message(0)
-    assert all(len(e.result) == 40000 for e in events if e.kind == Kind.TOOL_RESULT)
+    results = [e for e in events if e.kind == Kind.TOOL_RESULT]
+    assert all(len(e.result) == 40000 for e in results if e.tool == "blob")
+    (recalled,) = [e for e in results if e.tool == "recall"]
+    assert recalled.result.startswith("[event ") and "characters 0 to 500 of 40000" in (
+        recalled.result
+    )
+    assert recalled.result.endswith("\n" + "b" * 500)
     # Live == replay: each turn's request is the one the log gives, byte for byte, on
     # both sides of the restart.
     assert _first_answered(server) == _rebuilt(events, sid)

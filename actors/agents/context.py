@@ -29,6 +29,7 @@ __all__ = [
     "elide",
     "estimate",
     "is_overflow",
+    "leaves_out",
     "model_view",
     "plan",
     "ratio",
@@ -156,6 +157,20 @@ def visible(turn: TurnInput) -> tuple[tuple[str, str], ...]:
         _elided(role, text, at, limit)
         for (role, text), at in zip(turn.history, seqs, strict=True)
         if at > last or not at
+    )
+
+
+def leaves_out(turn: TurnInput) -> bool:
+    """Whether the view leaves part of the log out (a summary in force, a tool result
+    cut): then the ``recall`` tool is offered."""
+    ctx = turn.context
+    if ctx is None:
+        return False
+    if ctx.summary or ctx.covered[1]:
+        return True
+    limit = tool_limit(ctx)
+    return limit > 0 and any(
+        role == "tool.result" and len(text) > limit for role, text in turn.history
     )
 
 

@@ -21,10 +21,19 @@ import orjson
 from ..spec import AgentSpec, TurnInput
 from .base import TurnOutput
 from .compaction import ContextOverflow, compact, is_due, prepare
-from .context import chars_of, elide, estimate, is_overflow, model_view, tool_limit, tools_chars
+from .context import (
+    chars_of,
+    elide,
+    estimate,
+    is_overflow,
+    leaves_out,
+    model_view,
+    tool_limit,
+    tools_chars,
+)
 from .governance import Requirement, Verdict
 from .model_call import Flusher, UsageTally, completed, drain_now, stream_reply
-from .tools import FINISH, Tool, ToolContext, ToolError, ToolRegistry
+from .tools import FINISH, RECALL, Tool, ToolContext, ToolError, ToolRegistry
 from .wire import (
     Message,
     ModelRequest,
@@ -133,9 +142,11 @@ class ModelAgent:
             return None
         specs = self.tools.specs()
         if turn.context is not None and (
-            turn.context.window <= 0 or is_due(self, turn, tools_chars(specs))
+            turn.context.window <= 0
+            or leaves_out(turn)
+            or is_due(self, turn, tools_chars(self.tools.with_tool(RECALL).specs()))
         ):
-            return None  # a compaction to run first, which waits for a model
+            return None  # a compaction to run first, or recall to offer: the loop's
         system, msgs, _ = model_view(turn, self.spec.system)
         req = self._request(list(msgs), specs, system)
         events = drain_now(self.provider.stream(req))
@@ -159,18 +170,23 @@ class ModelAgent:
             emit=out.emit,
             egress_allow=turn.egress_allow,
             delegate=getattr(out, "delegate", None),
+            recall=getattr(out, "recall", None),
         )
         flusher = Flusher(out, self.flush_interval)
         tally = UsageTally()
         try:
-            extra = tools_chars(tools.specs())
+            # What the tools add to a request, counting recall whether or not it is offered.
+            most = tools.with_tool(RECALL) if turn.context is not None else tools
+            extra = tools_chars(most.specs())
             turn = await prepare(self, turn, out, tally, extra)
             view = _View(turn, extra, self.spec.system)
             rounds = 0
             if view.todo:
                 # A turn paused for an approval: answer the calls still open, then go on.
                 rounds = 1
-                if await self._answer(view.todo, out, ctx, view, tools, announce=False):
+                if await self._answer(
+                    view.todo, out, ctx, view, view.offered(tools), announce=False
+                ):
                     return FINISHED
             return await self._rounds(rounds, out, ctx, view, tools, flusher, tally)
         finally:
@@ -191,9 +207,9 @@ class ModelAgent:
         the turn runs out of tool rounds or an offered ``finish`` ran; ``rounds`` already
         ran. A call the server refuses as over its context window is answered by one
         compaction and one retry."""
-        specs = tools.specs()
         first = view.turn.model_call
         while True:
+            offered = view.offered(tools)
             if first:
                 verdict, call, fault = str(Verdict.ADMIT), first, ""
                 first = 0
@@ -201,7 +217,7 @@ class ModelAgent:
                 verdict, call, fault = await self._govern(out, "model", "", "", Requirement())
             if verdict != Verdict.ADMIT:
                 return fault or "rejected"
-            req = self._request(view.msgs, specs, view.system)
+            req = self._request(view.msgs, offered.specs(), view.system)
             try:
                 reply = await stream_reply(
                     self.provider, req, out, call, tally, flusher, view.measure()
@@ -222,7 +238,7 @@ class ModelAgent:
             if rounds >= self.spec.max_tool_rounds:
                 return self._out_of_rounds(reply.calls, out)
             rounds += 1
-            if await self._answer(reply.calls, out, ctx, view, tools, announce=True):
+            if await self._answer(reply.calls, out, ctx, view, offered, announce=True):
                 return FINISHED
 
     def _out_of_rounds(self, calls: tuple[ToolCall, ...], out: TurnOutput) -> str:
@@ -336,6 +352,10 @@ class _View:
         self.base = len(start)
         self.msgs[:] = [*start, *own]
         self.limit = tool_limit(turn.context) if turn.context is not None else 0
+
+    def offered(self, tools: ToolRegistry) -> ToolRegistry:
+        """``tools``, with ``recall`` while the view leaves part of the log out."""
+        return tools.with_tool(RECALL) if leaves_out(self.turn) else tools
 
     def measure(self) -> int:
         """The characters of the next request (0: the turn manages no context)."""

@@ -24,6 +24,7 @@ from spine.seal import merkle_root, row_leaf_hash
 from ...agents import Agent, TurnInput
 from ...agents.egress import destination, literal, resolve
 from ...agents.governance import Requirement
+from ...agents.tools import ToolError
 from ..rules.commands import Finished, Govern, Progress, Spawn
 
 #: Seconds between checks that the turn was not cancelled while waiting for a child.
@@ -123,6 +124,8 @@ class TurnWorker:
         self._send = send
         self.session_id = ""
         self._open_log = open_log
+        #: The ``recall`` tool's reader of this session's events (None without a log).
+        self.recall: Callable[[int], str] | None = self._recall if open_log is not None else None
         self._spawns: dict[str, concurrent.futures.Future[tuple[str, str]]] = {}
         self.turn = turn
         self.cancelled = threading.Event()
@@ -261,6 +264,19 @@ class TurnWorker:
             event = self._rooted(event)
         with self._events_lock:
             self._events.append(event)
+
+    def _recall(self, seq: int) -> str:
+        """What stored event ``seq`` of this session holds: a result, a text, else its
+        JSON (runs on a tool's thread)."""
+        log = self._follow()
+        try:
+            page = log.read(self.session_id, seq - 1, 1)
+        finally:
+            self._unfollow()
+        if not page or page[0].seq != seq:
+            raise ToolError(f"this session has no event {seq}")
+        ev = page[0].event()
+        return ev.result or ev.text or page[0].payload.decode()
 
     def _rooted(self, ev: Event) -> Event:
         """A compaction with the Merkle root of the events it covers (the seals' leaves),
