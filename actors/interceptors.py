@@ -190,6 +190,8 @@ _HELP = """\
 /max-tokens N       maximum output tokens per turn (positive integer)
 /set KEY VALUE      any metadata key (no VALUE deletes it)
 /switch ID          move the conduit to session ID
+/compact            summarise the older conversation before the next turn
+/uncompact          take the last summary back (the model sees those events again)
 /status             this session's state
 /help               this list"""
 
@@ -202,10 +204,20 @@ class SlashCommands:
             return InterceptResult(event=event)
         parts = event.text.strip().split(maxsplit=2)
         cmd, args = parts[0], parts[1:]
+        if cmd in ("/compact", "/uncompact"):
+            return _context_command(cmd, emitter) if len(parts) == 1 else _err(f"usage: {cmd}")
         handler = _COMMANDS.get(cmd)
         if handler is None:
             return _err(f"unknown command {cmd}; /help lists the commands")
         return handler(event, session, args)
+
+
+def _context_command(cmd: str, emitter: Emitter) -> InterceptResult:
+    if cmd == "/compact":
+        emitter.emit(Event(kind=Kind.CONTEXT_COMPACT))
+        return _ok("the next turn starts by summarising the older conversation")
+    emitter.emit(Event(kind=Kind.CONTEXT_UNCOMPACTED))
+    return _ok("the last summary is taken back, if there was one")
 
 
 def _model(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:

@@ -133,6 +133,8 @@ class ContextView:
     keep_recent: int = 2
     summary_model: str = ""
     calibration: tuple[int, int] = (0, 0)
+    #: ``/compact`` asked for a summary whether or not one is due.
+    force: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -339,3 +339,17 @@ def test_a_goal_runs_turn_without_new_input_compacts_too_but_not_inside_a_tool_b
     out = _Worker()
     out.run(agent, ti)
     assert out.events(Kind.CONTEXT_COMPACTED) == []
+
+
+def test_a_forced_compaction_runs_though_none_is_due() -> None:
+    agent = ModelAgent(AgentSpec(model="m"), ScriptedProvider("m"), ToolRegistry())
+    said = (("user", "q1"), ("assistant", "a1"), ("user", "q2"), ("assistant", "a2"))
+    ctx = ContextView(seqs=(2, 4, 8, 10), window=100_000, keep_recent=1, force=True)
+    out = _Worker()
+    ti = TurnInput(session_id="s", turn=3, text="q3", history=said, context=ctx)
+    assert not out.run(agent, ti).error
+    (comp,) = out.events(Kind.CONTEXT_COMPACTED)
+    assert (comp.extra["fromSeq"], comp.extra["toSeq"]) == (2, 4) and comp.text
+    out = _Worker()
+    out.run(agent, attrs.evolve(ti, context=attrs.evolve(ctx, force=False)))
+    assert out.events(Kind.CONTEXT_COMPACTED) == []

@@ -387,3 +387,22 @@ def test_history_shows_a_compaction_marker_with_the_span_it_covers() -> None:
     assert "no summary could be written" in detail(failed)
     win = Event(kind=Kind.CONTEXT_WINDOW, extra={"tokens": 4096, "source": "llama.cpp /props"})
     assert detail(win) == "4096 tokens (llama.cpp /props)"
+
+
+def test_slash_compact_asks_the_next_turn_and_uncompact_takes_the_last_summary_back() -> None:
+    kit = _kit()
+    _converse(kit, 3)
+    out = kit.send("/compact")
+    assert out.reply.consumed and Kind.CONTEXT_COMPACT in out.kinds
+    ti = _turn_input(kit.send("go"))
+    assert ti.context is not None and ti.context.force
+    kit.progress(events=[_compacted(1, _seq_of(kit, Kind.ASSISTANT, "a1"), "sum")])
+    kit.finish(text="ok")
+    ti = _turn_input(kit.send("next"))
+    assert ti.context is not None and not ti.context.force and ti.context.summary == "sum"
+    kit.finish(text="ok")
+    out = kit.send("/uncompact")
+    assert out.reply.consumed and Kind.CONTEXT_UNCOMPACTED in out.kinds
+    ti = _turn_input(kit.send("after"))
+    assert ti.context is not None and ti.context.summary == "" and ti.context.covered == (0, 0)
+    assert kit.send("/compact now").reply.notices[0][0] == "error"

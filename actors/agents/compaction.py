@@ -59,7 +59,7 @@ async def prepare(
         return turn  # a tool batch still open: its results are on the way
     if ctx.window <= 0:
         turn = await _discover(agent, turn, out)
-    if is_due(agent, turn, extra):
+    if ctx.force or is_due(agent, turn, extra):
         turn = await compact(agent, turn, out, tally, keep=ctx.keep_recent)
         if is_due(agent, turn, extra):
             # The recent turns alone pass the threshold: summarise them too.

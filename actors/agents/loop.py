@@ -143,6 +143,7 @@ class ModelAgent:
         specs = self.tools.specs()
         if turn.context is not None and (
             turn.context.window <= 0
+            or turn.context.force
             or leaves_out(turn)
             or is_due(self, turn, tools_chars(self.tools.with_tool(RECALL).specs()))
         ):

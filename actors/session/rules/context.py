@@ -37,6 +37,8 @@ class ContextState:
     window_key: str = ""
     #: Characters of the last measured model request and its reported input tokens.
     calibration: tuple[int, int] = (0, 0)
+    #: A ``context.compact`` no compaction has answered yet: the next turn compacts.
+    requested: bool = False
 
     @property
     def current(self) -> Compaction | None:
@@ -52,12 +54,18 @@ def _compacted(c: ContextState, ev: Event, seq: int) -> ContextState:
     if last <= 0 or first > last:
         return c  # a record no view can use: the earlier view stands
     comp = Compaction(seq=seq, first=first, last=last, summary=ev.text)
-    return attrs.evolve(c, compactions=(*c.compactions, comp)[-KEPT_COMPACTIONS:])
+    kept = (*c.compactions, comp)[-KEPT_COMPACTIONS:]
+    return attrs.evolve(c, compactions=kept, requested=False)
 
 
 def _uncompacted(c: ContextState, ev: Event, seq: int) -> ContextState:
-    kept = tuple(x for x in c.compactions if x.seq != ev.call)
+    gone = ev.call or (c.compactions[-1].seq if c.compactions else 0)
+    kept = tuple(x for x in c.compactions if x.seq != gone)
     return c if len(kept) == len(c.compactions) else attrs.evolve(c, compactions=kept)
+
+
+def _requested(c: ContextState, ev: Event, seq: int) -> ContextState:
+    return attrs.evolve(c, requested=True)
 
 
 def _window(c: ContextState, ev: Event, seq: int) -> ContextState:
@@ -95,4 +103,5 @@ CONTEXT_HANDLERS: dict[str, Callable[..., dict[str, Any]]] = {
     Kind.CONTEXT_COMPACTED: _on(_compacted),
     Kind.CONTEXT_UNCOMPACTED: _on(_uncompacted),
     Kind.CONTEXT_WINDOW: _on(_window),
+    Kind.CONTEXT_COMPACT: _on(_requested),
 }

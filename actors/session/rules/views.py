@@ -64,6 +64,7 @@ def context_of(st: SessionState, spec: AgentSpec) -> ContextView | None:
         keep_recent=settings.keep_recent,
         summary_model=settings.summary_model,
         calibration=c.calibration,
+        force=c.requested,
     )
 
 
