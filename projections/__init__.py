@@ -8,6 +8,16 @@ whole log. See docs/projections.md.
 
 from spine import CheckpointStore, Generation
 
+from ._context import (
+    CONTEXT_COMPACT_AT,
+    CONTEXT_KEEP_RECENT,
+    CONTEXT_PARSERS,
+    CONTEXT_SUMMARY_MODEL,
+    CONTEXT_WINDOW,
+    DEFAULT_WINDOW,
+    ContextSettings,
+    context_settings,
+)
 from ._errors import CheckpointError, FoldError, ProjectionError
 from ._index import (
     CLOSED,
@@ -122,9 +132,15 @@ from .messages import (
 __all__ = [
     "ACTIVATES",
     "CLOSED",
+    "CONTEXT_COMPACT_AT",
+    "CONTEXT_KEEP_RECENT",
+    "CONTEXT_PARSERS",
+    "CONTEXT_SUMMARY_MODEL",
+    "CONTEXT_WINDOW",
     "DEFAULT_BATCH",
     "DEFAULT_POLL_FLOOR",
     "DEFAULT_REBUILD_COMMIT",
+    "DEFAULT_WINDOW",
     "EDITS",
     "HANDLERS",
     "LATENCY_BUCKETS",
@@ -152,6 +168,7 @@ __all__ = [
     "ActionState",
     "CheckpointError",
     "CheckpointStore",
+    "ContextSettings",
     "EgressEntry",
     "Fail",
     "FailureInfo",
@@ -205,6 +222,7 @@ __all__ = [
     "advance_record",
     "apply_properties",
     "cache_hit_rate",
+    "context_settings",
     "index_from",
     "looks_like_secret",
     "metadata_from",

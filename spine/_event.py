@@ -59,6 +59,16 @@ class Kind(enum.StrEnum):
     #: unknown. ``reason`` says what cut it, ``extra.resolution`` what happens next
     #: (``retry``, ``fail`` or ``ask``).
     ACTION_IN_DOUBT = "action.in_doubt"
+    #: A summary of a span of the conversation (``fromSeq`` .. ``toSeq``, the summary as
+    #: ``text``): the model sees it in place of that span; the span's events stay stored.
+    CONTEXT_COMPACTED = "context.compacted"
+    #: Takes back the compaction stored at ``call`` (its seq; 0: the one in force): the
+    #: earlier view returns.
+    CONTEXT_UNCOMPACTED = "context.uncompacted"
+    #: Asks the next turn to start by summarising the older conversation (``/compact``).
+    CONTEXT_COMPACT = "context.compact"
+    #: The model's context window as a server answered it (``extra``: tokens, source, key).
+    CONTEXT_WINDOW = "context.window"
     # Notices are pushed live to sinks and never stored.
     NOTICE = "notice"
 

@@ -46,6 +46,7 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/v1/sessions/{id}/approvals", "read", sessions.approvals),
     RouteSpec("POST", "/v1/sessions/{id}/approvals/{call}", "write", sessions.decide),
     RouteSpec("GET", "/v1/sessions/{id}/status", "read", streams.status),
+    RouteSpec("GET", "/v1/sessions/{id}/context", "read", streams.context),
     RouteSpec("GET", "/v1/sessions/{id}/history", "read", streams.history),
     RouteSpec("POST", "/v1/sessions/{id}/seal", "write", streams.seal),
     RouteSpec("POST", "/v1/sessions/{id}/verify", "write", streams.verify),

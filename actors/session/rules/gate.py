@@ -24,7 +24,7 @@ from .intents import ARGS, IDEMPOTENT, KEY, RETRY, args_hash, effect_key
 from .recovery import unfinished
 from .refusals import failed
 from .state import PendingAction, SessionState, action_key, depth_of
-from .views import history_before
+from .views import context_of, history_before
 
 
 def _answer(cmd: Govern, verdict: str, call: int, fault: str = "", key: str = "") -> AnswerWorker:
@@ -309,8 +309,9 @@ def resumed(st: SessionState, turn: int) -> StartTurn:
     try:
         spec = AgentSpec.from_metadata(st.metadata)
         allow = Policy.from_metadata(st.metadata).egress_allow
+        context = context_of(st, spec)
     except (SettingsError, PolicyError):
-        spec, allow = AgentSpec(), ()
+        spec, allow, context = AgentSpec(), (), None
     turn_input = TurnInput(
         session_id=st.session_id,
         turn=turn,
@@ -319,6 +320,7 @@ def resumed(st: SessionState, turn: int) -> StartTurn:
         spec=spec,
         resume=True,
         egress_allow=allow,
+        context=context,
     )
     return StartTurn(turn=turn, spec=spec, input=turn_input)
 

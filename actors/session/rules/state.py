@@ -1,8 +1,5 @@
-"""The session's pure core: its state as a fold of its own stream.
-
-No Thespian, no I/O, no clock: the actor shell loads events, calls `evolve`, appends what
-the handlers decide, and replies.
-"""
+"""The session's pure core: its state as a fold of its own stream (no Thespian, I/O or
+clock: the shell loads events, calls `evolve`, appends what the handlers decide)."""
 
 from __future__ import annotations
 
@@ -15,6 +12,7 @@ import orjson
 from spine import Event, Kind, Usage, terminal_after
 
 from . import intents as ledger
+from .context import CONTEXT_HANDLERS, ContextState, calibrated
 from .intents import Intent
 from .replace import replace
 
@@ -22,7 +20,7 @@ from .replace import replace
 HISTORY_LIMIT = 200
 
 #: Version of `SessionState`'s shape and module (pickles name it); others are ignored.
-SNAPSHOT_VERSION = 8
+SNAPSHOT_VERSION = 9
 
 
 @attrs.frozen(kw_only=True)
@@ -122,6 +120,8 @@ class SessionState:
     children: Mapping[str, bool] = attrs.field(factory=dict)
     #: The effect ledger's tool calls admitted and not yet ended, by call (`intents`).
     intents: Mapping[int, Intent] = attrs.field(factory=dict)
+    #: Compactions, the window a server answered, the estimate's calibration.
+    context: ContextState = attrs.field(factory=ContextState)
 
     @property
     def running_goal(self) -> GoalRun | None:
@@ -319,6 +319,8 @@ def _action(status: str) -> Callable[[SessionState, Event, int], Changes]:
         if status == "admitted" and ev.action != "model":
             changes["tool_calls"] = state.tool_calls + 1
         changes.update(_LEDGER.get(status, _ended)(state, ev, seq))
+        if status == "completed" and ev.action == "model" and ev.extra:
+            changes["context"] = calibrated(state.context, ev)
         g = state.running_goal
         if status == "rejected" and ev.fault == "budget_exceeded" and g is not None:
             changes["goal"] = attrs.evolve(g, exhausted=ev.error or "budget exceeded")
@@ -373,6 +375,7 @@ _HANDLERS: dict[str, Callable[[SessionState, Event, int], Changes]] = {
     Kind.ACTION_STARTED: _action("started"),
     Kind.ACTION_IN_DOUBT: _action("in_doubt"),
     Kind.ACTION_APPROVAL: _approval,
+    **CONTEXT_HANDLERS,
 }
 #: The kinds whose fold can queue work (a pending message, a goal run): no other makes a turn due.
 QUEUEING_KINDS = frozenset({Kind.USER_MESSAGE, Kind.SESSION_STARTED})
@@ -410,8 +413,4 @@ def metadata_diff(
     current: Mapping[str, str], changes: Mapping[str, str | None]
 ) -> dict[str, str | None]:
     """The changes that actually change something (a no-op write stores nothing)."""
-    out: dict[str, str | None] = {}
-    for k, v in changes.items():
-        if current.get(k) != v:
-            out[k] = v
-    return out
+    return {k: v for k, v in changes.items() if current.get(k) != v}

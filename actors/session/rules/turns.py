@@ -28,7 +28,7 @@ from .gate import resumed, withdrawn
 from .recovery import resumable, unfinished
 from .replace import replace
 from .state import SessionState, fold
-from .views import history_before
+from .views import context_of, history_before
 
 
 def done_event(turn: int = 0) -> Event:
@@ -74,6 +74,7 @@ def settle(s: Session, cmd: Settle) -> Decision:
     try:
         spec = AgentSpec.from_metadata(st.metadata)
         policy = Policy.from_metadata(st.metadata)
+        context = context_of(st, spec)
     except (SettingsError, PolicyError) as exc:
         # A setting no agent can use fails this turn, never the session.
         return Decision(state=s, events=_cannot_start(st, n, started, exc))
@@ -97,6 +98,7 @@ def settle(s: Session, cmd: Settle) -> Decision:
         egress_allow=policy.egress_allow,
         model_call=call,
         finish=st.running_goal is not None and goals.finish_mode(st.metadata) == "tool",
+        context=context,
     )
     return Decision(
         state=replace(s, running=Running(turn=n)),

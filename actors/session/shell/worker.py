@@ -13,16 +13,18 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
 
-from spine import Event, Kind, Log, StreamSubscription, Usage, history, subscribe
+from spine import Event, Kind, Log, Record, StreamSubscription, Usage, history, subscribe
+from spine.seal import merkle_root, row_leaf_hash
 
 from ...agents import Agent, TurnInput
 from ...agents.egress import destination, literal, resolve
 from ...agents.governance import Requirement
+from ...agents.tools import ToolError
 from ..rules.commands import Finished, Govern, Progress, Spawn
 
 #: Seconds between checks that the turn was not cancelled while waiting for a child.
@@ -50,6 +52,17 @@ def mirror(ev: Event, child: str) -> Event:
     grandchild's events keep their own goal), numbered by the parent's log; its turn and
     call stay the child's own."""
     return attrs.evolve(ev, seq=0, goal=ev.goal or child)
+
+
+def _records(log: Log, stream: str, first: int, last: int) -> Iterator[Record]:
+    """Stored records ``first..last`` of ``stream``, read in pages."""
+    after = first - 1
+    while after < last:
+        page = log.read(stream, after, min(1000, last - after))
+        if not page:
+            return
+        yield from page
+        after = page[-1].seq
 
 
 #: Seconds a turn must have run before its first words are handed back at once.
@@ -112,6 +125,8 @@ class TurnWorker:
         self._send = send
         self.session_id = ""
         self._open_log = open_log
+        #: The ``recall`` tool's reader of this session's events (None without a log).
+        self.recall: Callable[[int], str] | None = self._recall if open_log is not None else None
         self._spawns: dict[str, concurrent.futures.Future[tuple[str, str]]] = {}
         self.turn = turn
         self.cancelled = threading.Event()
@@ -256,8 +271,41 @@ class TurnWorker:
         """Store ``event`` in the turn, after what was said before it. It rides on the next
         hand-back (text, a tool call, a question to the gate, the turn's end): one message
         and one commit fewer per model call. Tools call this from their own threads."""
+        if event.kind == Kind.CONTEXT_COMPACTED and self._open_log is not None:
+            event = self._rooted(event)
         with self._events_lock:
             self._events.append(event)
+
+    def _recall(self, seq: int) -> str:
+        """What stored event ``seq`` of this session holds: a result, a text, else its
+        JSON (runs on a tool's thread)."""
+        log = self._follow()
+        try:
+            page = log.read(self.session_id, seq - 1, 1)
+        finally:
+            self._unfollow()
+        if not page or page[0].seq != seq:
+            raise ToolError(f"this session has no event {seq}")
+        ev = page[0].event()
+        return ev.result or ev.text or page[0].payload.decode()
+
+    def _rooted(self, ev: Event) -> Event:
+        """A compaction with the Merkle root of the events it covers (the seals' leaves),
+        so that a sealed record proves exactly which events the summary stands for."""
+        first, last = ev.extra.get("fromSeq"), ev.extra.get("toSeq")
+        if not isinstance(first, int) or not isinstance(last, int) or first > last:
+            return ev
+        log = self._follow()
+        try:
+            rows = list(_records(log, self.session_id, first, last))
+        except Exception:  # the summary stands without its root
+            return ev
+        finally:
+            self._unfollow()
+        if len(rows) != last - first + 1:
+            return ev
+        root = merkle_root([row_leaf_hash(r.payload, r.version) for r in rows])
+        return attrs.evolve(ev, extra={**ev.extra, "root": root.hex(), "count": len(rows)})
 
     def _take_events(self, more: tuple[Event, ...] = ()) -> tuple[Event, ...]:
         with self._events_lock:
