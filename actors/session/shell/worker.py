@@ -9,8 +9,6 @@ stopped). Text is batched so that a turn costs a few messages, not one per token
 from __future__ import annotations
 
 import concurrent.futures
-import os
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -26,6 +24,7 @@ from ...agents.egress import destination, literal, resolve
 from ...agents.governance import Requirement
 from ...agents.tools import ToolError
 from ..rules.commands import Finished, Govern, Progress, Spawn
+from . import turn_threads
 
 #: Seconds between checks that the turn was not cancelled while waiting for a child.
 _POLL = 0.25
@@ -67,49 +66,6 @@ def _records(log: Log, stream: str, first: int, last: int) -> Iterator[Record]:
 
 #: Seconds a turn must have run before its first words are handed back at once.
 FIRST_WORDS_AFTER = 0.002
-
-
-class _TurnThreads:
-    """The process's turn threads, kept for the next turn: starting a thread costs the
-    session's thread a wait for the new one to run (a context switch on a busy machine),
-    per turn. A turn still running (one cut off, whose agent ignores the cancel) keeps its
-    thread; the next turn then gets another."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._idle = 0
-        self._lock = threading.Lock()
-
-    def run(self, job: Callable[[], None]) -> None:
-        with self._lock:
-            spawn = self._idle == 0
-            if not spawn:
-                self._idle -= 1
-        self._jobs.put(job)
-        if spawn:
-            threading.Thread(target=self._serve, name="vertebra-turn", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            job = self._jobs.get()
-            try:
-                job()
-            except BaseException:  # a job reports its own failure; the thread lives on
-                pass
-            with self._lock:
-                self._idle += 1
-
-
-_THREADS = _TurnThreads()
-
-
-def _forget_threads() -> None:
-    # A forked process has none of its parent's threads.
-    global _THREADS
-    _THREADS = _TurnThreads()
-
-
-os.register_at_fork(after_in_child=_forget_threads)
 
 
 class TurnWorker:
@@ -179,7 +135,7 @@ class TurnWorker:
                 found = None
             self._send(attrs.evolve(cmd, resolved=found))
 
-        _THREADS.run(look_up)
+        turn_threads.run(look_up)
         return fut
 
     def answer(
@@ -347,7 +303,7 @@ class TurnWorker:
             else:
                 self.finish(stop, "")
 
-        _THREADS.run(work)
+        turn_threads.run(work)
 
     def run_instant(self, agent: Agent, turn_input: TurnInput) -> bool:
         """Run the turn here and now if the agent can answer without waiting (its
