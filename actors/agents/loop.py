@@ -78,6 +78,11 @@ def provider_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
+def _steers(out: TurnOutput) -> tuple[str, ...]:
+    take = getattr(out, "take_steers", None)
+    return tuple(take()) if take is not None else ()
+
+
 class ModelAgent:
     """An `Agent` that drives a `Provider` through the tool loop.
 
@@ -192,6 +197,8 @@ class ModelAgent:
                 verdict, call, fault = await self._govern(out, "model", "", "", Requirement())
             if verdict != Verdict.ADMIT:
                 return fault or "rejected"
+            # The safe point: steers the session delivered with this admission.
+            msgs.extend(Message(role="user", text=t) for t in _steers(out))
             req = self._request(msgs, specs)
             reply = await stream_reply(self.provider, req, out, call, tally, flusher)
             if not reply.calls:

@@ -138,6 +138,7 @@ class RunnerRouting(RunnerEffects):
     receiveMsg_SubmitGoal = _route_request
     receiveMsg_ResumeGoal = _route_request
     receiveMsg_SwitchSession = _route_request
+    receiveMsg_SwitchBranch = _route_request
     receiveMsg_Subscribe = _route_request
     receiveMsg_Unsubscribe = _route_request
     receiveMsg_CloseSession = _route_request

@@ -298,6 +298,9 @@ class AnswerWorker:
     verdict: str
     call: int
     fault: str = ""
+    #: Steers delivered with this admission (a model call's): the worker adds them to the
+    #: conversation, as user messages, before the call.
+    steers: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)

@@ -19,6 +19,7 @@ from ...agents.egress_rules import EgressDecision, destination, precheck
 from ...agents.governance import Ask, Fault, Policy, PolicyError, Spent, Verdict, rule
 from ...spec import AgentSpec, SettingsError, TurnInput
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
+from .conversation import delivered
 from .goals import goal_budget
 from .refusals import failed
 from .state import PendingAction, SessionState, action_key, depth_of, unfinished
@@ -69,7 +70,14 @@ def govern(s: Session, cmd: Govern) -> Decision:
     }
     if verdict == Verdict.ADMIT:
         ev = Event(kind=Kind.ACTION_ADMITTED, **base)
-        return Decision(state=s, events=(ev,), effects=(_answer(cmd, verdict, call),))
+        answer = _answer(cmd, verdict, call)
+        if cmd.action != "model" or not st.steers:
+            return Decision(state=s, events=(ev,), effects=(answer,))
+        # The turn's safe point: a model call after the tool batch before it has all its
+        # results (the worker asks only then). Waiting steers land here, in order.
+        landed = delivered(run.turn, call, st.steers)
+        answer = attrs.evolve(answer, steers=tuple(text for _, text in st.steers))
+        return Decision(state=s, events=(ev, *landed), effects=(answer,))
     if verdict == Verdict.PENDING:
         ev = Event(kind=Kind.ACTION_PENDING, input=cmd.input, **base)
         return Decision(state=s, events=(ev,))

@@ -1,8 +1,5 @@
-"""The session's pure core: its state as a fold of its own stream.
-
-No Thespian, no I/O, no clock: the actor shell loads events, calls `evolve`, appends what
-the handlers decide, and replies.
-"""
+"""The session's pure core: its state as a fold of its own stream. No Thespian, no I/O,
+no clock: the shell loads events, calls `evolve`, appends what the handlers decide."""
 
 from __future__ import annotations
 
@@ -14,14 +11,12 @@ import orjson
 
 from spine import Event, Kind, Phase, Usage, terminal_after
 
+from . import conversation
 from .replace import replace
-
-#: Conversation messages kept in memory for the agent's context.
-HISTORY_LIMIT = 200
 
 #: Version of `SessionState`'s shape and place (its pickle names its module); snapshots
 #: written by another version are ignored.
-SNAPSHOT_VERSION = 7
+SNAPSHOT_VERSION = 8
 
 
 @attrs.frozen(kw_only=True)
@@ -117,6 +112,13 @@ class SessionState:
     goal: GoalRun | None = None
     #: Children this session spawned, in spawn order: id -> still running.
     children: Mapping[str, bool] = attrs.field(factory=dict)
+    #: Steers stored for the running turn, not yet delivered or dropped: (seq, text).
+    steers: tuple[tuple[int, str], ...] = ()
+    #: The turn tree (`conversation`): turn -> the turn it follows; the active leaf; the
+    #: entries of paths the session moved away from, by turn.
+    nodes: Mapping[int, int] = attrs.field(factory=dict)
+    leaf: int = 0
+    stash: Mapping[int, tuple[tuple[str, str, int], ...]] = attrs.field(factory=dict)
 
     @property
     def running_goal(self) -> GoalRun | None:
@@ -138,8 +140,8 @@ class SessionState:
         return self.open_turn is not None or bool(self.pending)
 
 
-# Each handler returns the fields an event changes; `evolve` applies them, with the new
-# last seq, in one step (a fold runs on every append, so one copy per event, not two).
+# Each handler returns the fields an event changes; `evolve` applies them with the new
+# last seq in one step (a fold runs on every append: one copy per event, not two).
 Changes = dict[str, Any]
 
 
@@ -154,10 +156,7 @@ def _meta(state: SessionState, ev: Event, seq: int) -> Changes:
 
 
 def _user(state: SessionState, ev: Event, seq: int) -> Changes:
-    changes: Changes = {
-        "pending": (*state.pending, (seq, ev.text)),
-        "history": _push(state.history, ("user", ev.text, seq)),
-    }
+    changes = conversation.user_message(state, ev, seq)
     g = state.running_goal
     if g is not None and ev.extra.get(FINISH_REMINDER):
         changes["goal"] = attrs.evolve(g, reminders=g.reminders + 1)
@@ -348,16 +347,15 @@ _HANDLERS: dict[str, Callable[[SessionState, Event, int], Changes]] = {
     Kind.ACTION_PENDING: _action("pending"),
     Kind.ACTION_COMPLETED: _action("completed"),
     Kind.ACTION_APPROVAL: _approval,
+    Kind.STEER_DELIVERED: conversation.steer_delivered,
+    Kind.STEER_DROPPED: conversation.steer_dropped,
+    Kind.BRANCH_SWITCHED: conversation.branch_switched,
 }
 #: The kinds whose fold can queue work (a pending message, a goal run): no other makes a turn due.
-QUEUEING_KINDS = frozenset({Kind.USER_MESSAGE, Kind.SESSION_STARTED})
+QUEUEING_KINDS = frozenset({Kind.USER_MESSAGE, Kind.SESSION_STARTED, Kind.STEER_DROPPED})
 
 
-def _push(
-    hist: tuple[tuple[str, str, int], ...], item: tuple[str, str, int]
-) -> tuple[tuple[str, str, int], ...]:
-    out = (*hist, item)
-    return out[-HISTORY_LIMIT:] if len(out) > HISTORY_LIMIT else out
+_push = conversation.push
 
 
 def evolve(state: SessionState, ev: Event, seq: int | None = None) -> SessionState:
@@ -416,6 +414,7 @@ def recovery_events(state: SessionState, reason: str = "crash") -> list[Event]:
             reason=reason,
             usage=ot.usage if not ot.usage.is_zero() else None,
         ),
+        *conversation.dropped(state.steers, ot.turn, reason, state.metadata),
         Event(kind=Kind.LIFECYCLE, phase=Phase.DONE, reason=reason),
     ]
 

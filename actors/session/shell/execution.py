@@ -228,7 +228,14 @@ class _ActorPorts:
     def answer_worker(self, effect: c.AnswerWorker) -> None:
         w = self.a.worker
         if w is not None and w.turn == effect.turn:
-            w.answer(effect.action, effect.tool_use_id, effect.verdict, effect.call, effect.fault)
+            w.answer(
+                effect.action,
+                effect.tool_use_id,
+                effect.verdict,
+                effect.call,
+                effect.fault,
+                effect.steers,
+            )
 
     def create_child(self, effect: c.CreateChild) -> None:
         a = self.a
