@@ -225,6 +225,61 @@ class Thread:
         self._turns[self.active] = attrs.evolve(t, **changes)
 
 
+@attrs.frozen(kw_only=True)
+class Branch:
+    """One branch of a thread: the path from the first turn to the leaf ``leaf``.
+
+    ``fork`` is the first turn of the path that has a sibling (where this branch and
+    another part; 0 for a thread that never branched); ``active`` marks the active path.
+    """
+
+    leaf: int
+    path: tuple[int, ...]
+    fork: int
+    active: bool
+    text: str = ""
+    reply: str = ""
+
+
+def branches(thread: Thread) -> list[Branch]:
+    """Every branch of ``thread`` (a path to a leaf), in the order their leaves were added."""
+    out: list[Branch] = []
+    for t in thread.all_turns():
+        if thread.children(t.id):
+            continue
+        path = tuple(p.id for p in _path_to(thread, t.id))
+        fork = next((p for p in path if len(thread.children(_parent(thread, p))) > 1), 0)
+        out.append(
+            Branch(
+                leaf=t.id,
+                path=path,
+                fork=fork,
+                active=t.id == thread.active,
+                text=t.text,
+                reply=t.reply,
+            )
+        )
+    return out
+
+
+def _parent(thread: Thread, turn_id: int) -> int:
+    t = thread.turn(turn_id)
+    return t.parent if t is not None else 0
+
+
+def _path_to(thread: Thread, leaf: int) -> list[Turn]:
+    path: list[Turn] = []
+    node = leaf
+    while node:
+        t = thread.turn(node)
+        if t is None:
+            break
+        path.append(t)
+        node = t.parent
+    path.reverse()
+    return path
+
+
 def thread_from(events: Iterable[Event], start: Thread | None = None) -> Thread:
     """The thread after ``events`` (a copy of ``start`` when given; it is not modified)."""
     t = start.copy() if start is not None else Thread()

@@ -31,6 +31,7 @@ from ..policy import BusyPolicy, RestartPolicy, SealPolicy
 from ..runner import spine_spec
 from ..runner.protocol import StopSpares
 from .commands import SessionCommands
+from .conversation import ConversationCommands
 from .reading import SessionReading, pending_actions
 from .replies import request_id
 from .runtime import Runtime
@@ -64,7 +65,7 @@ def _check_base(base: str, attach: bool, admin_port: int | None, leads: bool) ->
         raise InvalidRequest("a convention leader starts its own multiprocTCPBase system")
 
 
-class Host(SessionCommands, SessionReading):
+class Host(SessionCommands, ConversationCommands, SessionReading):
     """An embedded vertebra runtime over a data directory.
 
     ``base`` is ``"multiprocTCPBase"`` (each session its own process: fault-isolated) or
