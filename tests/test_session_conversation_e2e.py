@@ -188,3 +188,28 @@ def test_regenerate_edit_branches_switch_fork_and_replay_on_the_scripted_model(
     other = mp.replay(sid, metadata={"ore.model.name": "other"})
     assert other.diverged_at == one.seq
     assert other.turns[0].reply.startswith("[other]")
+
+
+def test_a_fork_on_a_postgres_spine_folds_to_its_parent_and_records_the_root(
+    tmp_path: pathlib.Path, pg_url: str, no_leftover_processes: object
+) -> None:
+    h = Host(tmp_path / "data", spine=pg_url, timeout=30)
+    try:
+        sid = h.create()
+        one = h.send(sid, "one")
+        end = h.wait_turn(sid, one.seq)
+        h.wait_turn(sid, h.send(sid, "two").seq)
+        child = h.fork(sid, end.seq + 1)
+        parent = [e for e in h.history(sid) if e.seq <= end.seq + 1]
+        copied = h.history(child)
+        assert copied[: len(parent)] == parent
+        assert project(copied[: len(parent)]) == project(parent)
+        prov = copied[len(parent)]
+        assert prov.properties["fork.parent"] == sid
+        again = h.send(child, "three")
+        h.wait_turn(child, again.seq)
+        from projections import turns
+
+        assert [t.text for t in turns(h.history(child))] == ["one", "three"]
+    finally:
+        h.close()
