@@ -123,8 +123,7 @@ def cluster_role(args: argparse.Namespace) -> str:
                 flag = "--" + opt.replace("_", "-")
                 raise CliError(f"{flag} needs --convention-leader or --join", EXIT_USAGE)
         return ""
-    spine = getattr(args, "spine", None) or ""
-    if not spine.startswith(("postgresql://", "postgres://")):
+    if not _shared(getattr(args, "spine", None) or ""):
         raise CliError(
             "several hosts share one PostgreSQL log: give --spine postgresql://...", EXIT_USAGE
         )
@@ -142,3 +141,13 @@ def cluster_role(args: argparse.Namespace) -> str:
 
 
 __all__ = ["SEAL_EVERY", "SEAL_INTERVAL", "cluster_role", "serve_args"]
+
+
+def _shared(spine: str) -> bool:
+    """Whether the log at ``spine`` is on a backend that several hosts can share."""
+    from spine import InvalidArgumentError, backend
+
+    try:
+        return bool(spine) and backend(spine).shared
+    except InvalidArgumentError:
+        return False

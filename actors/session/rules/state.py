@@ -14,8 +14,7 @@ from spine import Event, Kind, Phase, Usage, terminal_after
 from . import conversation
 from .replace import replace
 
-#: Version of `SessionState`'s shape and place (its pickle names its module); snapshots
-#: written by another version are ignored.
+#: Version of `SessionState`'s shape and module (pickles name it); others are ignored.
 SNAPSHOT_VERSION = 8
 
 
