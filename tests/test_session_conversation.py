@@ -242,3 +242,27 @@ def test_a_branch_survives_a_restart_and_a_redelivered_regenerate_is_a_duplicate
     assert again.reply.duplicate and again.reply.seq == first.reply.seq
     kit.switch_branch(b)
     assert [t for r, t, _ in kit.state.stored.history if r == "assistant"][-1] == "answer two"
+
+
+# -- fork (the Host's pure steps, over an in-memory log) ---------------------------------
+
+
+def test_a_fork_inside_a_turn_closes_it_in_the_copy_and_its_root_is_the_prefix() -> None:
+    from actors.host.conversation import fork_events, fork_root, safe_point
+
+    kit = _running()
+    kit.send("queued", mode="steer")
+    records = kit.log.read(kit.session_id, 0, None)
+    at = records[-1].seq
+    events = [r.event() for r in records]
+    assert safe_point(events, kit.session_id) < at  # the turn is open at the end
+    out = fork_events(records, kit.session_id, at, {"ore.model.name": "other"})
+    assert out[:at] == events
+    prov = out[at]
+    assert prov.properties["fork.seq"] == str(at)
+    assert prov.properties["fork.root"] == fork_root(records)
+    closing = [str(e.kind) for e in out[at + 1 :]]
+    assert "turn.cancelled" in closing and "steer.dropped" in closing
+    assert out[-1].properties == {"ore.model.name": "other"}
+    cancelled = next(e for e in out if e.kind == Kind.TURN_CANCELLED)
+    assert cancelled.reason == "forked"

@@ -81,15 +81,40 @@ def _prefix(log: Log, sid: str, at: int) -> list[Record]:
     return out
 
 
+_ENDS = frozenset({Kind.TURN_COMPLETED, Kind.TURN_CANCELLED})
+
+
+def _own(ev: Event, sid: str) -> bool:
+    # A child's events mirrored here (attributed by goal) open and close the child's turns.
+    return not ev.goal or ev.goal == sid
+
+
 def safe_point(events: list[Event], sid: str) -> int:
     """The last seq of ``events`` at which no turn was open (0: none)."""
-    st = SessionState(session_id=sid)
     best = 0
+    open_turn = False
     for ev in events:
-        st = fold(st, [ev])
-        if st.open_turn is None:
+        if ev.kind == Kind.TURN_STARTED and _own(ev, sid):
+            open_turn = True
+        elif ev.kind in _ENDS and _own(ev, sid):
+            open_turn = False
+        if not open_turn:
             best = ev.seq
     return best
+
+
+def _left_open(events: list[Event], sid: str) -> list[Event]:
+    """What closes a turn the prefix ends inside (reason ``forked``): the session's own
+    recovery, folded from that turn's start only (a whole long stream needs no fold)."""
+    start = next(
+        (i for i in range(len(events) - 1, -1, -1) if events[i].kind == Kind.TURN_STARTED),
+        -1,
+    )
+    if start < 0 or any(e.kind in _ENDS and _own(e, sid) for e in events[start:]):
+        return []
+    meta = [e for e in events[:start] if e.kind == Kind.PROPERTIES]
+    st = fold(SessionState(session_id=sid), [*meta, *events[start:]])
+    return recovery_events(st, "forked")
 
 
 def fork_events(
@@ -97,7 +122,8 @@ def fork_events(
 ) -> list[Event]:
     """What a fork at ``at`` stores: the copied prefix, its provenance, the end of a turn
     the prefix left open (reason ``forked``), and the new metadata, if any."""
-    events = [attrs.evolve(r.event(), seq=0) for r in records]
+    # Appended as read: the log numbers them again, 1..at, as they were.
+    events = [r.event() for r in records]
     prov = {
         IMPORT_STREAM: parent,
         IMPORT_EVENTS: str(at),
@@ -105,9 +131,8 @@ def fork_events(
         FORK_SEQ: str(at),
         FORK_ROOT: fork_root(records),
     }
-    st = fold(SessionState(session_id=parent), [r.event() for r in records])
     out = [*events, Event(kind=Kind.PROPERTIES, properties=prov)]
-    out.extend(recovery_events(st, "forked"))
+    out.extend(_left_open(events, parent))
     if metadata:
         out.append(Event(kind=Kind.PROPERTIES, properties=dict(metadata)))
     return out
