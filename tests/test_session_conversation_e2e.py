@@ -213,3 +213,24 @@ def test_a_fork_on_a_postgres_spine_folds_to_its_parent_and_records_the_root(
         assert [t.text for t in turns(h.history(child))] == ["one", "three"]
     finally:
         h.close()
+
+
+def test_a_fork_of_a_session_mid_turn_starts_at_its_last_idle_seq(mp: Host) -> None:
+    """The parent hangs in a turn: the default fork point is before the message that
+    started it, so the fork is idle and serves on while the parent's turn goes on."""
+    sid = mp.create()
+    one = mp.send(sid, "one")
+    done = mp.wait_turn(sid, one.seq)
+    with mp.subscribe(sid, done.seq, kinds=[Kind.TURN_STARTED]) as started:
+        hang = mp.send(sid, "!hang")
+        assert started.get(30) is not None
+    child = mp.fork(sid)
+    at = int(mp.get(child).metadata["fork.seq"])
+    assert done.seq <= at < hang.seq
+    nxt = mp.send(child, "two")
+    assert mp.wait_turn(child, nxt.seq).kind == Kind.TURN_COMPLETED
+    from projections import turns
+
+    assert [t.text for t in turns(mp.history(child))] == ["one", "two"]
+    assert mp.history(sid)[-1].seq >= hang.seq  # the parent's turn still runs
+    mp.interrupt(sid)

@@ -89,16 +89,29 @@ def _own(ev: Event, sid: str) -> bool:
     return not ev.goal or ev.goal == sid
 
 
+def _queues(ev: Event) -> bool:
+    """A message a turn will run for (a steer is not one until it is dropped)."""
+    if ev.kind == Kind.USER_MESSAGE:
+        return ev.extra.get("steer") is not True
+    return ev.kind == Kind.STEER_DROPPED and ev.extra.get("handed") == "next"
+
+
 def safe_point(events: list[Event], sid: str) -> int:
-    """The last seq of ``events`` at which no turn was open (0: none)."""
+    """The last seq of ``events`` at which no turn was open and no message waited for one
+    (0: none): a fork there starts idle, without re-running what the parent was doing."""
     best = 0
     open_turn = False
+    waiting = 0
     for ev in events:
-        if ev.kind == Kind.TURN_STARTED and _own(ev, sid):
-            open_turn = True
-        elif ev.kind in _ENDS and _own(ev, sid):
-            open_turn = False
-        if not open_turn:
+        if _own(ev, sid):
+            kind = ev.kind
+            if kind == Kind.TURN_STARTED:
+                open_turn, waiting = True, max(0, waiting - 1)
+            elif kind in _ENDS:
+                open_turn = False
+            elif _queues(ev):
+                waiting += 1
+        if not open_turn and not waiting:
             best = ev.seq
     return best
 
@@ -200,8 +213,8 @@ class ConversationCommands:
         metadata: Mapping[str, str] | None = None,
     ) -> str:
         """A new session whose stream starts with ``session_id``'s events up to ``at``
-        (default: its last seq outside a turn), then their provenance; its fold at ``at``
-        is the parent's. Returns the new id."""
+        (default: its last seq with no turn running and no message waiting), then their
+        provenance; its fold at ``at`` is the parent's. Returns the new id."""
         child = new_id if new_id is not None else new_session_id()
         try:
             validate_session_id(child)
