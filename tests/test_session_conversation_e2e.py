@@ -234,3 +234,14 @@ def test_a_fork_of_a_session_mid_turn_starts_at_its_last_idle_seq(mp: Host) -> N
     assert [t.text for t in turns(mp.history(child))] == ["one", "two"]
     assert mp.history(sid)[-1].seq >= hang.seq  # the parent's turn still runs
     mp.interrupt(sid)
+
+
+def test_a_replay_reports_the_tool_calls_and_the_tokens_of_each_run(mp: Host) -> None:
+    sid = mp.create()
+    ask = mp.send(sid, '!tool calculator {"expression": "2+3"}')
+    mp.wait_turn(sid, ask.seq)
+    same = mp.replay(sid)
+    (t,) = same.turns
+    assert t.parent_calls == (("calculator", '{"expression": "2+3"}'),) == t.calls
+    assert t.reply == t.parent_reply == "calculator returned 5" and same.diverged_at == 0
+    assert same.tokens_delta == 0 and t.usage.output_tokens > 0

@@ -153,10 +153,14 @@ def replay(args: argparse.Namespace, out: Out) -> int:
     for t in done.turns:
         if args.json:
             out.line(json_line({"parentSeq": t.parent_seq, "seq": t.seq, "same": t.same,
-                                "reply": t.reply, "parentReply": t.parent_reply}))  # fmt: skip
+                                "reply": t.reply, "parentReply": t.parent_reply,
+                                "calls": [list(c) for c in t.calls],
+                                "parentCalls": [list(c) for c in t.parent_calls]}))  # fmt: skip
         else:
             out.line(f"{'=' if t.same else '!'} {t.parent_seq:>6} {t.text[:40]!r} -> {t.reply!r}")
+            if t.calls != t.parent_calls:
+                out.line(f"         tools {t.parent_calls} -> {t.calls}")
     where = f"diverges at seq {done.diverged_at}" if done.diverged_at else "same answers"
     if not args.json:
-        out.line(f"replayed {sid} into {done.session_id}: {where}")
+        out.line(f"replayed {sid} into {done.session_id}: {where}, tokens {done.tokens_delta:+d}")
     return 0

@@ -19,8 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from projections import Branch, branches, thread_from
-from spine import ConflictError, Event, Kind, Log, Record, new_session_id, validate_session_id
+from projections import Branch, Turn, branches, thread_from
+from spine import (
+    ConflictError,
+    Event,
+    Kind,
+    Log,
+    Record,
+    Usage,
+    new_session_id,
+    validate_session_id,
+)
 from spine.seal import IMPORT_EVENTS, IMPORT_STREAM, merkle_root, row_leaf_hash
 
 from .. import messages as m
@@ -46,10 +55,15 @@ class ReplayTurn:
     parent_reply: str
     reply: str
     stop_reason: str = ""
+    #: The tool calls each run asked for, as (tool, input JSON), in order.
+    parent_calls: tuple[tuple[str, str], ...] = ()
+    calls: tuple[tuple[str, str], ...] = ()
+    parent_usage: Usage = attrs.field(factory=Usage)
+    usage: Usage = attrs.field(factory=Usage)
 
     @property
     def same(self) -> bool:
-        return self.parent_reply == self.reply
+        return self.parent_reply == self.reply and self.parent_calls == self.calls
 
 
 @attrs.frozen(kw_only=True)
@@ -64,6 +78,18 @@ class Replay:
     @property
     def diverged_at(self) -> int:
         return next((t.parent_seq for t in self.turns if not t.same), 0)
+
+    @property
+    def tokens_delta(self) -> int:
+        """Input and output tokens the replay spent, less what the parent's turns did."""
+        used = sum(t.usage.input_tokens + t.usage.output_tokens for t in self.turns)
+        was = sum(t.parent_usage.input_tokens + t.parent_usage.output_tokens for t in self.turns)
+        return used - was
+
+
+def _calls(events: list[Event], turn: Turn) -> tuple[tuple[str, str], ...]:
+    answers = set(turn.answers)
+    return tuple((e.tool, e.input) for e in events if e.seq in answers and e.kind == Kind.TOOL_CALL)
 
 
 def fork_root(records: list[Record]) -> str:
@@ -260,15 +286,20 @@ class ConversationCommands:
         for t in path:
             ack = self.send(child, t.text)
             end = self.wait_turn(child, ack.seq, timeout)
-            reply = thread_from(self._log.read_events(child)).turns()[-1].reply
+            now = self._log.read_events(child)
+            mine = thread_from(now).turns()[-1]
             done.append(
                 ReplayTurn(
                     parent_seq=t.id,
                     seq=ack.seq,
                     text=t.text,
                     parent_reply=t.reply,
-                    reply=reply,
+                    reply=mine.reply,
                     stop_reason=end.stop_reason or end.reason,
+                    parent_calls=_calls(events, t),
+                    calls=_calls(now, mine),
+                    parent_usage=t.usage,
+                    usage=mine.usage,
                 )
             )
         return Replay(session_id=child, at=path[0].id - 1, turns=tuple(done))
