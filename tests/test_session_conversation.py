@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from actors.agents.governance import Requirement
 from actors.policy import BusyPolicy
@@ -266,3 +268,63 @@ def test_a_fork_inside_a_turn_closes_it_in_the_copy_and_its_root_is_the_prefix()
     assert out[-1].properties == {"ore.model.name": "other"}
     cancelled = next(e for e in out if e.kind == Kind.TURN_CANCELLED)
     assert cancelled.reason == "forked"
+
+
+# -- steers under any interleaving -------------------------------------------------------
+
+_OPS = st.lists(
+    st.sampled_from(["steer", "tools", "model", "finish", "interrupt", "crash", "message"]),
+    max_size=30,
+)
+
+
+def _apply(kit: SessionKit, op: str, n: int) -> None:
+    running = kit.state.running is not None
+    if op == "steer":
+        kit.send(f"steer {n}", mode="steer")
+    elif op == "message":
+        kit.send(f"message {n}")
+    elif op == "tools" and running:
+        _tool_batch(kit)
+    elif op == "model" and running:
+        _next_model_call(kit)
+    elif op == "finish" and running:
+        kit.finish(text="done")
+    elif op == "interrupt":
+        kit.interrupt()
+    elif op == "crash":
+        kit.restart()
+
+
+@settings(max_examples=150, deadline=None)
+@given(_OPS)
+def test_every_steer_is_delivered_once_or_dropped_once_whatever_happens(ops: list[str]) -> None:
+    """Under any interleaving of steers, tool batches, model calls, ends, interrupts and
+    crashes: each stored steer ends up delivered exactly once or dropped exactly once
+    (once the session is idle), and a delivery never lands between a tool call and its
+    result."""
+    kit = _running()
+    for n, op in enumerate(ops):
+        _apply(kit, op, n)
+    for _ in range(len(ops) + 2):  # let every queued turn run to its end
+        if kit.state.running is None:
+            break
+        kit.finish(text="end")
+    events = [r.event() for r in kit.log.read(kit.session_id, 0, None)]
+    steers = [e.seq for e in events if e.kind == Kind.USER_MESSAGE and e.extra.get("steer")]
+    settled = [
+        e.extra["steer"] for e in events if e.kind in (Kind.STEER_DELIVERED, Kind.STEER_DROPPED)
+    ]
+    if kit.state.running is None:
+        assert sorted(settled) == steers
+    assert len(settled) == len(set(settled))
+    open_calls: set[str] = set()
+    for e in events:
+        if e.kind == Kind.TOOL_CALL:
+            open_calls.add(e.tool_use_id)
+        elif e.kind == Kind.TOOL_RESULT:
+            open_calls.discard(e.tool_use_id)
+        elif e.kind == Kind.STEER_DELIVERED:
+            assert not open_calls
+        elif e.kind in (Kind.TURN_COMPLETED, Kind.TURN_CANCELLED):
+            open_calls.clear()
