@@ -293,3 +293,98 @@ def _up(url: str) -> bool:
         return httpx.get(f"{url}/openapi.json", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+class Receiver:
+    """A webhook on loopback that records what it is sent and fails the first attempt."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.got: list[tuple[str, str, bytes]] = []
+        self.fail_first = True
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                outer.got.append(
+                    (
+                        self.headers["X-Vertebra-Delivery"],
+                        self.headers["X-Vertebra-Signature"],
+                        body,
+                    )
+                )
+                status = 500 if outer.fail_first else 204
+                outer.fail_first = False
+                self.send_response(status)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def test_pauses_and_ends_are_pushed_signed_retried_and_not_sent_again_after_a_restart(
+    tmp_path: pathlib.Path, receiver: Receiver
+) -> None:
+    import hashlib
+    import hmac
+    import json
+
+    from actors.gateway._a2a_push import Webhook
+
+    hook = Webhook(url=receiver.url, secret=b"s3cret", backoff=0.05)
+    data = tmp_path / "data"
+
+    def deliveries() -> list[str]:
+        return sorted({d for d, _, _ in receiver.got})
+
+    with running_gateway(data, webhook=hook) as g:
+        with client(g) as http:
+            http.post("/v1/sessions", json={"id": "push-1", "metadata": GOVERNED})
+
+        async def go() -> None:
+            async with Door(g.url, g.token) as door:
+                asked = await door.stream(_message("p-1", FETCH, context="push-1"))
+                await door.stream(_message("p-2", "approve", task=_task_of(asked).id))
+
+        run(go())
+        wait_for(lambda: len(deliveries()) == 2, 30)
+    ids = [d for d, _, _ in receiver.got]
+    first, last = ids[0], ids[-1]
+    assert ids.count(first) == 2 and ids.count(last) == 1  # the 500 was retried, same id
+    for _, signature, body in receiver.got:
+        assert signature == "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+    states = [json.loads(b)["task"]["status"]["state"] for _, _, b in receiver.got]
+    assert states[0] == states[1] == "TASK_STATE_INPUT_REQUIRED"  # retried after the 500
+    assert states[-1] in ("TASK_STATE_COMPLETED", "TASK_STATE_FAILED")
+    sent = len(receiver.got)
+    with running_gateway(data, webhook=hook) as g:
+
+        async def again() -> None:
+            async with Door(g.url, g.token) as door:
+                await door.stream(_message("p-3", "one more", context="push-1"))
+
+        run(again())
+        wait_for(lambda: len(deliveries()) == 3, 30)
+    assert len(receiver.got) == sent + 1, "a settled notification was sent again"

@@ -156,6 +156,7 @@ DEFERRED = {
     "actors.agents.factory": "the HTTP providers need the models extra",
     "actors.otel._exporter": "loaded only in the daemon, with the otel extra",
     "actors.otel._export_pump": "the OTLP encoder needs the otel extra",
+    "actors.gateway._server": "the A2A webhook needs the a2a extra",
     # a package's public face that must not pull in Thespian for pure users
     "actors.runner": "the Runner's actor classes load Thespian",
     "projections": "the reducer actor loads Thespian",

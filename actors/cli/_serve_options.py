@@ -59,6 +59,25 @@ def _output_options(p: argparse.ArgumentParser) -> None:
         "--http-allow-remote", action="store_true", help="allow a non-loopback --http address"
     )
     p.add_argument(
+        "--durability",
+        choices=("normal", "full"),
+        default="normal",
+        help="what an acknowledged event survives on a SQLite spine: normal, a crash of any "
+        "process; full, a power cut too (a disk sync per commit)",
+    )
+    p.add_argument(
+        "--a2a-webhook",
+        metavar="URL",
+        default=None,
+        help="POST every A2A task's pauses and ends here, signed (the a2a extra)",
+    )
+    p.add_argument(
+        "--a2a-webhook-secret-env",
+        metavar="NAME",
+        default="VERTEBRA_A2A_WEBHOOK_SECRET",
+        help="the environment variable holding the webhook's signing secret",
+    )
+    p.add_argument(
         "--resume-goals",
         action="store_true",
         help="resume the goal runs a previous daemon left in flight (reads every stream)",

@@ -24,6 +24,8 @@ from a2a.server.request_handlers.request_handler import RequestHandler
 from a2a.types import a2a_pb2 as pb
 from a2a.utils import errors as ae
 
+from spine import Log
+
 from .. import errors as e
 from ._a2a_map import SEQ, RunFold, parse_task_id
 from ._gateway import Gateway, call
@@ -78,17 +80,7 @@ class VertebraA2A(RequestHandler):
         return parsed
 
     async def _fold(self, sid: str, start: int, upto: int | None = None) -> RunFold:
-        fold = RunFold(session=sid, start=start)
-        cursor = start - 1
-        while True:
-            page = await call(self.gw.log.read, sid, cursor, PAGE)
-            for r in page:
-                if upto is not None and r.seq > upto:
-                    return fold
-                fold.take(r.seq, orjson.loads(r.payload))
-                cursor = r.seq
-            if len(page) < PAGE:
-                break
+        fold: RunFold = await call(fold_run, self.gw.log, sid, start, upto)
         if fold.last < start or not fold.history:
             raise ae.TaskNotFoundError(message=f"no task {fold.id!r}")
         return fold
@@ -233,7 +225,9 @@ class VertebraA2A(RequestHandler):
         tasks = []
         for sid in sids:
             if g.may_read(sid):
-                tasks += [await self._fold(sid, s) for s in await call(_goal_starts, self.gw, sid)]
+                tasks += [
+                    await self._fold(sid, s) for s in await call(goal_starts, self.gw.log, sid)
+                ]
         if params.status:
             tasks = [f for f in tasks if f.state == params.status]
         size = params.page_size or 50
@@ -261,13 +255,28 @@ class VertebraA2A(RequestHandler):
         raise ae.ExtendedAgentCardNotConfiguredError()
 
 
-def _goal_starts(gw: Gateway, sid: str) -> list[int]:
+def fold_run(log: Log, sid: str, start: int, upto: int | None = None) -> RunFold:
+    """The goal run of ``sid`` whose objective is at ``start``, folded up to ``upto``."""
+    fold = RunFold(session=sid, start=start)
+    cursor = start - 1
+    while True:
+        page = log.read(sid, cursor, PAGE)
+        for r in page:
+            if upto is not None and r.seq > upto:
+                return fold
+            fold.take(r.seq, orjson.loads(r.payload))
+            cursor = r.seq
+        if len(page) < PAGE:
+            return fold
+
+
+def goal_starts(log: Log, sid: str) -> list[int]:
     """The seqs of the objectives of ``sid``'s goal runs, oldest first."""
     starts: list[int] = []
     opened = False
     cursor = 0
     while True:
-        page = gw.log.read(sid, cursor, PAGE, ("session.started", "user.message"))
+        page = log.read(sid, cursor, PAGE, ("session.started", "user.message"))
         for r in page:
             ev = r.event()
             if ev.kind == "session.started":
@@ -280,4 +289,4 @@ def _goal_starts(gw: Gateway, sid: str) -> list[int]:
             return starts
 
 
-__all__ = ["SEQ", "VertebraA2A"]
+__all__ = ["SEQ", "VertebraA2A", "fold_run", "goal_starts"]

@@ -78,6 +78,9 @@ class Host(SessionCommands, ConversationCommands, SessionReading):
     an embedding Host seals only when asked; ``spare_sessions``
     session processes are kept started and warmed up ahead of need (multiproc only), so
     that creating a session (a goal's child above all) does not wait for a process to start.
+    ``durability`` is what an acknowledged event survives on a SQLite spine: ``"normal"``
+    (a crash of any process) or ``"full"`` (a power cut as well, at the cost of a sync
+    per commit; `spine.LogSpec.durable`).
     """
 
     def __init__(
@@ -99,8 +102,16 @@ class Host(SessionCommands, ConversationCommands, SessionReading):
         auto_seal: SealPolicy | None = None,
         convention_bind: str | None = None,
         spare_sessions: int = 3,
+        durability: str = "normal",
     ) -> None:
         _check_base(base, attach, admin_port, convention_bind is not None)
+        if durability != "normal":
+            # In the URL, so that every process that opens the spine opens it so.
+            spine = (
+                spine_spec(os.path.abspath(os.fspath(data_dir)), spine or "")
+                .durable(durability)
+                .url
+            )
         cfg = RunnerConfig(
             data_dir=os.path.abspath(os.fspath(data_dir)),
             interceptors=tuple(interceptors) if interceptors is not None else (SlashCommands(),),
