@@ -65,6 +65,14 @@ def _check_base(base: str, attach: bool, admin_port: int | None, leads: bool) ->
         raise InvalidRequest("a convention leader starts its own multiprocTCPBase system")
 
 
+def _durable(data_dir: str | os.PathLike[str], spine: str | None, durability: str) -> str:
+    """The spine's URL at ``durability``: in the URL, so that every process that opens
+    the spine opens it so."""
+    if durability == "normal":
+        return spine or ""
+    return spine_spec(os.path.abspath(os.fspath(data_dir)), spine or "").durable(durability).url
+
+
 class Host(SessionCommands, ConversationCommands, SessionReading):
     """An embedded vertebra runtime over a data directory.
 
@@ -105,13 +113,7 @@ class Host(SessionCommands, ConversationCommands, SessionReading):
         durability: str = "normal",
     ) -> None:
         _check_base(base, attach, admin_port, convention_bind is not None)
-        if durability != "normal":
-            # In the URL, so that every process that opens the spine opens it so.
-            spine = (
-                spine_spec(os.path.abspath(os.fspath(data_dir)), spine or "")
-                .durable(durability)
-                .url
-            )
+        spine = _durable(data_dir, spine, durability)
         cfg = RunnerConfig(
             data_dir=os.path.abspath(os.fspath(data_dir)),
             interceptors=tuple(interceptors) if interceptors is not None else (SlashCommands(),),
