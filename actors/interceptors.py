@@ -57,6 +57,14 @@ class Ingress:
     properties: Mapping[str, str | None] = attrs.field(factory=dict)
     #: On whose behalf a properties ingress comes (`actors.authority.Authority`).
     authority: str = "operator"
+    #: A user message's own busy policy ("": the session's; see `actors.policy.BusyPolicy`).
+    mode: str = ""
+    #: A user message that starts a branch: the seq of the past user message it replaces,
+    #: or that it answers again (-1: the latest on the active path).
+    edits: int = 0
+    regenerates: int = 0
+    #: A branch switch: the turn (its user message's seq) the active path goes through.
+    turn: int = 0
 
 
 @attrs.frozen
@@ -122,6 +130,10 @@ RESERVED_KINDS = frozenset(
         Kind.LIFECYCLE,
         Kind.RECORD_SEALED,
         Kind.RECORD_VERIFIED,
+        Kind.STEER_DELIVERED,
+        Kind.STEER_DROPPED,
+        Kind.BRANCH_SWITCHED,
+        Kind.SESSION_FORKED,
     }
 )
 

@@ -108,7 +108,17 @@ from ._status import (
 )
 from ._status_events import HANDLERS, project, project_stored, reduce
 from ._status_rows import StatusFolder
-from ._thread import ACTIVATES, EDITS, REGENERATES, Thread, Turn, thread_from, turns
+from ._thread import (
+    ACTIVATES,
+    EDITS,
+    REGENERATES,
+    Branch,
+    Thread,
+    Turn,
+    branches,
+    thread_from,
+    turns,
+)
 from .messages import (
     DEFAULT_POLL_FLOOR,
     FoldMore,
@@ -166,6 +176,7 @@ __all__ = [
     "TOKEN_TYPES",
     "ActionEntry",
     "ActionState",
+    "Branch",
     "CheckpointError",
     "CheckpointStore",
     "ContextSettings",
@@ -221,6 +232,7 @@ __all__ = [
     "Wake",
     "advance_record",
     "apply_properties",
+    "branches",
     "cache_hit_rate",
     "context_settings",
     "index_from",

@@ -98,6 +98,11 @@ def refused_text(fault: str) -> str:
     return f"not run: refused by governance ({fault or 'rejected'})"
 
 
+def _steers(out: TurnOutput) -> tuple[str, ...]:
+    take = getattr(out, "take_steers", None)
+    return tuple(take()) if take is not None else ()
+
+
 class ModelAgent:
     """An `Agent` that drives a `Provider` through the tool loop.
 
@@ -228,6 +233,8 @@ class ModelAgent:
                 verdict, call, fault = await self._govern(out, "model", "", "", Requirement())
             if verdict != Verdict.ADMIT:
                 return fault or "rejected"
+            # The safe point: steers the session delivered with this admission.
+            view.msgs.extend(Message(role="user", text=t) for t in _steers(out))
             req = self._request(view.msgs, offered.specs(), view.system)
             try:
                 reply = await stream_reply(

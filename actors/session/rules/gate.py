@@ -19,6 +19,7 @@ from ...agents.egress_rules import EgressDecision, destination, precheck
 from ...agents.governance import Ask, Fault, Policy, PolicyError, Ruling, Spent, Verdict, rule
 from ...spec import AgentSpec, SettingsError, TurnInput
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
+from .conversation import delivered
 from .goals import goal_budget
 from .intents import ARGS, IDEMPOTENT, KEY, RETRY, args_hash, effect_key
 from .recovery import unfinished
@@ -80,7 +81,14 @@ def govern(s: Session, cmd: Govern) -> Decision:
     }
     if verdict == Verdict.ADMIT and cmd.action == "model":
         ev = Event(kind=Kind.ACTION_ADMITTED, **base)
-        return Decision(state=s, events=(ev,), effects=(_answer(cmd, verdict, call),))
+        answer = _answer(cmd, verdict, call)
+        if not st.steers:
+            return Decision(state=s, events=(ev,), effects=(answer,))
+        # The turn's safe point: a model call after the tool batch before it has all its
+        # results (the worker asks only then). Waiting steers land here, in order.
+        landed = delivered(run.turn, call, st.steers)
+        answer = attrs.evolve(answer, steers=tuple(text for _, text in st.steers))
+        return Decision(state=s, events=(ev, *landed), effects=(answer,))
     if verdict == Verdict.ADMIT:
         # The admission and the intent in one append: the tool runs once it is durable.
         key = effect_key(st.session_id, run.turn, call)

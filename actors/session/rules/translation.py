@@ -17,7 +17,16 @@ def command_of(msg: Any) -> Command | None:
     """The command a protocol request carries (None for requests the shell answers itself:
     reads, subscriptions, pings)."""
     if isinstance(msg, m.SendMessage):
-        ingress = Ingress(kind=Kind.USER_MESSAGE, key=msg.key, text=msg.text)
+        ingress = Ingress(
+            kind=Kind.USER_MESSAGE,
+            key=msg.key,
+            text=msg.text,
+            mode=msg.mode,
+            edits=msg.edits,
+            regenerates=msg.regenerates,
+        )
+    elif isinstance(msg, m.SwitchBranch):
+        ingress = Ingress(kind=Kind.BRANCH_SWITCHED, key=msg.key, turn=msg.turn)
     elif isinstance(msg, m.SetMetadata):
         ingress = Ingress(
             kind=Kind.PROPERTIES,

@@ -24,6 +24,7 @@ from .commands import (
     StartFailed,
     StartTurn,
 )
+from .conversation import dropped
 from .gate import resumed, withdrawn
 from .recovery import resumable, unfinished
 from .replace import replace
@@ -54,7 +55,8 @@ def cancel(
         usage=nonzero(run.usage),
         reason=reason,
     )
-    return [*waiting, ev, done_event(run.turn)], (CancelTurn(turn=run.turn),)
+    lost = dropped(st.steers, run.turn, reason, st.metadata) if st is not None else []
+    return [*waiting, ev, *lost, done_event(run.turn)], (CancelTurn(turn=run.turn),)
 
 
 def settle(s: Session, cmd: Settle) -> Decision:
@@ -267,6 +269,9 @@ def finished(s: Session, cmd: Finished) -> Decision:
                 extra={"providerUsage": list(cmd.provider_usage)} if cmd.provider_usage else None,
             )
         )
+    # A steer still waiting found no safe point: the turn ended first.
+    why = "cancelled" if cmd.stop_reason == "cancelled" else "turn ended"
+    events.extend(dropped(st.steers, run.turn, why, st.metadata))
     events.append(done_event(run.turn))
     if s.stored.running_goal is not None:
         after = fold(s.stored, events, s.stored.last_seq + 1)
@@ -287,7 +292,8 @@ def start_failed(s: Session, cmd: StartFailed) -> Decision:
     st = s.stored
     # The model call admitted at the turn's start never ran.
     never = [attrs.evolve(e, turn=run.turn) for e in unreported(st, [], "error")]
-    events = [*never, ended, done_event(run.turn)]
+    lost = dropped(st.steers, run.turn, "turn ended", st.metadata)
+    events = [*never, ended, *lost, done_event(run.turn)]
     if st.running_goal is not None:
         events.extend(goals.ended(fold(st, events, st.last_seq + 1), "error", ""))
     return Decision(state=attrs.evolve(s, running=None), events=tuple(events))

@@ -105,6 +105,7 @@ class TurnWorker:
         self._events_lock = threading.Lock()
         self._waiting: dict[tuple[str, str], concurrent.futures.Future[tuple[str, int, str]]] = {}
         self._keys: dict[tuple[str, str], str] = {}
+        self._steers: tuple[str, ...] = ()
         # The log the turn's children are followed on: one for all of its delegations (one
         # connection and one watcher thread polling the file, not one per child).
         self._follow_lock = threading.Lock()
@@ -139,19 +140,35 @@ class TurnWorker:
         return fut
 
     def answer(
-        self, action: str, tool_use_id: str, verdict: str, call: int, fault: str, key: str = ""
+        self,
+        action: str,
+        tool_use_id: str,
+        verdict: str,
+        call: int,
+        fault: str,
+        key: str = "",
+        steers: tuple[str, ...] = (),
     ) -> None:
         """The session's verdict (from the session's own thread), with the idempotency key
-        an admitted call runs under."""
+        an admitted call runs under and the steers it delivered at this safe point (set
+        before the verdict wakes the agent)."""
         if key:
             self._keys[(action, tool_use_id)] = key
         fut = self._waiting.pop((action, tool_use_id), None)
         if fut is not None and not fut.done():
+            if steers:
+                self._steers = (*self._steers, *steers)
             fut.set_result((verdict, call, fault))
 
     def idempotency_key(self, action: str, tool_use_id: str) -> str:
         """The key the session gave the admitted call ("" if none)."""
         return self._keys.get((action, tool_use_id), "")
+
+    def take_steers(self) -> tuple[str, ...]:
+        """The steers delivered since the last call: the agent adds them to its
+        conversation, as user messages, before the model call just admitted."""
+        taken, self._steers = self._steers, ()
+        return taken
 
     def answer_spawn(self, tool_use_id: str, child: str, error: str) -> None:
         """The child exists (or could not be created), from the session's thread."""
