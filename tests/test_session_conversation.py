@@ -82,7 +82,7 @@ def test_a_tool_call_admission_is_no_safe_point() -> None:
     kit.send("stop early", mode="steer")
     out = kit.run(c.Govern(turn=1, action="calc", tool_use_id="t1", need=Requirement()))
     (answer,) = [e for e in out.effects if isinstance(e, c.AnswerWorker)]
-    assert answer.steers == () and out.kinds == ["action.admitted"]
+    assert answer.steers == () and out.kinds == ["action.admitted", "action.started"]
     assert len(kit.state.stored.steers) == 1
 
 

@@ -15,16 +15,14 @@ from typing import Any
 
 import attrs
 
-from projections import secret_problem
 from spine import Event, Kind, Phase, validate_session_id
 
 from ... import messages as m
-from ...authority import Authority
-from ...authority import refusal as authority_refusal
 from ...interceptors import Ingress, NoticeItem
 from ...policy import BusyPolicy
 from ..protocol import SessionReady
 from . import branching, goals
+from .changes import changes_of
 from .commands import (
     Close,
     CloseStored,
@@ -61,7 +59,7 @@ from .records import seal, sealed, verified, verify
 from .recovery import recovery_events
 from .refusals import failed, refusal
 from .replace import replace
-from .state import QUEUEING_KINDS, fold, metadata_diff
+from .state import QUEUEING_KINDS, fold
 from .stored import close_stored, fail_stored, revive_stored
 from .turns import cancel, done_event, finished, progress, settle, start_failed
 from .views import ingress_seq
@@ -219,25 +217,12 @@ def _placed(s: Session, cmd: Intercepted) -> tuple[list[Event], list[Live]]:
 
 
 def _intercepted(s: Session, cmd: Intercepted) -> Decision:
-    st = s.stored
     events, live = _placed(s, cmd)
     notices = tuple((x.severity, x.text) for x in live)
     ing = cmd.ingress
-    changes = metadata_diff(st.metadata, cmd.changes)
-    # What interceptors change, they change on the session's behalf (slash commands).
-    problem = authority_refusal(changes, st.metadata, Authority.SESSION)
-    if ing is not None and ing.kind == Kind.PROPERTIES:
-        problem = problem or authority_refusal(ing.properties, st.metadata, ing.authority)
-        changes.update(metadata_diff({**st.metadata, **changes}, ing.properties))  # type: ignore[dict-item]
-    if problem is not None:
-        # Nothing of this ingress is stored, and the conduits hear why.
-        notice = Live(after_seq=st.last_seq, kind="notice", severity="error", text=problem)
-        reply = failed(s, cmd.request_id, "NotAuthorized", problem)
-        return Decision(state=s, reply=reply, live=(notice,))
-    problem = secret_problem(changes)
-    if problem is not None:
-        # Nothing of this ingress is stored: a credential must never reach the log.
-        return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", problem))
+    changes, refused = changes_of(s, cmd)
+    if refused is not None:
+        return refused
     if changes:
         events.append(Event(kind=Kind.PROPERTIES, properties=changes))
     ack = m.Ack(

@@ -80,15 +80,7 @@ def govern(s: Session, cmd: Govern) -> Decision:
         "tool_use_id": cmd.tool_use_id,
     }
     if verdict == Verdict.ADMIT and cmd.action == "model":
-        ev = Event(kind=Kind.ACTION_ADMITTED, **base)
-        answer = _answer(cmd, verdict, call)
-        if not st.steers:
-            return Decision(state=s, events=(ev,), effects=(answer,))
-        # The turn's safe point: a model call after the tool batch before it has all its
-        # results (the worker asks only then). Waiting steers land here, in order.
-        landed = delivered(run.turn, call, st.steers)
-        answer = attrs.evolve(answer, steers=tuple(text for _, text in st.steers))
-        return Decision(state=s, events=(ev, *landed), effects=(answer,))
+        return _model_admitted(s, cmd, base, call)
     if verdict == Verdict.ADMIT:
         # The admission and the intent in one append: the tool runs once it is durable.
         key = effect_key(st.session_id, run.turn, call)
@@ -113,6 +105,19 @@ def govern(s: Session, cmd: Govern) -> Decision:
         )
         events = (ev, dial)
     return Decision(state=s, events=events, effects=(_answer(cmd, verdict, call, fault_text),))
+
+
+def _model_admitted(s: Session, cmd: Govern, base: dict[str, Any], call: int) -> Decision:
+    st, turn = s.stored, base["turn"]
+    ev = Event(kind=Kind.ACTION_ADMITTED, **base)
+    answer = _answer(cmd, Verdict.ADMIT, call)
+    if not st.steers:
+        return Decision(state=s, events=(ev,), effects=(answer,))
+    # The turn's safe point: a model call after the tool batch before it has all its
+    # results (the worker asks only then). Waiting steers land here, in order.
+    landed = delivered(turn, call, st.steers)
+    answer = attrs.evolve(answer, steers=tuple(text for _, text in st.steers))
+    return Decision(state=s, events=(ev, *landed), effects=(answer,))
 
 
 def _judged(
