@@ -22,6 +22,7 @@ from typing import Protocol, runtime_checkable
 import attrs
 
 from projections import (
+    CONTEXT_PARSERS,
     MODEL_BASE_URL,
     MODEL_PROVIDER,
     parse_base_url,
@@ -56,6 +57,14 @@ class Ingress:
     properties: Mapping[str, str | None] = attrs.field(factory=dict)
     #: On whose behalf a properties ingress comes (`actors.authority.Authority`).
     authority: str = "operator"
+    #: A user message's own busy policy ("": the session's; see `actors.policy.BusyPolicy`).
+    mode: str = ""
+    #: A user message that starts a branch: the seq of the past user message it replaces,
+    #: or that it answers again (-1: the latest on the active path).
+    edits: int = 0
+    regenerates: int = 0
+    #: A branch switch: the turn (its user message's seq) the active path goes through.
+    turn: int = 0
 
 
 @attrs.frozen
@@ -121,6 +130,10 @@ RESERVED_KINDS = frozenset(
         Kind.LIFECYCLE,
         Kind.RECORD_SEALED,
         Kind.RECORD_VERIFIED,
+        Kind.STEER_DELIVERED,
+        Kind.STEER_DROPPED,
+        Kind.BRANCH_SWITCHED,
+        Kind.SESSION_FORKED,
     }
 )
 
@@ -192,6 +205,8 @@ _HELP = """\
 /max-tokens N       maximum output tokens per turn (positive integer)
 /set KEY VALUE      any metadata key (no VALUE deletes it)
 /switch ID          move the conduit to session ID
+/compact            summarise the older conversation before the next turn
+/uncompact          take the last summary back (the model sees those events again)
 /status             this session's state
 /help               this list"""
 
@@ -204,10 +219,20 @@ class SlashCommands:
             return InterceptResult(event=event)
         parts = event.text.strip().split(maxsplit=2)
         cmd, args = parts[0], parts[1:]
+        if cmd in ("/compact", "/uncompact"):
+            return _context_command(cmd, emitter) if len(parts) == 1 else _err(f"usage: {cmd}")
         handler = _COMMANDS.get(cmd)
         if handler is None:
             return _err(f"unknown command {cmd}; /help lists the commands")
         return handler(event, session, args)
+
+
+def _context_command(cmd: str, emitter: Emitter) -> InterceptResult:
+    if cmd == "/compact":
+        emitter.emit(Event(kind=Kind.CONTEXT_COMPACT))
+        return _ok("the next turn starts by summarising the older conversation")
+    emitter.emit(Event(kind=Kind.CONTEXT_UNCOMPACTED))
+    return _ok("the last summary is taken back, if there was one")
 
 
 def _model(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
@@ -279,7 +304,7 @@ def _set(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
     problem = secret_problem({key: value}) or refusal({key: value}, s.metadata, Authority.SESSION)
     if problem is not None:
         return _err(problem)
-    parse = PARSERS.get(key)
+    parse = PARSERS.get(key) or CONTEXT_PARSERS.get(key)
     if parse is not None and value is not None:
         try:
             parse(value, key)

@@ -23,6 +23,11 @@ class BusyPolicy(enum.StrEnum):
     REJECT = "reject"
     #: Cancel the running turn (``turn.cancelled``, reason superseded), then run this one.
     INTERRUPT = "interrupt"
+    #: Store it as a steer and hand it to the running turn at its next safe point (after a
+    #: tool batch has all its results, before the next model call): ``steer.delivered``.
+    #: One that finds none is ``steer.dropped`` (then the next turn's message, or refused).
+    #: With no turn running it is an ordinary message.
+    STEER = "steer"
 
     @classmethod
     def parse(cls, value: str | BusyPolicy) -> BusyPolicy:

@@ -36,6 +36,7 @@ __all__ = [
     "PARSERS",
     "THINKING_LEVELS",
     "AgentSpec",
+    "ContextView",
     "SettingsError",
     "TurnInput",
     "parse_temperature",
@@ -128,6 +129,33 @@ def mcp_servers(metadata: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def window_key(spec: AgentSpec) -> str:
+    """Which model a ``context.window`` answer is about: another model or server asks again."""
+    return f"{spec.provider}|{spec.base_url or ''}|{spec.model}"
+
+
+@attrs.frozen(kw_only=True)
+class ContextView:
+    """What the session's log says about the model's context when a turn starts (folded,
+    so a replay gives the same): the seq of each history entry, the summary in force and
+    the seqs it covers, the window and its source, the settings, and the calibration
+    (request characters and the input tokens the provider reported for them)."""
+
+    seqs: tuple[int, ...] = ()
+    summary: str = ""
+    covered: tuple[int, int] = (0, 0)
+    #: Tokens; 0: unknown, the agent asks the server and stores its answer.
+    window: int = 0
+    window_source: str = ""
+    window_key: str = ""
+    compact_at: float = 0.8
+    keep_recent: int = 2
+    summary_model: str = ""
+    calibration: tuple[int, int] = (0, 0)
+    #: ``/compact`` asked for a summary whether or not one is due.
+    force: bool = False
+
+
 @attrs.frozen(kw_only=True)
 class TurnInput:
     """What an agent gets: the message that opened the turn and the conversation so far.
@@ -152,3 +180,6 @@ class TurnInput:
     #: The turn belongs to a goal run that ends with the ``finish`` tool (``goal.finish``
     #: = ``tool``): the tool is offered, and a call of it that ran ends the turn.
     finish: bool = False
+    #: The context to manage (None: send the history as it is, the scripted model's case
+    #: without ``ore.model.context_window``).
+    context: ContextView | None = None

@@ -8,6 +8,16 @@ whole log. See docs/projections.md.
 
 from spine import CheckpointStore, Generation
 
+from ._context import (
+    CONTEXT_COMPACT_AT,
+    CONTEXT_KEEP_RECENT,
+    CONTEXT_PARSERS,
+    CONTEXT_SUMMARY_MODEL,
+    CONTEXT_WINDOW,
+    DEFAULT_WINDOW,
+    ContextSettings,
+    context_settings,
+)
 from ._errors import CheckpointError, FoldError, ProjectionError
 from ._index import (
     CLOSED,
@@ -98,7 +108,17 @@ from ._status import (
 )
 from ._status_events import HANDLERS, project, project_stored, reduce
 from ._status_rows import StatusFolder
-from ._thread import ACTIVATES, EDITS, REGENERATES, Thread, Turn, thread_from, turns
+from ._thread import (
+    ACTIVATES,
+    EDITS,
+    REGENERATES,
+    Branch,
+    Thread,
+    Turn,
+    branches,
+    thread_from,
+    turns,
+)
 from .messages import (
     DEFAULT_POLL_FLOOR,
     FoldMore,
@@ -122,9 +142,15 @@ from .messages import (
 __all__ = [
     "ACTIVATES",
     "CLOSED",
+    "CONTEXT_COMPACT_AT",
+    "CONTEXT_KEEP_RECENT",
+    "CONTEXT_PARSERS",
+    "CONTEXT_SUMMARY_MODEL",
+    "CONTEXT_WINDOW",
     "DEFAULT_BATCH",
     "DEFAULT_POLL_FLOOR",
     "DEFAULT_REBUILD_COMMIT",
+    "DEFAULT_WINDOW",
     "EDITS",
     "HANDLERS",
     "LATENCY_BUCKETS",
@@ -150,8 +176,10 @@ __all__ = [
     "TOKEN_TYPES",
     "ActionEntry",
     "ActionState",
+    "Branch",
     "CheckpointError",
     "CheckpointStore",
+    "ContextSettings",
     "EgressEntry",
     "Fail",
     "FailureInfo",
@@ -204,7 +232,9 @@ __all__ = [
     "Wake",
     "advance_record",
     "apply_properties",
+    "branches",
     "cache_hit_rate",
+    "context_settings",
     "index_from",
     "looks_like_secret",
     "metadata_from",

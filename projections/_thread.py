@@ -14,7 +14,11 @@ turn they refer to by the seq of its user message:
 - ``{"regenerates": N}``: answer the message at seq N again; a sibling of N carrying N's
   text (the event's own text, when set, wins).
 - ``{"activates": N}``: switch to the branch through turn N (down to its most recently
-  added descendants); it adds no turn.
+  added descendants); it adds no turn. The session writes this as ``branch.switched``
+  (same ``extra``); the older spelling on a user.message is still read.
+- ``{"steer": true}``: a steer for the running turn, not a turn: it answers nothing
+  until ``steer.delivered`` (an answer of the active turn) or ``steer.dropped`` (with
+  ``handed`` = ``next``, the message of a new turn; refused, nothing).
 
 A reference to a seq that is not a turn is ignored and the message is an ordinary one
 appended to the active path. Answering events (turn.started, assistant.message, tool
@@ -38,6 +42,7 @@ from spine import Event, Kind, Usage
 EDITS = "edits"
 REGENERATES = "regenerates"
 ACTIVATES = "activates"
+STEER = "steer"
 
 _ANSWERS = frozenset(
     {
@@ -47,6 +52,7 @@ _ANSWERS = frozenset(
         str(Kind.TOOL_RESULT),
         str(Kind.TURN_COMPLETED),
         str(Kind.TURN_CANCELLED),
+        str(Kind.STEER_DELIVERED),
     }
 )
 
@@ -144,10 +150,16 @@ class Thread:
 
     def apply(self, ev: Event) -> None:
         """Fold one event in place; kinds that are neither input nor answer change nothing."""
-        if ev.kind == Kind.USER_MESSAGE:
-            self._user_message(ev)
-        elif ev.kind in _ANSWERS and self.active:
+        kind = ev.kind
+        if kind == Kind.USER_MESSAGE:
+            if ev.extra.get(STEER) is not True:
+                self._user_message(ev)
+        elif kind in _ANSWERS and self.active:
             self._answer(ev)
+        elif kind == Kind.BRANCH_SWITCHED:
+            self._user_message(ev)
+        elif kind == Kind.STEER_DROPPED and ev.extra.get("handed") == "next":
+            self._user_message(attrs.evolve(ev, extra={}))
 
     def _add(self, turn: Turn) -> None:
         self._turns[turn.id] = turn
@@ -211,6 +223,61 @@ class Thread:
             if ev.usage is not None:
                 changes["usage"] = t.usage + ev.usage
         self._turns[self.active] = attrs.evolve(t, **changes)
+
+
+@attrs.frozen(kw_only=True)
+class Branch:
+    """One branch of a thread: the path from the first turn to the leaf ``leaf``.
+
+    ``fork`` is the first turn of the path that has a sibling (where this branch and
+    another part; 0 for a thread that never branched); ``active`` marks the active path.
+    """
+
+    leaf: int
+    path: tuple[int, ...]
+    fork: int
+    active: bool
+    text: str = ""
+    reply: str = ""
+
+
+def branches(thread: Thread) -> list[Branch]:
+    """Every branch of ``thread`` (a path to a leaf), in the order their leaves were added."""
+    out: list[Branch] = []
+    for t in thread.all_turns():
+        if thread.children(t.id):
+            continue
+        path = tuple(p.id for p in _path_to(thread, t.id))
+        fork = next((p for p in path if len(thread.children(_parent(thread, p))) > 1), 0)
+        out.append(
+            Branch(
+                leaf=t.id,
+                path=path,
+                fork=fork,
+                active=t.id == thread.active,
+                text=t.text,
+                reply=t.reply,
+            )
+        )
+    return out
+
+
+def _parent(thread: Thread, turn_id: int) -> int:
+    t = thread.turn(turn_id)
+    return t.parent if t is not None else 0
+
+
+def _path_to(thread: Thread, leaf: int) -> list[Turn]:
+    path: list[Turn] = []
+    node = leaf
+    while node:
+        t = thread.turn(node)
+        if t is None:
+            break
+        path.append(t)
+        node = t.parent
+    path.reverse()
+    return path
 
 
 def thread_from(events: Iterable[Event], start: Thread | None = None) -> Thread:

@@ -59,6 +59,27 @@ class Kind(enum.StrEnum):
     #: unknown. ``reason`` says what cut it, ``extra.resolution`` what happens next
     #: (``retry``, ``fail`` or ``ask``).
     ACTION_IN_DOUBT = "action.in_doubt"
+    #: A summary of a span of the conversation (``fromSeq`` .. ``toSeq``, the summary as
+    #: ``text``): the model sees it in place of that span; the span's events stay stored.
+    CONTEXT_COMPACTED = "context.compacted"
+    #: Takes back the compaction stored at ``call`` (its seq; 0: the one in force): the
+    #: earlier view returns.
+    CONTEXT_UNCOMPACTED = "context.uncompacted"
+    #: Asks the next turn to start by summarising the older conversation (``/compact``).
+    CONTEXT_COMPACT = "context.compact"
+    #: The model's context window as a server answered it (``extra``: tokens, source, key).
+    CONTEXT_WINDOW = "context.window"
+    #: A steer (a ``user.message`` with ``steer``) reached the running ``turn`` at a safe
+    #: point: before the model call ``call``, after the tool batch before it was answered.
+    STEER_DELIVERED = "steer.delivered"
+    #: A steer whose turn ended before a safe point: ``reason``, and ``handed`` (``next``:
+    #: it is the next turn's message; ``refused``).
+    STEER_DROPPED = "steer.dropped"
+    #: The conversation's active path now runs through the turn ``activates`` names.
+    BRANCH_SWITCHED = "branch.switched"
+    #: A fork's first event: its parent, the seq it forked at and the parent's Merkle
+    #: root up to it (``extra``); the parent's prefix is read by reference.
+    SESSION_FORKED = "session.forked"
     # Notices are pushed live to sinks and never stored.
     NOTICE = "notice"
 

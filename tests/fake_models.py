@@ -36,6 +36,7 @@ class FakeModelServer:
         self.route = route
         self.answers: collections.deque[list[Step]] = collections.deque()
         self.requests: list[dict[str, Any]] = []
+        self.probes: list[str] = []
         self.stopping = threading.Event()
         self.first_byte: list[float] = []
         self.lock = threading.Lock()
@@ -48,9 +49,24 @@ class FakeModelServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
+            def _not_found(self) -> None:
+                # The asking of a context window (llama.cpp's /props, vLLM's /models,
+                # Ollama's /api/show): this server does not say, as a plain OpenAI one.
+                with server.lock:
+                    server.probes.append(self.path)
+                self.send_response(404)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def do_GET(self) -> None:
+                self._not_found()
+
             def do_POST(self) -> None:
                 n = int(self.headers.get("content-length") or 0)
                 raw = self.rfile.read(n)
+                if self.path.startswith("/api/"):
+                    self._not_found()
+                    return
                 try:
                     body = json.loads(raw)
                 except ValueError:

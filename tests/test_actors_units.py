@@ -300,7 +300,11 @@ def test_only_the_queueing_kinds_can_leave_work_for_a_turn() -> None:
 
     sid = "s"
     for kind in _HANDLERS:
-        ev = Event(kind=kind, text="x", goal=sid, turn=1, call=1, phase=Phase.DONE, child="c")
+        # A dropped steer queues only when handed to the next turn.
+        extra = {"handed": "next", "steer": 1}
+        ev = Event(
+            kind=kind, text="x", goal=sid, turn=1, call=1, phase=Phase.DONE, child="c", extra=extra
+        )
         after = fold(SessionState(session_id=sid), [ev])
         queued = bool(after.pending) or after.running_goal is not None
         assert queued == (kind in QUEUEING_KINDS), kind

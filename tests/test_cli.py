@@ -103,14 +103,14 @@ def test_the_readme_command_table_matches_help() -> None:
     """Every command in `vertebra --help` has a README row with the same description, and
     the README lists no command that does not exist."""
     text = ok(run(None, "--help", extra_env={"COLUMNS": "400"}))
-    listed = dict(re.findall(r"^    (\w+)\s{2,}(\S.*)$", text, re.M))
+    listed = dict(re.findall(r"^    ([\w-]+)\s{2,}(\S.*)$", text, re.M))
     assert set(listed) == {c.name for c in COMMANDS}
     readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
     section = readme.split("## The command line", 1)[1].split("\n## ", 1)[0]
-    rows = dict(re.findall(r"^\| `vertebra (\w+)[^`]*` \| (.*) \|$", section, re.M))
+    rows = dict(re.findall(r"^\| `vertebra ([\w-]+)[^`]*` \| (.*) \|$", section, re.M))
     assert rows == listed
     # The options a row shows are the command's own.
-    for name, synopsis in re.findall(r"^\| `vertebra (\w+)([^`]*)` \|", section, re.M):
+    for name, synopsis in re.findall(r"^\| `vertebra ([\w-]+)([^`]*)` \|", section, re.M):
         own = ok(run(None, name, "--help"))
         for option in re.findall(r"--[\w-]+", synopsis):
             assert option in own, (name, option)

@@ -200,6 +200,20 @@ def test_the_status_has_the_seed_field_names(http: httpx.Client) -> None:
     assert s["record"] == "recording"
 
 
+def test_the_context_route_reports_the_window_and_the_estimate(http: httpx.Client) -> None:
+    """A scripted session manages no context until its window is set; then the route
+    says the window, where it came from and the estimate of the next request."""
+    _new(http, "ctx-1")
+    assert http.get("/v1/sessions/ctx-1/context").json() == {}
+    http.patch("/v1/sessions/ctx-1/metadata", json={"ore.model.context_window": "4096"})
+    ack = http.post("/v1/sessions/ctx-1/messages", json={"text": "hello there"}).json()
+    _wait_turn_end(http, "ctx-1", ack["seq"])
+    ctx = http.get("/v1/sessions/ctx-1/context").json()
+    assert ctx["window"] == 4096 and ctx["windowSource"] == "setting"
+    assert 0 < ctx["estimate"] < 4096 and ctx["compactions"] == 0
+    assert http.get("/v1/sessions/nobody/context").status_code == 404
+
+
 def test_the_cache_hit_rate_is_cache_reads_over_input_tokens(http: httpx.Client) -> None:
     """A model call of 100 prompt tokens, 80 of them cached (input already counts them):
     the status over HTTP says 0.8, the seed's cache-read over input."""

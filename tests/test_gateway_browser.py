@@ -219,3 +219,36 @@ def test_a_goal_run_with_children_renders_and_fills_the_fan_out_tree(
         w = http.get("/v1/sessions/web-goal/goals/wait", params={"timeout": 30}).json()
     assert w["state"] == "converged"
     _shot(page, "goal")
+
+
+def test_steer_regenerate_and_the_branch_switcher_on_the_page(page: Any, gw: GatewayHandle) -> None:
+    """Input while a turn runs is a steer; a message's regenerate button answers it again
+    on a new branch, the branch panel lists both and switches back on a click."""
+    page.fill("#new-id", "web-conv")
+    page.click("#create button")
+    page.wait_for_selector("#session-list li.active[data-id='web-conv']")
+    page.wait_for_function("document.getElementById('conn').textContent === 'live'")
+    page.fill("#input", "!slow 0.2 one two three four five")
+    page.press("#input", "Enter")
+    page.wait_for_selector(".assistant.streaming:has-text('one')")
+    page.fill("#input", "and six")
+    page.press("#input", "Enter")
+    page.wait_for_selector(".msg.user.steer:has-text('steer: and six')")
+    # No tool batch, no safe point: dropped at the turn's end and answered as the next turn.
+    page.wait_for_selector(".note.steer:has-text('runs as the next turn')")
+    page.wait_for_selector(".assistant:not(.streaming):has-text('[scripted] and six')")
+    user = page.locator(".msg.user:has-text('!slow')").first
+    assert user.text_content() == "!slow 0.2 one two three four five"
+    page.fill("#input", "hello")
+    page.press("#input", "Enter")
+    page.wait_for_selector(".assistant:not(.streaming):has-text('[scripted] hello')")
+    page.locator(".msg.user:has-text('hello') .msg-regenerate").click()
+    page.wait_for_selector(".msg.user:has-text('(again) hello')")
+    page.wait_for_function("document.querySelectorAll('#branches li').length === 2")
+    page.locator("#branches li:not(.active)").click()
+    page.wait_for_selector(".note:has-text('switched to the branch')")
+    page.wait_for_function(
+        "document.querySelector('#branches li.active') &&"
+        " document.querySelectorAll('#branches li')[0].classList.contains('active')"
+    )
+    _shot(page, "branches")

@@ -75,6 +75,7 @@ PURE = [
     "actors/agents/egress_rules.py",
     "actors/agents/accumulate.py",
     "actors/agents/formats.py",
+    "actors/agents/context.py",
     "actors/agents/wire.py",
     "actors/agents/mcp_results.py",
     "actors/agents/toolnames.py",

@@ -24,6 +24,7 @@ import orjson
 
 from .accumulate import ProviderStreamError, SseDecoder
 from .providers import PROVIDERS
+from .window import ask_server
 from .wire import ModelRequest, StreamEvent
 
 try:
@@ -143,6 +144,7 @@ class HttpProvider:
             )
         self.fmt = fmt
         self.wire = wire
+        self.base_url = base_url
         self.url = wire.url(base_url)
         self._headers = wire.headers(api_key)
         self._timeout = httpx.Timeout(connect=connect_timeout, read=timeout, write=30.0, pool=30.0)
@@ -151,6 +153,13 @@ class HttpProvider:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.last_thinking: tuple[tuple[str, str], ...] = ()
+
+    async def context_window(self, model: str) -> tuple[int, str] | None:
+        """What the server says ``model``'s window is (None: it does not say, or no
+        server of one's own is named)."""
+        if not self.base_url:
+            return None
+        return await ask_server(_client(), self.base_url, self._headers, model)
 
     def _delay(self, attempt: int, hint: float | None) -> float:
         if hint is not None:

@@ -16,15 +16,25 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
-import orjson
 
 from ..spec import AgentSpec, TurnInput
 from .base import TurnOutput
-from .formats import conversation, resume_point
+from .compaction import ContextOverflow, compact, is_due, prepare
+from .context import (
+    chars_of,
+    elide,
+    estimate,
+    is_overflow,
+    leaves_out,
+    model_view,
+    tool_limit,
+    tools_chars,
+)
 from .governance import Fault, Requirement, Verdict
 from .model_call import Flusher, UsageTally, completed, drain_now, stream_reply
+from .tool_run import run_tool
 from .toolnames import WireNames
-from .tools import FINISH, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
+from .tools import FINISH, RECALL, ToolContext, ToolRegistry
 from .wire import (
     Message,
     ModelRequest,
@@ -89,6 +99,11 @@ def refused_text(fault: str) -> str:
     return f"not run: refused by governance ({fault or 'rejected'})"
 
 
+def _steers(out: TurnOutput) -> tuple[str, ...]:
+    take = getattr(out, "take_steers", None)
+    return tuple(take()) if take is not None else ()
+
+
 class ModelAgent:
     """An `Agent` that drives a `Provider` through the tool loop.
 
@@ -122,17 +137,21 @@ class ModelAgent:
             return "cancelled"
 
     def _request(
-        self, msgs: list[Message], specs: tuple[ToolSpec, ...], names: WireNames | None = None
+        self,
+        msgs: list[Message],
+        specs: tuple[ToolSpec, ...],
+        system: str | None,
+        names: WireNames | None = None,
     ) -> ModelRequest:
         spec = self.spec
         messages: tuple[Message, ...] = tuple(msgs)
-        if names is not None:
+        if names is not None:  # the wire's tool names (`toolnames`)
             specs, messages = names.specs(specs), names.messages(messages)
         return ModelRequest(
             model=spec.model,
             messages=messages,
             tools=specs,
-            system=spec.system,
+            system=system,
             temperature=spec.temperature,
             max_output_tokens=spec.max_output_tokens,
             thinking_level=spec.thinking_level,
@@ -149,7 +168,16 @@ class ModelAgent:
             return None
         if self.mcp is not None:
             return None  # listing the servers' tools may wait
-        req = self._request(list(conversation(turn.history, turn.text)), self.tools.specs())
+        specs = self.tools.specs()
+        if turn.context is not None and (
+            turn.context.window <= 0
+            or turn.context.force
+            or leaves_out(turn)
+            or is_due(self, turn, tools_chars(self.tools.with_tool(RECALL).specs()))
+        ):
+            return None  # a compaction to run first, or recall to offer: the loop's
+        system, msgs, _ = model_view(turn, self.spec.system)
+        req = self._request(list(msgs), specs, system)
         events = drain_now(self.provider.stream(req))
         if events is None or any(isinstance(ev, ToolCallDone) for ev in events):
             return None
@@ -165,12 +193,6 @@ class ModelAgent:
         return stop
 
     async def turn(self, turn: TurnInput, out: TurnOutput) -> str:
-        todo: tuple[ToolCall, ...] = ()
-        if turn.resume:
-            start, todo = resume_point(turn.history)
-            msgs = list(start)
-        else:
-            msgs = list(conversation(turn.history, turn.text))
         # A goal run that ends with the finish tool offers it for its turns only.
         tools = self.tools.with_tool(FINISH) if turn.finish else self.tools
         if self.mcp is not None:
@@ -179,37 +201,47 @@ class ModelAgent:
             emit=out.emit,
             egress_allow=turn.egress_allow,
             delegate=getattr(out, "delegate", None),
+            recall=getattr(out, "recall", None),
             session_id=turn.session_id,
         )
         flusher = Flusher(out, self.flush_interval)
+        tally = UsageTally()
         try:
+            # What the tools add to a request, counting recall whether or not it is offered.
+            most = tools.with_tool(RECALL) if turn.context is not None else tools
+            extra = tools_chars(most.specs())
+            turn = await prepare(self, turn, out, tally, extra)
+            view = _View(turn, extra, self.spec.system)
             rounds = 0
-            if todo:
+            if view.todo:
                 # A turn paused for an approval: answer the calls still open, then go on.
                 rounds = 1
-                if await self._answer(todo, out, ctx, msgs, tools, announce=False):
+                if await self._answer(
+                    view.todo, out, ctx, view, view.offered(tools), announce=False
+                ):
                     return FINISHED
-            return await self._rounds(turn.model_call, rounds, out, ctx, msgs, tools, flusher)
+            return await self._rounds(rounds, out, ctx, view, tools, flusher, tally)
         finally:
             flusher.cancel()
 
     async def _rounds(
         self,
-        first: int,
         rounds: int,
         out: TurnOutput,
         ctx: ToolContext,
-        msgs: list[Message],
+        view: _View,
         tools: ToolRegistry,
         flusher: Flusher,
+        tally: UsageTally,
     ) -> str:
-        """Model calls, each through the gate (``first``, when set, admitted up front),
-        and each response's tool calls, until the model stops, a call is refused, the turn
-        runs out of tool rounds or an offered ``finish`` ran; ``rounds`` already ran."""
-        specs = tools.specs()
-        names = WireNames.of(tools.tools)
-        tally = UsageTally()
+        """Model calls, each through the gate (the turn's first, when set, admitted up
+        front), and each response's tool calls, until the model stops, a call is refused,
+        the turn runs out of tool rounds or an offered ``finish`` ran; ``rounds`` already
+        ran. A call the server refuses as over its context window is answered by one
+        compaction and one retry."""
+        first = view.turn.model_call
         while True:
+            offered = view.offered(tools)
             if first:
                 verdict, call, fault = str(Verdict.ADMIT), first, ""
                 first = 0
@@ -217,19 +249,30 @@ class ModelAgent:
                 verdict, call, fault = await self._govern(out, "model", "", "", Requirement())
             if verdict != Verdict.ADMIT:
                 return fault or "rejected"
-            req = self._request(msgs, specs, names)
-            reply = await stream_reply(self.provider, req, out, call, tally, flusher)
+            # The safe point: steers the session delivered with this admission.
+            view.msgs.extend(Message(role="user", text=t) for t in _steers(out))
+            names = WireNames.of(offered.tools)
+            req = self._request(view.msgs, offered.specs(), view.system, names)
+            try:
+                reply = await stream_reply(
+                    self.provider, req, out, call, tally, flusher, view.measure()
+                )
+            except Exception as exc:
+                if not view.may_retry(exc):
+                    raise
+                await view.overflowed(self, out, tally, exc)
+                continue
             if not reply.calls:
                 return reply.stop
             calls = tuple(attrs.evolve(c, name=names.registry_name(c.name)) for c in reply.calls)
             thinking = tuple(getattr(self.provider, "last_thinking", ()))
-            msgs.append(
+            view.msgs.append(
                 Message(role="assistant", text=reply.text, tool_calls=calls, thinking=thinking)
             )
             if rounds >= self.spec.max_tool_rounds:
                 return self._out_of_rounds(calls, out)
             rounds += 1
-            if await self._answer(calls, out, ctx, msgs, tools, announce=True):
+            if await self._answer(calls, out, ctx, view, offered, announce=True):
                 return FINISHED
 
     def _out_of_rounds(self, calls: tuple[ToolCall, ...], out: TurnOutput) -> str:
@@ -255,7 +298,7 @@ class ModelAgent:
         calls: tuple[ToolCall, ...],
         out: TurnOutput,
         ctx: ToolContext,
-        msgs: list[Message],
+        view: _View,
         tools: ToolRegistry,
         *,
         announce: bool,
@@ -270,10 +313,11 @@ class ModelAgent:
         results = await asyncio.gather(*(self._answered(c, out, ctx, tools) for c in calls))
         finished = False
         for c, (result, is_error) in zip(calls, results, strict=True):
-            msgs.append(
+            view.msgs.append(
                 Message(
                     role="tool",
-                    text=result,
+                    # Stored whole; the model gets at most its share of the window.
+                    text=elide(result, view.limit),
                     tool_use_id=c.id,
                     tool_name=c.name,
                     is_error=is_error,
@@ -288,7 +332,7 @@ class ModelAgent:
         """One call's result, stored the moment it is known: a sibling still waiting (for a
         human, say) must not hold back the outcome of a call that has run."""
         result, is_error, extra = await self._governed(call, out, ctx, tools)
-        if extra:
+        if extra:  # an MCP call's record
             out.tool_result(call.name, call.id, result, is_error, extra=extra)
         else:
             out.tool_result(call.name, call.id, result, is_error)
@@ -313,33 +357,60 @@ class ModelAgent:
         key_of = getattr(out, "idempotency_key", None)
         key = key_of(call.name, call.id) if key_of is not None else ""
         here = attrs.evolve(ctx, tool_use_id=call.id, idempotency_key=key)
-        result, is_error, extra = await self._run_tool(call, here, tool)
+        result, is_error, extra = await run_tool(call, here, tool)
         out.emit(completed(cid, call.name, call.id, "tool_error" if is_error else ""))
         return result, is_error, extra
 
-    async def _run_tool(
-        self, call: ToolCall, ctx: ToolContext, tool: Tool
-    ) -> tuple[str, bool, Mapping[str, Any]]:
-        try:
-            args = orjson.loads(call.arguments or "{}")
-        except orjson.JSONDecodeError as exc:
-            return f"the arguments are not valid JSON: {exc}", True, {}
-        if not isinstance(args, dict):
-            return "the arguments must be a JSON object", True, {}
-        loop = asyncio.get_running_loop()
-        try:
-            if tool.asynchronous:
-                # On the loop: an interrupt cancels it where it waits.
-                result = await (tool.fn(args, ctx) if tool.context else tool.fn(args))
-            # Off the loop: a slow tool must not hold up other sessions' streams.
-            elif tool.context:
-                result = await loop.run_in_executor(None, tool.fn, args, ctx)
-            else:
-                result = await loop.run_in_executor(None, tool.fn, args)
-        except ToolError as exc:
-            return str(exc), True, {}
-        except Exception as exc:
-            return f"{call.name} failed: {type(exc).__name__}: {exc}", True, {}
-        if isinstance(result, ToolOutput):
-            return result.text, result.is_error, result.extra
-        return str(result), False, {}
+
+class _View:
+    """What a turn's model calls carry: the view of the log it started with (`model_view`),
+    then the turn's own messages; replaced once if the server refuses it as too long."""
+
+    def __init__(self, turn: TurnInput, extra: int, system: str | None) -> None:
+        self.extra = extra
+        self.spec_system = system
+        self.retried = False
+        self.msgs: list[Message] = []
+        self.base = 0
+        self._reset(turn)
+
+    def _reset(self, turn: TurnInput) -> None:
+        own = self.msgs[self.base :]
+        self.turn = turn
+        self.system, start, self.todo = model_view(turn, self.spec_system)
+        self.base = len(start)
+        self.msgs[:] = [*start, *own]
+        self.limit = tool_limit(turn.context) if turn.context is not None else 0
+
+    def offered(self, tools: ToolRegistry) -> ToolRegistry:
+        """``tools``, with ``recall`` while the view leaves part of the log out."""
+        return tools.with_tool(RECALL) if leaves_out(self.turn) else tools
+
+    def measure(self) -> int:
+        """The characters of the next request (0: the turn manages no context)."""
+        if self.turn.context is None:
+            return 0
+        return chars_of(self.system, self.msgs) + self.extra
+
+    def may_retry(self, exc: Exception) -> bool:
+        """Whether ``exc`` is the server refusing the request as over its window (the
+        first time, a compaction and a retry; the second, a `ContextOverflow`)."""
+        return self.turn.context is not None and is_overflow(exc)
+
+    async def overflowed(
+        self, agent: ModelAgent, out: TurnOutput, tally: UsageTally, exc: Exception
+    ) -> None:
+        """Summarise all the older conversation and go on with that view, or fail the turn
+        saying the request cannot fit."""
+        new = self.turn if self.retried else await compact(agent, self.turn, out, tally, keep=0)
+        self.retried = True
+        ctx = self.turn.context
+        assert ctx is not None
+        if new is self.turn:
+            raise ContextOverflow(
+                f"the request does not fit the model's context window ({ctx.window} tokens, "
+                f"{ctx.window_source or 'unknown source'}; estimated "
+                f"{estimate(ctx, self.measure())}) even with the older conversation "
+                f"summarised: {exc}"
+            ) from None
+        self._reset(new)

@@ -87,10 +87,12 @@ async def stream_reply(
     call: int,
     tally: UsageTally,
     flusher: Flusher,
+    measure: int = 0,
 ) -> Reply:
     """Stream model call ``call``: text to ``out`` as it comes, usage reported as it is
     seen and added to ``tally`` once the call completed; its ``action.completed`` names
-    the fault of a call that failed."""
+    the fault of a call that failed, and for a request of ``measure`` characters the
+    input tokens the provider counted for it (the session calibrates its estimate so)."""
     text: list[str] = []
     calls: list[ToolCall] = []
     stop = "end_turn"
@@ -118,7 +120,9 @@ async def stream_reply(
     except Exception as exc:
         out.emit(completed(call, "model", "", _fault_of(exc)))
         raise
-    out.emit(completed(call, "model", "", ""))
+    counted = seen.usage.input_tokens if seen is not None else 0
+    extra = {"context": {"chars": measure, "inputTokens": counted}} if measure and counted else None
+    out.emit(completed(call, "model", "", "", extra))
     if seen is not None:
         tally.add(seen)
     return Reply("".join(text), tuple(calls), stop)
@@ -143,7 +147,9 @@ def drain_now(stream: AsyncIterator[StreamEvent]) -> list[StreamEvent] | None:
         return None
 
 
-def completed(call: int, action: str, tool_use_id: str, fault: str) -> Event:
+def completed(
+    call: int, action: str, tool_use_id: str, fault: str, extra: Mapping[str, Any] | None = None
+) -> Event:
     """The ``action.completed`` event of governed call ``call`` (a model call or a tool)."""
     return Event(
         kind=Kind.ACTION_COMPLETED,
@@ -152,6 +158,7 @@ def completed(call: int, action: str, tool_use_id: str, fault: str) -> Event:
         tool=action if action != "model" else "",
         tool_use_id=tool_use_id,
         fault=fault,
+        extra=extra or {},
     )
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "CLOCK",
     "FINISH",
     "HTTP_GET",
+    "RECALL",
     "Tool",
     "ToolContext",
     "ToolError",
@@ -58,6 +59,8 @@ class ToolContext:
     idempotency_key: str = ""
     #: The session whose turn calls the tool.
     session_id: str = ""
+    #: The text of this session's stored event ``seq`` (None where no log is at hand).
+    recall: Callable[[int], str] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -323,6 +326,53 @@ FINISH = Tool(
     parameters=_one_string("answer"),
     fn=_finish,
     idempotent=True,
+)
+
+
+#: Characters one recall returns unless asked for fewer.
+RECALL_LENGTH = 4000
+
+
+def _whole_number(args: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    v = args.get(key, default)
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise ToolError(f"{key} must be a whole number")
+    return v
+
+
+def _recall(args: Mapping[str, Any], ctx: ToolContext) -> str:
+    seq = _whole_number(args, "seq")
+    offset = _whole_number(args, "offset", 0)
+    length = max(1, min(_whole_number(args, "length", RECALL_LENGTH), RECALL_LENGTH))
+    if ctx.recall is None:
+        raise ToolError("recall needs the session's log")
+    text = ctx.recall(seq)
+    part = text[offset : offset + length]
+    end = offset + len(part)
+    more = f"; offset={end} reads on" if end < len(text) else ""
+    return f"[event {seq}, characters {offset} to {end} of {len(text)}{more}]\n{part}"
+
+
+#: Offered while the model's view leaves something out (a summary stands for older
+#: events, or a tool result was cut): the model reads what it needs back by seq.
+RECALL = Tool(
+    name="recall",
+    description=(
+        "Read back an event of this conversation that is no longer shown in full: one a "
+        "summary stands for, or a tool result that was cut. seq is the event's number; "
+        "offset and length page through a long one."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "seq": {"type": "integer"},
+            "offset": {"type": "integer"},
+            "length": {"type": "integer"},
+        },
+        "required": ["seq"],
+    },
+    fn=_recall,
+    context=True,
 )
 
 

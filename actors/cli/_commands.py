@@ -11,6 +11,20 @@ Runtime imports happen inside the run functions, so building the parser
 
 from __future__ import annotations
 
+from ._conversation_commands import (
+    branches,
+    branches_args,
+    edit,
+    edit_args,
+    fork,
+    fork_args,
+    regenerate,
+    regenerate_args,
+    replay,
+    replay_args,
+    switch_branch,
+    switch_branch_args,
+)
 from ._daemon import alive
 from ._integrity_commands import (
     check,
@@ -140,6 +154,48 @@ COMMANDS: tuple[Command, ...] = (
         ("vertebra interrupt chat-1",),
         interrupt_args,
         interrupt,
+    ),
+    Command(
+        "regenerate",
+        "answer a session's last user message again, on a new branch",
+        ("vertebra regenerate chat-1", "vertebra regenerate chat-1 12"),
+        regenerate_args,
+        regenerate,
+    ),
+    Command(
+        "edit",
+        "start a new branch from a past user message with new text",
+        ("vertebra edit chat-1 6 'what about Paris?'",),
+        edit_args,
+        edit,
+    ),
+    Command(
+        "branches",
+        "list the branches of a session's turn tree (* marks the active path)",
+        ("vertebra branches chat-1", "vertebra branches chat-1 --json"),
+        branches_args,
+        branches,
+    ),
+    Command(
+        "switch-branch",
+        "make the branch through a turn the active path (what the model sees)",
+        ("vertebra switch-branch chat-1 6",),
+        switch_branch_args,
+        switch_branch,
+    ),
+    Command(
+        "fork",
+        "copy a session's events up to a seq into a new session, with provenance",
+        ("vertebra fork chat-1 --at 40 --id chat-1b",),
+        fork_args,
+        fork,
+    ),
+    Command(
+        "replay",
+        "fork a session and re-run its user messages on another model, comparing answers",
+        ("vertebra replay chat-1 --model gpt-4o-mini", "vertebra replay chat-1 --json"),
+        replay_args,
+        replay,
     ),
     Command(
         "close",

@@ -96,6 +96,8 @@ def detail(ev: Any) -> str:
         out = f"{ev.child}: {ev.text}"
     elif ev.kind == "child.completed":
         out = f"{ev.child} {'failed' if ev.is_error else 'done'}: {ev.result}"
+    elif ev.kind.startswith("context."):
+        out = _context_detail(ev)
     else:
         out = (
             ev.text
@@ -119,6 +121,18 @@ KIND_WIDTH = 20
 QUIET_KINDS = frozenset(
     {"action.admitted", "action.started", "action.completed", "action.approval"}
 )
+
+
+def _context_detail(ev: Any) -> str:
+    x = ev.extra or {}
+    if ev.kind == "context.window":
+        return f"{x.get('tokens')} tokens ({x.get('source')})"
+    if ev.kind == "context.uncompacted":
+        return f"compaction #{ev.call} taken back"
+    span = f"#{x.get('fromSeq')}-#{x.get('toSeq')}"
+    # The covered events are all still stored: history --after shows them.
+    gist = f"summary: {ev.text}" if ev.text else "left out, no summary could be written"
+    return f"{span} {gist}"
 
 
 def event_line(ev: Any, style: Style, session: str = "") -> str:
@@ -300,3 +314,20 @@ __all__ = [
     "table",
     "use_color",
 ]
+
+
+def context_fields(log: Any, sid: str) -> dict[str, Any]:
+    """The context state the session's fold gives (window, estimate, last compaction)."""
+    from actors.session.rules.state import SessionState, fold
+    from actors.session.rules.views import context_report
+    from spine import history
+
+    try:
+        st = fold(SessionState(session_id=sid), history(log, sid))
+    except Exception as exc:  # a stream that does not decode is the status's to report
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    report = context_report(st)
+    last = report.pop("lastCompaction", None)
+    if last:
+        report["lastCompaction"] = f"seq {last['seq']} (events {last['fromSeq']}-{last['toSeq']})"
+    return report

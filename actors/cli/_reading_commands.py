@@ -19,7 +19,15 @@ from ._access import (
     unknown_session,
 )
 from ._daemon import EXIT_INTERRUPTED, EXIT_USAGE, CliError, read_daemon
-from ._format import event_line, fanout_tree, json_line, parse_kinds, span_tree, table
+from ._format import (
+    context_fields,
+    event_line,
+    fanout_tree,
+    json_line,
+    parse_kinds,
+    span_tree,
+    table,
+)
 from ._output import Out, interrupted
 from ._parser import positive, seq_number
 
@@ -160,6 +168,7 @@ def status(args: argparse.Namespace, out: Out) -> int:
         # failed, naming its seq, instead of failing the command.
         count = log.last_seq(sid)
         p = project_stored(log, sid)
+        context = context_fields(log, sid) if count else {}
     if not count:
         raise unknown_session(sid)
     fields: dict[str, Any] = {"session": sid, "events": count}
@@ -174,6 +183,7 @@ def status(args: argparse.Namespace, out: Out) -> int:
     for k in ("admitted", "completed", "rejected", "egress_allowed", "egress_blocked"):
         fields[k] = getattr(p, k)
     fields["pending"] = len(p.pending)
+    fields.update({"context": context} if context else {})
     waiting = [f"call {w.call} {w.action} {w.input}" for w in p.pending]
     egress = [f"{x.host} {'allowed' if x.allowed else 'blocked'} ({x.reason})" for x in p.egress]
     fanout = getattr(p, "fanout", ())

@@ -69,6 +69,11 @@ def send_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", metavar="SESSION")
     p.add_argument("text", metavar="TEXT", help="the message (a /slash command too)")
     p.add_argument("--create", action="store_true", help="create the session if it is new")
+    p.add_argument(
+        "--steer",
+        action="store_true",
+        help="hand it to the running turn at its next safe point (else a plain message)",
+    )
     p.add_argument("--no-wait", dest="wait", action="store_false", help="do not wait for the turn")
     p.add_argument("--timeout", type=positive, default=60.0, metavar="S", help="turn timeout")
     p.add_argument(
@@ -101,7 +106,7 @@ def send(args: argparse.Namespace, out: Out) -> int:
         stream = _DeltaPrinter(out, sid) if args.wait and not args.json else None
         if stream is not None:
             host.add_sink(stream.on_live, kinds=(ASSISTANT_DELTA,))
-        ack = host.send(sid, args.text, key=args.key)
+        ack = host.send(sid, args.text, key=args.key, mode="steer" if args.steer else "")
         if args.json:
             fields = {"seq": ack.seq, "consumed": ack.consumed, "notices": list(ack.notices)}
             out.line(json_line({**fields, "duplicate": ack.duplicate}))

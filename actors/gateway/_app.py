@@ -24,6 +24,7 @@ from starlette.routing import Match, Route
 
 from . import _a2a_routes as a2a
 from . import _agui_routes as agui
+from . import _conversation_routes as conversation
 from . import _session_routes as sessions
 from . import _stream_routes as streams
 from . import _telemetry_routes as telemetry
@@ -39,6 +40,11 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/v1/sessions/{id}", "read", sessions.get_session),
     RouteSpec("DELETE", "/v1/sessions/{id}", "write", sessions.close_session),
     RouteSpec("POST", "/v1/sessions/{id}/messages", "write", sessions.send_message),
+    RouteSpec("POST", "/v1/sessions/{id}/edits", "write", conversation.edit),
+    RouteSpec("POST", "/v1/sessions/{id}/regenerations", "write", conversation.regenerate),
+    RouteSpec("GET", "/v1/sessions/{id}/branches", "read", conversation.branches),
+    RouteSpec("PUT", "/v1/sessions/{id}/branch", "write", conversation.switch_branch),
+    RouteSpec("POST", "/v1/sessions/{id}/forks", "write", conversation.fork),
     RouteSpec("POST", "/v1/sessions/{id}/goals", "write", sessions.submit_goal),
     RouteSpec("GET", "/v1/sessions/{id}/goals/wait", "read", sessions.wait_goal),
     RouteSpec("POST", "/v1/sessions/{id}/interrupt", "write", sessions.interrupt),
@@ -46,6 +52,7 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/v1/sessions/{id}/approvals", "read", sessions.approvals),
     RouteSpec("POST", "/v1/sessions/{id}/approvals/{call}", "write", sessions.decide),
     RouteSpec("GET", "/v1/sessions/{id}/status", "read", streams.status),
+    RouteSpec("GET", "/v1/sessions/{id}/context", "read", streams.context),
     RouteSpec("GET", "/v1/sessions/{id}/history", "read", streams.history),
     RouteSpec("POST", "/v1/sessions/{id}/seal", "write", streams.seal),
     RouteSpec("POST", "/v1/sessions/{id}/verify", "write", streams.verify),

@@ -17,6 +17,7 @@ from spine import history as stream_history
 
 from .. import errors as e
 from ..authority import Authority, refusal
+from ..policy import BusyPolicy
 from ..session.rules.goals import budget_problem
 from ._gateway import Gateway, call, known
 from ._replies import (
@@ -123,9 +124,13 @@ async def send_message(gw: Gateway, request: Request) -> Response:
     text = body.get("text")
     if not isinstance(text, str):
         raise HttpError(422, "invalid_field", "'text' must be a string")
+    mode = field(body, "mode", str, "")
+    if mode and mode not in tuple(BusyPolicy):
+        choices = ", ".join(p.value for p in BusyPolicy)
+        raise HttpError(422, "invalid_field", f"'mode' must be one of {choices}")
     key = idempotency_key(request)
     try:
-        ack = await call(gw.host.send, sid, text, key=f"http:{key}" if key else None)
+        ack = await call(gw.host.send, sid, text, key=f"http:{key}" if key else None, mode=mode)
     except e.IdempotencyConflict:
         raise HttpError(
             422,

@@ -33,6 +33,12 @@ async def status(gw: Gateway, request: Request) -> Response:
     return json_response(status_json(p))
 
 
+async def context(gw: Gateway, request: Request) -> Response:
+    sid = session_id(request)
+    await known(gw, sid)
+    return json_response(await call(gw.host.context, sid))
+
+
 async def history(gw: Gateway, request: Request) -> Response:
     sid = session_id(request)
     after = int_param(request, "after", 0)

@@ -13,6 +13,7 @@ from spine import Kind, Log, SpineError, new_session_id, validate_session_id
 from .. import messages as m
 from ..authority import Authority, refusal
 from ..errors import ActorsError, InvalidRequest, NotAuthorized
+from ..policy import BusyPolicy
 from ..session.rules.goals import budget_problem
 from .goals import in_flight, runs_in_flight
 from .replies import request_id
@@ -74,13 +75,34 @@ class SessionCommands:
         )
         return sid
 
-    def send(self, session_id: str, text: str, *, key: str | None = None) -> m.Ack:
+    def send(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        key: str | None = None,
+        mode: str | BusyPolicy = "",
+        edits: int = 0,
+        regenerates: int = 0,
+    ) -> m.Ack:
         """Send a user message; returns once its event is committed (or the interceptors
-        consumed it). Retrying with the same ``key`` never stores it twice."""
+        consumed it). Retrying with the same ``key`` never stores it twice.
+
+        ``mode`` is this message's busy policy (default: the session's): ``steer`` hands it
+        to the running turn at its next safe point (`Host.edit` and `Host.regenerate` use
+        ``edits`` and ``regenerates``)."""
         if not isinstance(text, str):
             raise InvalidRequest("a message's text must be a string")
+        if mode:
+            mode = BusyPolicy.parse(mode)
         msg = m.SendMessage(
-            request_id=request_id(), session_id=session_id, key=key or request_id(), text=text
+            request_id=request_id(),
+            session_id=session_id,
+            key=key or request_id(),
+            text=text,
+            mode=str(mode),
+            edits=edits,
+            regenerates=regenerates,
         )
         return self._request(msg)  # type: ignore[no-any-return]
 
@@ -273,6 +295,7 @@ _IN_TURN = frozenset(
         Kind.EGRESS,
         Kind.CHILD_SPAWNED,
         Kind.CHILD_COMPLETED,
+        Kind.STEER_DELIVERED,
     }
 )
 #: Kinds appended whether or not a turn runs (a seal by count may land mid-turn, a

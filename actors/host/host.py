@@ -33,6 +33,7 @@ from ..policy import BusyPolicy, RestartPolicy, SealPolicy
 from ..runner import spine_spec
 from ..runner.protocol import StopSpares
 from .commands import SessionCommands
+from .conversation import ConversationCommands
 from .reading import SessionReading, pending_actions
 from .replies import request_id
 from .runtime import Runtime
@@ -96,7 +97,7 @@ def _durable(data_dir: str | os.PathLike[str], spine: str | None, durability: st
     return spine_spec(os.path.abspath(os.fspath(data_dir)), spine or "").durable(durability).url
 
 
-class Host(SessionCommands, SessionReading):
+class Host(SessionCommands, ConversationCommands, SessionReading):
     """An embedded vertebra runtime over a data directory.
 
     ``base`` is ``"multiprocTCPBase"`` (each session its own process: fault-isolated) or

@@ -30,6 +30,8 @@ from spine import Event, Kind, Log, history, subscribe
 
 from .. import messages as m
 from ..errors import ActorsError, HostTimeout, SessionNotFound
+from ..session.rules.state import SessionState, fold
+from ..session.rules.views import context_report
 from .goals import wait_goal
 from .replies import request_id
 from .runtime import Runtime
@@ -119,6 +121,13 @@ class SessionReading:
     def history(self, session_id: str) -> list[Event]:
         """Every stored event of the session, in order (empty for an unknown id)."""
         return history(self._log, session_id)
+
+    def context(self, session_id: str) -> dict[str, Any]:
+        """Where the session's context stands: its window and where that came from, the
+        estimate of its next request, the last compaction (`context_report`; empty when
+        nothing is managed: the scripted model without ``ore.model.context_window``)."""
+        st = fold(SessionState(session_id=session_id), history(self._log, session_id))
+        return context_report(st)
 
     def subscribe(
         self, session_id: str, after_seq: int = 0, kinds: Iterable[str] | None = None

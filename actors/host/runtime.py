@@ -46,6 +46,7 @@ IDEMPOTENT: tuple[type, ...] = (
     m.Interrupt,
     m.SetMetadata,
     m.SwitchSession,
+    m.SwitchBranch,
     m.DecideAction,
     m.SubmitGoal,
     m.ResumeGoal,

@@ -26,6 +26,7 @@ from .ingress import (
     SendMessage,
     SetMetadata,
     SubmitGoal,
+    SwitchBranch,
     SwitchSession,
 )
 from .registry import (
@@ -88,6 +89,7 @@ REQUESTS: tuple[type, ...] = (
     SubmitGoal,
     ResumeGoal,
     SwitchSession,
+    SwitchBranch,
     Subscribe,
     Unsubscribe,
     AddSink,
@@ -174,6 +176,7 @@ __all__ = [
     "SubmitGoal",
     "Subscribe",
     "SubscribeReply",
+    "SwitchBranch",
     "SwitchSession",
     "Unsubscribe",
     "VerifyReply",

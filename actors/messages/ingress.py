@@ -12,12 +12,31 @@ from .converters import _frozen_map, _tuple
 
 @attrs.frozen(kw_only=True)
 class SendMessage:
-    """A user message; acknowledged once its event is committed."""
+    """A user message; acknowledged once its event is committed.
+
+    ``mode`` is this message's busy policy ("": the session's), e.g. ``steer``.
+    ``edits`` (a past user message's seq) starts a new branch with this text in its
+    place; ``regenerates`` answers a past user message again as a sibling branch (-1:
+    the latest on the active path). The model sees only the active path."""
 
     request_id: str
     session_id: str
     key: str
     text: str
+    mode: str = ""
+    edits: int = 0
+    regenerates: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class SwitchBranch:
+    """Make the branch through the turn whose user message is at ``turn`` the active
+    path (down to its most recent turn). Answered with an `Ack`."""
+
+    request_id: str
+    session_id: str
+    key: str
+    turn: int
 
 
 @attrs.frozen(kw_only=True)

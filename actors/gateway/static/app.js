@@ -105,7 +105,18 @@ function onStored(ev, seq) {
       add(`note child${ev.isError ? " error" : ""}`, `${ev.child} ${ev.isError ? "failed" : "done"}: ${ev.result || ""}`);
       break;
     case "user.message":
-      add("msg user", ev.text || "");
+      if (ev.steer) add("msg user steer", `steer: ${ev.text || ""}`);
+      else userMessage(ev, seq);
+      break;
+    case "steer.delivered":
+      add("note steer", `steer delivered into turn ${ev.turn} before model call ${ev.call}`);
+      break;
+    case "steer.dropped":
+      add("note steer", `steer dropped (${ev.reason || ""}): ${ev.handed === "next" ? "it runs as the next turn" : "refused"}`);
+      break;
+    case "branch.switched":
+      add("note", `switched to the branch through seq ${ev.activates}`);
+      scheduleBranches();
       break;
     case "turn.started":
       streamingTurn = ev.turn;
@@ -175,6 +186,80 @@ function onStored(ev, seq) {
       break;
   }
   scheduleStatus();
+}
+
+// A user message with its turn-tree buttons: edit it (a new branch from here) or, for the
+// latest, regenerate its answer (a sibling branch). The page reads the tree from the route.
+function userMessage(ev, seq) {
+  const label = ev.edits ? `(edit of ${ev.edits}) ` : ev.regenerates ? `(again) ` : "";
+  const el = add("msg user", label + (ev.text || ""));
+  el.dataset.seq = seq;
+  const tools = document.createElement("span");
+  tools.className = "msg-tools";
+  for (const [name, fn] of [["edit", () => editMessage(seq, ev.text || "")], ["regenerate", () => regenerate(seq)], ["fork", () => forkAt(seq - 1)]]) {
+    const b = document.createElement("button");
+    b.type = "button";
+    // The label is drawn by the style sheet: the message's text stays its own.
+    b.dataset.label = name;
+    b.setAttribute("aria-label", name);
+    b.className = `msg-${name}`;
+    b.onclick = fn;
+    tools.appendChild(b);
+  }
+  el.appendChild(tools);
+  scheduleBranches();
+}
+
+const sessionPath = () => `/v1/sessions/${encodeURIComponent(state.session)}`;
+
+async function guarded(fn) {
+  showError(null);
+  try {
+    return await fn();
+  } catch (err) {
+    showError(err);
+  }
+}
+
+function editMessage(seq, text) {
+  const changed = prompt("Edit the message (a new branch starts here):", text);
+  if (changed && changed.trim()) guarded(() => api("POST", `${sessionPath()}/edits`, { seq, text: changed }));
+}
+
+function regenerate(seq) {
+  guarded(() => api("POST", `${sessionPath()}/regenerations`, seq ? { seq } : {}));
+}
+
+async function forkAt(at) {
+  const s = await guarded(() => api("POST", `${sessionPath()}/forks`, at > 0 ? { at } : {}));
+  if (s) {
+    await loadSessions();
+    openSession(s.id);
+  }
+}
+
+let branchesTimer = null;
+function scheduleBranches() {
+  clearTimeout(branchesTimer);
+  branchesTimer = setTimeout(() => refreshBranches().catch(() => {}), 150);
+}
+
+async function refreshBranches() {
+  if (!state.session) return;
+  const { branches } = await api("GET", `${sessionPath()}/branches`);
+  const list = $("branches");
+  list.replaceChildren(
+    ...branches.map((b) => {
+      const li = document.createElement("li");
+      li.className = b.active ? "active" : "";
+      li.textContent = `${b.active ? "● " : ""}${b.text} → ${(b.reply || "").slice(0, 40)}`;
+      li.title = `turns ${b.path.join(" > ")}`;
+      if (!b.active) {
+        li.onclick = () => guarded(() => api("PUT", `${sessionPath()}/branch`, { turn: b.leaf }));
+      }
+      return li;
+    }),
+  );
 }
 
 function onLive(item) {
@@ -354,7 +439,9 @@ async function loadSessions() {
 async function send(text) {
   showError(null);
   try {
-    await api("POST", `/v1/sessions/${encodeURIComponent(state.session)}/messages`, { text });
+    // While a turn runs the message steers it: delivered at its next safe point.
+    const body = streamingTurn !== null ? { text, mode: "steer" } : { text };
+    await api("POST", `/v1/sessions/${encodeURIComponent(state.session)}/messages`, body);
   } catch (err) {
     showError(err);
   }
@@ -389,6 +476,8 @@ function wire() {
     $("input").value = "";
     submitGoal(text);
   };
+  $("regenerate").onclick = () => state.session && regenerate(0);
+  $("fork").onclick = () => state.session && forkAt(0);
   $("interrupt").onclick = async () => {
     showError(null);
     try {

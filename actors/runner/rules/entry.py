@@ -19,6 +19,7 @@ INGRESS = (
     m.Interrupt,
     m.SetMetadata,
     m.SwitchSession,
+    m.SwitchBranch,
     m.DecideAction,
     m.SubmitGoal,
     m.ResumeGoal,

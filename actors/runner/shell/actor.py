@@ -280,6 +280,7 @@ class RunnerActor(GuardedActor):
     receiveMsg_SubmitGoal = _route_request
     receiveMsg_ResumeGoal = _route_request
     receiveMsg_SwitchSession = _route_request
+    receiveMsg_SwitchBranch = _route_request
     receiveMsg_Subscribe = _route_request
     receiveMsg_Unsubscribe = _route_request
     receiveMsg_CloseSession = _route_request

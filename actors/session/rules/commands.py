@@ -319,6 +319,9 @@ class AnswerWorker:
     fault: str = ""
     #: The call's idempotency key (admitted tool calls), handed to the tool.
     key: str = ""
+    #: Steers delivered with this admission (a model call's): the worker adds them to the
+    #: conversation, as user messages, before the call.
+    steers: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)

@@ -15,16 +15,14 @@ from typing import Any
 
 import attrs
 
-from projections import secret_problem
 from spine import Event, Kind, Phase, validate_session_id
 
 from ... import messages as m
-from ...authority import Authority
-from ...authority import refusal as authority_refusal
 from ...interceptors import Ingress, NoticeItem
-from ...policy import BUSY_POLICY_KEY, BusyPolicy
+from ...policy import BusyPolicy
 from ..protocol import SessionReady
-from . import goals
+from . import branching, goals
+from .changes import changes_of
 from .commands import (
     Close,
     CloseStored,
@@ -61,7 +59,7 @@ from .records import seal, sealed, verified, verify
 from .recovery import recovery_events
 from .refusals import failed, refusal
 from .replace import replace
-from .state import QUEUEING_KINDS, fold, metadata_diff
+from .state import QUEUEING_KINDS, fold
 from .stored import close_stored, fail_stored, revive_stored
 from .turns import cancel, done_event, finished, progress, settle, start_failed
 from .views import ingress_seq
@@ -145,7 +143,9 @@ def _open(s: Session, cmd: Open) -> Decision:
 
 #: The stored kinds that record an ingress itself (a properties change is stored as the
 #: difference it made, so it is not compared).
-_INGRESS_KINDS = frozenset({Kind.USER_MESSAGE, Kind.INTERRUPT, Kind.SESSION_SWITCH})
+_INGRESS_KINDS = frozenset(
+    {Kind.USER_MESSAGE, Kind.INTERRUPT, Kind.SESSION_SWITCH, Kind.BRANCH_SWITCHED}
+)
 
 
 def reused_key(ingress: Ingress, prior: Sequence[Event]) -> bool:
@@ -158,8 +158,13 @@ def reused_key(ingress: Ingress, prior: Sequence[Event]) -> bool:
         return False
     if first.kind != ingress.kind:
         return True
+    if first.kind == Kind.USER_MESSAGE and ingress.regenerates:
+        # A regeneration stores the text it answers again, whatever it was sent with.
+        return "regenerates" not in first.extra
     if first.kind == Kind.USER_MESSAGE:
         return first.text != ingress.text
+    if first.kind == Kind.BRANCH_SWITCHED:
+        return first.extra.get("activates") != ingress.turn
     if first.kind == Kind.INTERRUPT:
         return first.reason != (ingress.text or "interrupted")
     return first.session != ingress.target
@@ -212,25 +217,12 @@ def _placed(s: Session, cmd: Intercepted) -> tuple[list[Event], list[Live]]:
 
 
 def _intercepted(s: Session, cmd: Intercepted) -> Decision:
-    st = s.stored
     events, live = _placed(s, cmd)
     notices = tuple((x.severity, x.text) for x in live)
     ing = cmd.ingress
-    changes = metadata_diff(st.metadata, cmd.changes)
-    # What interceptors change, they change on the session's behalf (slash commands).
-    problem = authority_refusal(changes, st.metadata, Authority.SESSION)
-    if ing is not None and ing.kind == Kind.PROPERTIES:
-        problem = problem or authority_refusal(ing.properties, st.metadata, ing.authority)
-        changes.update(metadata_diff({**st.metadata, **changes}, ing.properties))  # type: ignore[dict-item]
-    if problem is not None:
-        # Nothing of this ingress is stored, and the conduits hear why.
-        notice = Live(after_seq=st.last_seq, kind="notice", severity="error", text=problem)
-        reply = failed(s, cmd.request_id, "NotAuthorized", problem)
-        return Decision(state=s, reply=reply, live=(notice,))
-    problem = secret_problem(changes)
-    if problem is not None:
-        # Nothing of this ingress is stored: a credential must never reach the log.
-        return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", problem))
+    changes, refused = changes_of(s, cmd)
+    if refused is not None:
+        return refused
     if changes:
         events.append(Event(kind=Kind.PROPERTIES, properties=changes))
     ack = m.Ack(
@@ -251,6 +243,12 @@ def _intercepted(s: Session, cmd: Intercepted) -> Decision:
         return _store(s, events, live, ack, cmd.key)
     if ing.kind == Kind.INTERRUPT:
         return _interrupt(s, cmd, events, live, ack)
+    if ing.kind == Kind.BRANCH_SWITCHED:
+        switch = branching.switched(s, cmd.request_id, ing)
+        if isinstance(switch, m.RequestFailed):
+            return Decision(state=s, reply=switch, live=tuple(live))
+        events.append(switch)
+        return _store(s, events, live, attrs.evolve(ack, consumed=False), cmd.key)
     if ing.kind == Kind.USER_MESSAGE:
         return _user_message(s, cmd, events, live, ack)
     return Decision(
@@ -305,22 +303,24 @@ def _interrupt(
     )
 
 
-def busy_policy(s: Session) -> BusyPolicy:
-    """The session's own policy (metadata) if it names one, else the Runner's."""
-    own = s.stored.metadata.get(BUSY_POLICY_KEY)
-    try:
-        return BusyPolicy(own) if own else s.busy_policy
-    except ValueError:
-        return s.busy_policy
-
-
 def _user_message(
     s: Session, cmd: Intercepted, events: list[Event], live: list[Live], ack: m.Ack
 ) -> Decision:
-    assert cmd.ingress is not None
-    policy = busy_policy(s)
+    ing = cmd.ingress
+    assert ing is not None
+    problem = branching.mode_problem(ing)
+    if problem is not None:
+        return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", problem))
+    if ing.edits or ing.regenerates:
+        return _branched(s, cmd, events, live, ack)
+    policy = branching.busy_policy(s, ing)
     effects: tuple[Effect, ...] = ()
     state = s
+    if s.running is not None and policy == BusyPolicy.STEER:
+        # Stored now (durable once acknowledged), delivered at the turn's next safe point.
+        events.append(branching.steer(ing))
+        ack = attrs.evolve(ack, seq=s.stored.last_seq + len(events))
+        return Decision(state=s, events=tuple(events), key=cmd.key, reply=ack, live=tuple(live))
     if s.running is not None and policy == BusyPolicy.REJECT:
         text = f"session {s.session_id} is running a turn; message rejected"
         refused = failed(s, cmd.request_id, "Rejected", text)
@@ -331,11 +331,24 @@ def _user_message(
         cancelled, effects = cancel(run, "superseded", s.stored)
         events += cancelled
         state = attrs.evolve(s, running=None)
-    events.append(Event(kind=Kind.USER_MESSAGE, text=cmd.ingress.text))
+    events.append(Event(kind=Kind.USER_MESSAGE, text=ing.text))
     ack = attrs.evolve(ack, seq=s.stored.last_seq + len(events))
     return Decision(
         state=state, events=tuple(events), key=cmd.key, reply=ack, live=tuple(live), effects=effects
     )
+
+
+def _branched(
+    s: Session, cmd: Intercepted, events: list[Event], live: list[Live], ack: m.Ack
+) -> Decision:
+    """An edit or a regeneration: a new branch whose turn starts in the same append."""
+    assert cmd.ingress is not None
+    ev = branching.branched(s, cmd.request_id, cmd.ingress)
+    if isinstance(ev, m.RequestFailed):
+        return Decision(state=s, reply=ev, live=tuple(live))
+    events.append(ev)
+    ack = attrs.evolve(ack, seq=s.stored.last_seq + len(events))
+    return Decision(state=s, events=tuple(events), key=cmd.key, reply=ack, live=tuple(live))
 
 
 # -- turns -------------------------------------------------------------------------------

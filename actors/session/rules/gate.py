@@ -19,12 +19,13 @@ from ...agents.egress_rules import EgressDecision, destination, precheck
 from ...agents.governance import Ask, Fault, Policy, PolicyError, Ruling, Spent, Verdict, rule
 from ...spec import AgentSpec, SettingsError, TurnInput
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
+from .conversation import delivered
 from .goals import goal_budget
 from .intents import ARGS, IDEMPOTENT, KEY, RETRY, args_hash, effect_key
 from .recovery import unfinished
 from .refusals import failed
 from .state import PendingAction, SessionState, action_key, depth_of
-from .views import history_before
+from .views import context_of, history_before
 
 
 def _answer(cmd: Govern, verdict: str, call: int, fault: str = "", key: str = "") -> AnswerWorker:
@@ -79,8 +80,7 @@ def govern(s: Session, cmd: Govern) -> Decision:
         "tool_use_id": cmd.tool_use_id,
     }
     if verdict == Verdict.ADMIT and cmd.action == "model":
-        ev = Event(kind=Kind.ACTION_ADMITTED, **base)
-        return Decision(state=s, events=(ev,), effects=(_answer(cmd, verdict, call),))
+        return _model_admitted(s, cmd, base, call)
     if verdict == Verdict.ADMIT:
         # The admission and the intent in one append: the tool runs once it is durable.
         key = effect_key(st.session_id, run.turn, call)
@@ -105,6 +105,19 @@ def govern(s: Session, cmd: Govern) -> Decision:
         )
         events = (ev, dial)
     return Decision(state=s, events=events, effects=(_answer(cmd, verdict, call, fault_text),))
+
+
+def _model_admitted(s: Session, cmd: Govern, base: dict[str, Any], call: int) -> Decision:
+    st, turn = s.stored, base["turn"]
+    ev = Event(kind=Kind.ACTION_ADMITTED, **base)
+    answer = _answer(cmd, Verdict.ADMIT, call)
+    if not st.steers:
+        return Decision(state=s, events=(ev,), effects=(answer,))
+    # The turn's safe point: a model call after the tool batch before it has all its
+    # results (the worker asks only then). Waiting steers land here, in order.
+    landed = delivered(turn, call, st.steers)
+    answer = attrs.evolve(answer, steers=tuple(text for _, text in st.steers))
+    return Decision(state=s, events=(ev, *landed), effects=(answer,))
 
 
 def _judged(
@@ -309,8 +322,9 @@ def resumed(st: SessionState, turn: int) -> StartTurn:
     try:
         spec = AgentSpec.from_metadata(st.metadata)
         allow = Policy.from_metadata(st.metadata).egress_allow
+        context = context_of(st, spec)
     except (SettingsError, PolicyError):
-        spec, allow = AgentSpec(), ()
+        spec, allow, context = AgentSpec(), (), None
     turn_input = TurnInput(
         session_id=st.session_id,
         turn=turn,
@@ -319,6 +333,7 @@ def resumed(st: SessionState, turn: int) -> StartTurn:
         spec=spec,
         resume=True,
         egress_allow=allow,
+        context=context,
     )
     return StartTurn(turn=turn, spec=spec, input=turn_input)
 

@@ -23,6 +23,7 @@ import orjson
 from spine import Event, Kind, Phase
 
 from ...agents.governance import Policy, PolicyError
+from . import conversation
 from .intents import ASK, FAIL, IN_DOUBT_OF, KEY, RESOLUTION, RETRY, Intent
 from .state import SessionState
 
@@ -166,6 +167,7 @@ def recovery_events(state: SessionState, reason: str = "crash", first_seq: int =
             reason=reason,
             usage=ot.usage if not ot.usage.is_zero() else None,
         ),
+        *conversation.dropped(state.steers, ot.turn, reason, state.metadata),
         Event(kind=Kind.LIFECYCLE, phase=Phase.DONE, reason=reason),
     ]
 

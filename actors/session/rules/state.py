@@ -1,8 +1,5 @@
-"""The session's pure core: its state as a fold of its own stream.
-
-No Thespian, no I/O, no clock: the actor shell loads events, calls `evolve`, appends what
-the handlers decide, and replies.
-"""
+"""The session's pure core: its state as a fold of its own stream (no Thespian, I/O or
+clock: the shell loads events, calls `evolve`, appends what the handlers decide)."""
 
 from __future__ import annotations
 
@@ -14,15 +11,14 @@ import orjson
 
 from spine import Event, Kind, Usage, terminal_after
 
+from . import conversation
 from . import intents as ledger
+from .context import CONTEXT_HANDLERS, ContextState, calibrated
 from .intents import Intent
 from .replace import replace
 
-#: Conversation messages kept in memory for the agent's context.
-HISTORY_LIMIT = 200
-
 #: Version of `SessionState`'s shape and module (pickles name it); others are ignored.
-SNAPSHOT_VERSION = 8
+SNAPSHOT_VERSION = 10
 
 
 @attrs.frozen(kw_only=True)
@@ -122,6 +118,15 @@ class SessionState:
     children: Mapping[str, bool] = attrs.field(factory=dict)
     #: The effect ledger's tool calls admitted and not yet ended, by call (`intents`).
     intents: Mapping[int, Intent] = attrs.field(factory=dict)
+    #: Compactions, the window a server answered, the estimate's calibration.
+    context: ContextState = attrs.field(factory=ContextState)
+    #: Steers stored for the running turn, not yet delivered or dropped: (seq, text).
+    steers: tuple[tuple[int, str], ...] = ()
+    #: The turn tree (`conversation`): turn -> the turn it follows; the active leaf; the
+    #: entries of paths the session moved away from, by turn.
+    nodes: Mapping[int, int] = attrs.field(factory=dict)
+    leaf: int = 0
+    stash: Mapping[int, tuple[tuple[str, str, int], ...]] = attrs.field(factory=dict)
 
     @property
     def running_goal(self) -> GoalRun | None:
@@ -143,8 +148,8 @@ class SessionState:
         return self.open_turn is not None or bool(self.pending)
 
 
-# Each handler returns the fields an event changes; `evolve` applies them, with the new
-# last seq, in one step (a fold runs on every append, so one copy per event, not two).
+# Each handler returns the fields an event changes; `evolve` applies them with the new
+# last seq in one step (a fold runs on every append: one copy per event, not two).
 Changes = dict[str, Any]
 
 
@@ -159,10 +164,7 @@ def _meta(state: SessionState, ev: Event, seq: int) -> Changes:
 
 
 def _user(state: SessionState, ev: Event, seq: int) -> Changes:
-    changes: Changes = {
-        "pending": (*state.pending, (seq, ev.text)),
-        "history": _push(state.history, ("user", ev.text, seq)),
-    }
+    changes = conversation.user_message(state, ev, seq)
     g = state.running_goal
     if g is not None and ev.extra.get(FINISH_REMINDER):
         changes["goal"] = attrs.evolve(g, reminders=g.reminders + 1)
@@ -319,6 +321,8 @@ def _action(status: str) -> Callable[[SessionState, Event, int], Changes]:
         if status == "admitted" and ev.action != "model":
             changes["tool_calls"] = state.tool_calls + 1
         changes.update(_LEDGER.get(status, _ended)(state, ev, seq))
+        if status == "completed" and ev.action == "model" and ev.extra:
+            changes["context"] = calibrated(state.context, ev)
         g = state.running_goal
         if status == "rejected" and ev.fault == "budget_exceeded" and g is not None:
             changes["goal"] = attrs.evolve(g, exhausted=ev.error or "budget exceeded")
@@ -373,16 +377,16 @@ _HANDLERS: dict[str, Callable[[SessionState, Event, int], Changes]] = {
     Kind.ACTION_STARTED: _action("started"),
     Kind.ACTION_IN_DOUBT: _action("in_doubt"),
     Kind.ACTION_APPROVAL: _approval,
+    **CONTEXT_HANDLERS,
+    Kind.STEER_DELIVERED: conversation.steer_delivered,
+    Kind.STEER_DROPPED: conversation.steer_dropped,
+    Kind.BRANCH_SWITCHED: conversation.branch_switched,
 }
 #: The kinds whose fold can queue work (a pending message, a goal run): no other makes a turn due.
-QUEUEING_KINDS = frozenset({Kind.USER_MESSAGE, Kind.SESSION_STARTED})
+QUEUEING_KINDS = frozenset({Kind.USER_MESSAGE, Kind.SESSION_STARTED, Kind.STEER_DROPPED})
 
 
-def _push(
-    hist: tuple[tuple[str, str, int], ...], item: tuple[str, str, int]
-) -> tuple[tuple[str, str, int], ...]:
-    out = (*hist, item)
-    return out[-HISTORY_LIMIT:] if len(out) > HISTORY_LIMIT else out
+_push = conversation.push
 
 
 def evolve(state: SessionState, ev: Event, seq: int | None = None) -> SessionState:
@@ -410,8 +414,4 @@ def metadata_diff(
     current: Mapping[str, str], changes: Mapping[str, str | None]
 ) -> dict[str, str | None]:
     """The changes that actually change something (a no-op write stores nothing)."""
-    out: dict[str, str | None] = {}
-    for k, v in changes.items():
-        if current.get(k) != v:
-            out[k] = v
-    return out
+    return {k: v for k, v in changes.items() if current.get(k) != v}

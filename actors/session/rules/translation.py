@@ -13,25 +13,42 @@ from .commands import Close, Command, Decide, Receive, Resume, SealStream, Submi
 from .state import SessionState
 
 
-def command_of(msg: Any) -> Command | None:
-    """The command a protocol request carries (None for requests the shell answers itself:
-    reads, subscriptions, pings)."""
+def _ingress(msg: Any) -> Ingress | None:
+    """The ingress a protocol request carries (None: it carries none)."""
     if isinstance(msg, m.SendMessage):
-        ingress = Ingress(kind=Kind.USER_MESSAGE, key=msg.key, text=msg.text)
-    elif isinstance(msg, m.SetMetadata):
-        ingress = Ingress(
+        return Ingress(
+            kind=Kind.USER_MESSAGE,
+            key=msg.key,
+            text=msg.text,
+            mode=msg.mode,
+            edits=msg.edits,
+            regenerates=msg.regenerates,
+        )
+    if isinstance(msg, m.SwitchBranch):
+        return Ingress(kind=Kind.BRANCH_SWITCHED, key=msg.key, turn=msg.turn)
+    if isinstance(msg, m.SetMetadata):
+        return Ingress(
             kind=Kind.PROPERTIES,
             key=msg.key,
             properties=dict(msg.properties),
             authority=msg.authority,
         )
-    elif isinstance(msg, m.SwitchSession):
-        ingress = Ingress(kind=Kind.SESSION_SWITCH, key=msg.key, target=msg.target)
-    elif isinstance(msg, m.Interrupt):
-        ingress = Ingress(kind=Kind.INTERRUPT, key=msg.key, text=msg.reason)
-    elif isinstance(msg, m.CloseSession):
+    if isinstance(msg, m.SwitchSession):
+        return Ingress(kind=Kind.SESSION_SWITCH, key=msg.key, target=msg.target)
+    if isinstance(msg, m.Interrupt):
+        return Ingress(kind=Kind.INTERRUPT, key=msg.key, text=msg.reason)
+    return None
+
+
+def command_of(msg: Any) -> Command | None:
+    """The command a protocol request carries (None for requests the shell answers itself:
+    reads, subscriptions, pings)."""
+    ingress = _ingress(msg)
+    if ingress is not None:
+        return Receive(request_id=msg.request_id, ingress=ingress)
+    if isinstance(msg, m.CloseSession):
         return Close(request_id=msg.request_id)
-    elif isinstance(msg, m.DecideAction):
+    if isinstance(msg, m.DecideAction):
         return Decide(
             request_id=msg.request_id,
             key=msg.key,
@@ -39,22 +56,20 @@ def command_of(msg: Any) -> Command | None:
             approve=msg.approve,
             note=msg.note,
         )
-    elif isinstance(msg, m.SubmitGoal):
+    if isinstance(msg, m.SubmitGoal):
         return Submit(
             request_id=msg.request_id,
             key=msg.key,
             objective=msg.objective,
             budget=dict(msg.budget),
         )
-    elif isinstance(msg, m.ResumeGoal):
+    if isinstance(msg, m.ResumeGoal):
         return Resume(request_id=msg.request_id, key=msg.key)
-    elif isinstance(msg, m.SealSession):
+    if isinstance(msg, m.SealSession):
         return SealStream(request_id=msg.request_id)
-    elif isinstance(msg, m.VerifySession):
+    if isinstance(msg, m.VerifySession):
         return VerifyStream(request_id=msg.request_id)
-    else:
-        return None
-    return Receive(request_id=msg.request_id, ingress=ingress)
+    return None
 
 
 def session_info(stored: SessionState, restarts: int) -> m.SessionInfo:

@@ -24,11 +24,12 @@ from .commands import (
     StartFailed,
     StartTurn,
 )
+from .conversation import dropped
 from .gate import resumed, withdrawn
 from .recovery import resumable, unfinished
 from .replace import replace
 from .state import SessionState, fold
-from .views import history_before
+from .views import context_of, history_before
 
 
 def done_event(turn: int = 0) -> Event:
@@ -54,7 +55,8 @@ def cancel(
         usage=nonzero(run.usage),
         reason=reason,
     )
-    return [*waiting, ev, done_event(run.turn)], (CancelTurn(turn=run.turn),)
+    lost = dropped(st.steers, run.turn, reason, st.metadata) if st is not None else []
+    return [*waiting, ev, *lost, done_event(run.turn)], (CancelTurn(turn=run.turn),)
 
 
 def settle(s: Session, cmd: Settle) -> Decision:
@@ -74,6 +76,7 @@ def settle(s: Session, cmd: Settle) -> Decision:
     try:
         spec = AgentSpec.from_metadata(st.metadata)
         policy = Policy.from_metadata(st.metadata)
+        context = context_of(st, spec)
     except (SettingsError, PolicyError) as exc:
         # A setting no agent can use fails this turn, never the session.
         return Decision(state=s, events=_cannot_start(st, n, started, exc))
@@ -97,6 +100,7 @@ def settle(s: Session, cmd: Settle) -> Decision:
         egress_allow=policy.egress_allow,
         model_call=call,
         finish=st.running_goal is not None and goals.finish_mode(st.metadata) == "tool",
+        context=context,
     )
     return Decision(
         state=replace(s, running=Running(turn=n)),
@@ -265,6 +269,9 @@ def finished(s: Session, cmd: Finished) -> Decision:
                 extra={"providerUsage": list(cmd.provider_usage)} if cmd.provider_usage else None,
             )
         )
+    # A steer still waiting found no safe point: the turn ended first.
+    why = "cancelled" if cmd.stop_reason == "cancelled" else "turn ended"
+    events.extend(dropped(st.steers, run.turn, why, st.metadata))
     events.append(done_event(run.turn))
     if s.stored.running_goal is not None:
         after = fold(s.stored, events, s.stored.last_seq + 1)
@@ -285,7 +292,8 @@ def start_failed(s: Session, cmd: StartFailed) -> Decision:
     st = s.stored
     # The model call admitted at the turn's start never ran.
     never = [attrs.evolve(e, turn=run.turn) for e in unreported(st, [], "error")]
-    events = [*never, ended, done_event(run.turn)]
+    lost = dropped(st.steers, run.turn, "turn ended", st.metadata)
+    events = [*never, ended, *lost, done_event(run.turn)]
     if st.running_goal is not None:
         events.extend(goals.ended(fold(st, events, st.last_seq + 1), "error", ""))
     return Decision(state=attrs.evolve(s, running=None), events=tuple(events))

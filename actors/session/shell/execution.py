@@ -172,7 +172,8 @@ class IncarnationPorts:
                 effect.verdict,
                 effect.call,
                 effect.fault,
-                effect.key,
+                key=effect.key,
+                steers=effect.steers,
             )
 
     def create_child(self, effect: c.CreateChild) -> None:

@@ -152,9 +152,29 @@ class SessionKit:
             c.Receive(request_id=self._rid(), ingress=ingress, stored=stored, prior=events)
         )
 
-    def send(self, text: str, *, key: str | None = None) -> Outcome:
+    def send(
+        self,
+        text: str,
+        *,
+        key: str | None = None,
+        mode: str = "",
+        edits: int = 0,
+        regenerates: int = 0,
+    ) -> Outcome:
         k = key or self._rid()
-        return self._ingress(Ingress(kind=Kind.USER_MESSAGE, key=k, text=text))
+        ing = Ingress(
+            kind=Kind.USER_MESSAGE,
+            key=k,
+            text=text,
+            mode=mode,
+            edits=edits,
+            regenerates=regenerates,
+        )
+        return self._ingress(ing)
+
+    def switch_branch(self, turn: int, *, key: str | None = None) -> Outcome:
+        k = key or self._rid()
+        return self._ingress(Ingress(kind=Kind.BRANCH_SWITCHED, key=k, turn=turn))
 
     def interrupt(self, reason: str = "interrupted", *, key: str | None = None) -> Outcome:
         k = key or self._rid()

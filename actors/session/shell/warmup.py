@@ -60,7 +60,8 @@ class _WarmPorts(RecordingPorts):
                 effect.verdict,
                 effect.call,
                 effect.fault,
-                effect.key,
+                key=effect.key,
+                steers=effect.steers,
             )
 
 

@@ -9,21 +9,22 @@ stopped). Text is batched so that a turn costs a few messages, not one per token
 from __future__ import annotations
 
 import concurrent.futures
-import os
-import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
 
-from spine import Event, Kind, Log, StreamSubscription, Usage, history, subscribe
+from spine import Event, Kind, Log, Record, StreamSubscription, Usage, history, subscribe
+from spine.seal import merkle_root, row_leaf_hash
 
 from ...agents import Agent, TurnInput
 from ...agents.egress import destination, literal, resolve
 from ...agents.governance import Requirement
+from ...agents.tools import ToolError
 from ..rules.commands import Finished, Govern, Progress, Spawn
+from . import turn_threads
 
 #: Seconds between checks that the turn was not cancelled while waiting for a child.
 _POLL = 0.25
@@ -52,51 +53,19 @@ def mirror(ev: Event, child: str) -> Event:
     return attrs.evolve(ev, seq=0, goal=ev.goal or child)
 
 
+def _records(log: Log, stream: str, first: int, last: int) -> Iterator[Record]:
+    """Stored records ``first..last`` of ``stream``, read in pages."""
+    after = first - 1
+    while after < last:
+        page = log.read(stream, after, min(1000, last - after))
+        if not page:
+            return
+        yield from page
+        after = page[-1].seq
+
+
 #: Seconds a turn must have run before its first words are handed back at once.
 FIRST_WORDS_AFTER = 0.002
-
-
-class _TurnThreads:
-    """The process's turn threads, kept for the next turn: starting a thread costs the
-    session's thread a wait for the new one to run (a context switch on a busy machine),
-    per turn. A turn still running (one cut off, whose agent ignores the cancel) keeps its
-    thread; the next turn then gets another."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._idle = 0
-        self._lock = threading.Lock()
-
-    def run(self, job: Callable[[], None]) -> None:
-        with self._lock:
-            spawn = self._idle == 0
-            if not spawn:
-                self._idle -= 1
-        self._jobs.put(job)
-        if spawn:
-            threading.Thread(target=self._serve, name="vertebra-turn", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            job = self._jobs.get()
-            try:
-                job()
-            except BaseException:  # a job reports its own failure; the thread lives on
-                pass
-            with self._lock:
-                self._idle += 1
-
-
-_THREADS = _TurnThreads()
-
-
-def _forget_threads() -> None:
-    # A forked process has none of its parent's threads.
-    global _THREADS
-    _THREADS = _TurnThreads()
-
-
-os.register_at_fork(after_in_child=_forget_threads)
 
 
 class TurnWorker:
@@ -112,6 +81,8 @@ class TurnWorker:
         self._send = send
         self.session_id = ""
         self._open_log = open_log
+        #: The ``recall`` tool's reader of this session's events (None without a log).
+        self.recall: Callable[[int], str] | None = self._recall if open_log is not None else None
         self._spawns: dict[str, concurrent.futures.Future[tuple[str, str]]] = {}
         self.turn = turn
         self.cancelled = threading.Event()
@@ -134,6 +105,7 @@ class TurnWorker:
         self._events_lock = threading.Lock()
         self._waiting: dict[tuple[str, str], concurrent.futures.Future[tuple[str, int, str]]] = {}
         self._keys: dict[tuple[str, str], str] = {}
+        self._steers: tuple[str, ...] = ()
         # The log the turn's children are followed on: one for all of its delegations (one
         # connection and one watcher thread polling the file, not one per child).
         self._follow_lock = threading.Lock()
@@ -164,23 +136,39 @@ class TurnWorker:
                 found = None
             self._send(attrs.evolve(cmd, resolved=found))
 
-        _THREADS.run(look_up)
+        turn_threads.run(look_up)
         return fut
 
     def answer(
-        self, action: str, tool_use_id: str, verdict: str, call: int, fault: str, key: str = ""
+        self,
+        action: str,
+        tool_use_id: str,
+        verdict: str,
+        call: int,
+        fault: str,
+        key: str = "",
+        steers: tuple[str, ...] = (),
     ) -> None:
         """The session's verdict (from the session's own thread), with the idempotency key
-        an admitted call runs under."""
+        an admitted call runs under and the steers it delivered at this safe point (set
+        before the verdict wakes the agent)."""
         if key:
             self._keys[(action, tool_use_id)] = key
         fut = self._waiting.pop((action, tool_use_id), None)
         if fut is not None and not fut.done():
+            if steers:
+                self._steers = (*self._steers, *steers)
             fut.set_result((verdict, call, fault))
 
     def idempotency_key(self, action: str, tool_use_id: str) -> str:
         """The key the session gave the admitted call ("" if none)."""
         return self._keys.get((action, tool_use_id), "")
+
+    def take_steers(self) -> tuple[str, ...]:
+        """The steers delivered since the last call: the agent adds them to its
+        conversation, as user messages, before the model call just admitted."""
+        taken, self._steers = self._steers, ()
+        return taken
 
     def answer_spawn(self, tool_use_id: str, child: str, error: str) -> None:
         """The child exists (or could not be created), from the session's thread."""
@@ -256,8 +244,41 @@ class TurnWorker:
         """Store ``event`` in the turn, after what was said before it. It rides on the next
         hand-back (text, a tool call, a question to the gate, the turn's end): one message
         and one commit fewer per model call. Tools call this from their own threads."""
+        if event.kind == Kind.CONTEXT_COMPACTED and self._open_log is not None:
+            event = self._rooted(event)
         with self._events_lock:
             self._events.append(event)
+
+    def _recall(self, seq: int) -> str:
+        """What stored event ``seq`` of this session holds: a result, a text, else its
+        JSON (runs on a tool's thread)."""
+        log = self._follow()
+        try:
+            page = log.read(self.session_id, seq - 1, 1)
+        finally:
+            self._unfollow()
+        if not page or page[0].seq != seq:
+            raise ToolError(f"this session has no event {seq}")
+        ev = page[0].event()
+        return ev.result or ev.text or page[0].payload.decode()
+
+    def _rooted(self, ev: Event) -> Event:
+        """A compaction with the Merkle root of the events it covers (the seals' leaves),
+        so that a sealed record proves exactly which events the summary stands for."""
+        first, last = ev.extra.get("fromSeq"), ev.extra.get("toSeq")
+        if not isinstance(first, int) or not isinstance(last, int) or first > last:
+            return ev
+        log = self._follow()
+        try:
+            rows = list(_records(log, self.session_id, first, last))
+        except Exception:  # the summary stands without its root
+            return ev
+        finally:
+            self._unfollow()
+        if len(rows) != last - first + 1:
+            return ev
+        root = merkle_root([row_leaf_hash(r.payload, r.version) for r in rows])
+        return attrs.evolve(ev, extra={**ev.extra, "root": root.hex(), "count": len(rows)})
 
     def _take_events(self, more: tuple[Event, ...] = ()) -> tuple[Event, ...]:
         with self._events_lock:
@@ -299,7 +320,7 @@ class TurnWorker:
             else:
                 self.finish(stop, "")
 
-        _THREADS.run(work)
+        turn_threads.run(work)
 
     def run_instant(self, agent: Agent, turn_input: TurnInput) -> bool:
         """Run the turn here and now if the agent can answer without waiting (its

@@ -1,0 +1,311 @@
+"""`ConversationCommands`: the `Host` methods that shape a conversation: steer a running
+turn (`send(..., mode="steer")` is in `SessionCommands`), edit and regenerate on the turn
+tree, list and switch branches, fork a session at any seq, replay it on another model.
+
+A fork copies the parent's events up to the seq (their seqs, times and bytes as stored)
+into a new stream, then one ``session.properties`` event of provenance: the parent, the
+seq, the Merkle root of the parent's prefix (`spine.seal.merkle_root` over the stored
+rows), and the import keys under which the copied seals verify as the parent's. A copy,
+not a reference: the log has no reads across streams, and a prefix read by reference
+would need every reader (replay, subscriptions, projections, seals, SQLite and
+PostgreSQL) to resolve it; the recorded root lets anyone check that the copy's prefix is
+the parent's byte for byte (`fork_root`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from projections import Branch, Turn, branches, thread_from
+from spine import (
+    ConflictError,
+    Event,
+    Kind,
+    Log,
+    Record,
+    Usage,
+    new_session_id,
+    validate_session_id,
+)
+from spine.seal import IMPORT_EVENTS, IMPORT_STREAM, merkle_root, row_leaf_hash
+
+from .. import messages as m
+from ..errors import InvalidRequest, SessionNotFound
+from ..policy import BusyPolicy
+from ..session.rules.recovery import recovery_events
+from ..session.rules.state import SessionState, fold
+from .replies import request_id
+
+#: Provenance keys a fork stores (as metadata: `Host.info` shows them).
+FORK_PARENT = "fork.parent"
+FORK_SEQ = "fork.seq"
+FORK_ROOT = "fork.root"
+
+
+@attrs.frozen(kw_only=True)
+class ReplayTurn:
+    """One user message re-run by `Host.replay`: its seq in the parent and in the copy,
+    and the answer each got."""
+
+    parent_seq: int
+    seq: int
+    text: str
+    parent_reply: str
+    reply: str
+    stop_reason: str = ""
+    #: The tool calls each run asked for, as (tool, input JSON), in order.
+    parent_calls: tuple[tuple[str, str], ...] = ()
+    calls: tuple[tuple[str, str], ...] = ()
+    parent_usage: Usage = attrs.field(factory=Usage)
+    usage: Usage = attrs.field(factory=Usage)
+
+    @property
+    def same(self) -> bool:
+        return self.parent_reply == self.reply and self.parent_calls == self.calls
+
+
+@attrs.frozen(kw_only=True)
+class Replay:
+    """What `Host.replay` did: the new session, where it forked, each re-run turn, and the
+    first parent seq whose answer differs (0: none did)."""
+
+    session_id: str
+    at: int
+    turns: tuple[ReplayTurn, ...]
+
+    @property
+    def diverged_at(self) -> int:
+        return next((t.parent_seq for t in self.turns if not t.same), 0)
+
+    @property
+    def tokens_delta(self) -> int:
+        """Input and output tokens the replay spent, less what the parent's turns did."""
+        used = sum(t.usage.input_tokens + t.usage.output_tokens for t in self.turns)
+        was = sum(t.parent_usage.input_tokens + t.parent_usage.output_tokens for t in self.turns)
+        return used - was
+
+
+def _calls(events: list[Event], turn: Turn) -> tuple[tuple[str, str], ...]:
+    answers = set(turn.answers)
+    return tuple((e.tool, e.input) for e in events if e.seq in answers and e.kind == Kind.TOOL_CALL)
+
+
+def fork_root(records: list[Record]) -> str:
+    """The Merkle root (hex) of stored rows, as seals compute it."""
+    return merkle_root([row_leaf_hash(r.payload, r.version) for r in records]).hex()
+
+
+def _prefix(log: Log, sid: str, at: int) -> list[Record]:
+    out: list[Record] = []
+    while len(out) < at:
+        page = log.read(sid, out[-1].seq if out else 0, min(1000, at - len(out)))
+        if not page:
+            break
+        out.extend(page)
+    return out
+
+
+_ENDS = frozenset({Kind.TURN_COMPLETED, Kind.TURN_CANCELLED})
+
+
+def _own(ev: Event, sid: str) -> bool:
+    # A child's events mirrored here (attributed by goal) open and close the child's turns.
+    return not ev.goal or ev.goal == sid
+
+
+def _queues(ev: Event) -> bool:
+    """A message a turn will run for (a steer is not one until it is dropped)."""
+    if ev.kind == Kind.USER_MESSAGE:
+        return ev.extra.get("steer") is not True
+    return ev.kind == Kind.STEER_DROPPED and ev.extra.get("handed") == "next"
+
+
+def safe_point(events: list[Event], sid: str) -> int:
+    """The last seq of ``events`` at which no turn was open and no message waited for one
+    (0: none): a fork there starts idle, without re-running what the parent was doing."""
+    best = 0
+    open_turn = False
+    waiting = 0
+    for ev in events:
+        if _own(ev, sid):
+            kind = ev.kind
+            if kind == Kind.TURN_STARTED:
+                open_turn, waiting = True, max(0, waiting - 1)
+            elif kind in _ENDS:
+                open_turn = False
+            elif _queues(ev):
+                waiting += 1
+        if not open_turn and not waiting:
+            best = ev.seq
+    return best
+
+
+def _left_open(events: list[Event], sid: str) -> list[Event]:
+    """What closes a turn the prefix ends inside (reason ``forked``): the session's own
+    recovery, folded from that turn's start only (a whole long stream needs no fold)."""
+    start = next(
+        (i for i in range(len(events) - 1, -1, -1) if events[i].kind == Kind.TURN_STARTED),
+        -1,
+    )
+    if start < 0 or any(e.kind in _ENDS and _own(e, sid) for e in events[start:]):
+        return []
+    meta = [e for e in events[:start] if e.kind == Kind.PROPERTIES]
+    st = fold(SessionState(session_id=sid), [*meta, *events[start:]])
+    return recovery_events(st, "forked")
+
+
+def fork_events(
+    records: list[Record], parent: str, at: int, metadata: Mapping[str, str]
+) -> list[Event]:
+    """What a fork at ``at`` stores: the copied prefix, its provenance, the end of a turn
+    the prefix left open (reason ``forked``), and the new metadata, if any."""
+    # Appended as read: the log numbers them again, 1..at, as they were.
+    events = [r.event() for r in records]
+    prov = {
+        IMPORT_STREAM: parent,
+        IMPORT_EVENTS: str(at),
+        FORK_PARENT: parent,
+        FORK_SEQ: str(at),
+        FORK_ROOT: fork_root(records),
+    }
+    out = [*events, Event(kind=Kind.PROPERTIES, properties=prov)]
+    out.extend(_left_open(events, parent))
+    if metadata:
+        out.append(Event(kind=Kind.PROPERTIES, properties=dict(metadata)))
+    return out
+
+
+class ConversationCommands:
+    """Branches, forks and replays. A mixin of `Host` (the spine and the round trip)."""
+
+    _log: Log
+
+    if TYPE_CHECKING:
+
+        def _request(self, msg: Any, *, timeout: float | None = None) -> Any: ...
+        def send(
+            self,
+            session_id: str,
+            text: str,
+            *,
+            key: str | None = None,
+            mode: str | BusyPolicy = "",
+            edits: int = 0,
+            regenerates: int = 0,
+        ) -> m.Ack: ...
+        def wait_turn(
+            self, session_id: str, after_seq: int = 0, timeout: float = 30.0
+        ) -> Event: ...
+        def get(self, session_id: str) -> m.SessionInfo: ...
+
+    def edit(self, session_id: str, seq: int, text: str, *, key: str | None = None) -> m.Ack:
+        """Start a new branch from the user message at ``seq``, with ``text`` in its place;
+        its turn runs on the path up to that message's parent."""
+        _positive("seq", seq)
+        return self.send(session_id, text, key=key, edits=seq)
+
+    def regenerate(
+        self, session_id: str, seq: int | None = None, *, key: str | None = None
+    ) -> m.Ack:
+        """Answer the user message at ``seq`` (default: the latest on the active path)
+        again, as a sibling branch; the old answer stays in the log and the tree."""
+        if seq is not None:
+            _positive("seq", seq)
+        return self.send(session_id, "", key=key, regenerates=seq or -1)
+
+    def switch_branch(self, session_id: str, turn: int, *, key: str | None = None) -> m.Ack:
+        """Make the branch through ``turn`` (its user message's seq) the active path."""
+        _positive("turn", turn)
+        msg = m.SwitchBranch(
+            request_id=request_id(), session_id=session_id, key=key or request_id(), turn=turn
+        )
+        return self._request(msg)  # type: ignore[no-any-return]
+
+    def branches(self, session_id: str) -> list[Branch]:
+        """Every branch of the session's turn tree (a path to a leaf), the active one marked."""
+        events = self._log.read_events(session_id)
+        if not events:
+            raise SessionNotFound(f"no session {session_id}", session_id=session_id)
+        return branches(thread_from(events))
+
+    def fork(
+        self,
+        session_id: str,
+        at: int | None = None,
+        *,
+        new_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> str:
+        """A new session whose stream starts with ``session_id``'s events up to ``at``
+        (default: its last seq with no turn running and no message waiting), then their
+        provenance; its fold at ``at`` is the parent's. Returns the new id."""
+        child = new_id if new_id is not None else new_session_id()
+        try:
+            validate_session_id(child)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), session_id=str(child)) from None
+        last = self._log.last_seq(session_id)
+        if not last:
+            raise SessionNotFound(f"no session {session_id}", session_id=session_id)
+        if at is None:
+            at = safe_point(self._log.read_events(session_id), session_id) or last
+        _positive("at", at)
+        if at > last:
+            raise InvalidRequest(f"session {session_id} has {last} events, not {at}")
+        events = fork_events(_prefix(self._log, session_id, at), session_id, at, metadata or {})
+        try:
+            self._log.append(child, events, expected_seq=0)
+        except ConflictError:
+            raise InvalidRequest(
+                f"session {child} already exists: a fork never overwrites a stream",
+                session_id=child,
+            ) from None
+        self.get(child)  # bring it up: it settles (a message the prefix left waiting runs)
+        return child
+
+    def replay(
+        self,
+        session_id: str,
+        *,
+        at: int | None = None,
+        metadata: Mapping[str, str] | None = None,
+        new_id: str | None = None,
+        timeout: float = 60.0,
+    ) -> Replay:
+        """Fork before the first user message after ``at`` (default: the first) with
+        ``metadata`` (e.g. ``ore.model.*``), re-send the parent's user messages of its
+        active path one turn at a time, and compare the answers."""
+        events = self._log.read_events(session_id)
+        path = [t for t in thread_from(events).turns() if t.id > (at or 0)]
+        if not path:
+            raise InvalidRequest(f"session {session_id} has no user message to replay")
+        child = self.fork(session_id, path[0].id - 1, new_id=new_id, metadata=metadata)
+        done: list[ReplayTurn] = []
+        for t in path:
+            ack = self.send(child, t.text)
+            end = self.wait_turn(child, ack.seq, timeout)
+            now = self._log.read_events(child)
+            mine = thread_from(now).turns()[-1]
+            done.append(
+                ReplayTurn(
+                    parent_seq=t.id,
+                    seq=ack.seq,
+                    text=t.text,
+                    parent_reply=t.reply,
+                    reply=mine.reply,
+                    stop_reason=end.stop_reason or end.reason,
+                    parent_calls=_calls(events, t),
+                    calls=_calls(now, mine),
+                    parent_usage=t.usage,
+                    usage=mine.usage,
+                )
+            )
+        return Replay(session_id=child, at=path[0].id - 1, turns=tuple(done))
+
+
+def _positive(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidRequest(f"{name} must be a seq of at least 1, got {value!r}")
