@@ -7,6 +7,7 @@ whole log. See docs/projections.md.
 """
 
 from ._checkpoints import CheckpointStore, Generation
+from ._due import DUE_KINDS, DueIndex
 from ._errors import CheckpointError, FoldError, ProjectionError
 from ._index import (
     CLOSED,
@@ -123,6 +124,7 @@ __all__ = [
     "DEFAULT_BATCH",
     "DEFAULT_POLL_FLOOR",
     "DEFAULT_REBUILD_COMMIT",
+    "DUE_KINDS",
     "EDITS",
     "HANDLERS",
     "LATENCY_BUCKETS",
@@ -149,6 +151,7 @@ __all__ = [
     "ActionState",
     "CheckpointError",
     "CheckpointStore",
+    "DueIndex",
     "EgressEntry",
     "Fail",
     "FailureInfo",

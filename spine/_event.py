@@ -52,6 +52,17 @@ class Kind(enum.StrEnum):
     ACTION_PENDING = "action.pending"
     #: A human's decision on a pending action: ``allowed``, and the note as ``reason``.
     ACTION_APPROVAL = "action.approval"
+    #: Timers in the session's own log: set (``extra``: timer, text, due, cron, tz,
+    #: policy, grace), cancelled (timer), fired (timer, due, late, missed, next, skipped).
+    TIMER_SET = "timer.set"
+    TIMER_CANCELLED = "timer.cancelled"
+    TIMER_FIRED = "timer.fired"
+    #: The operator's price table in force from here on (``extra``: version, models).
+    PRICES = "budget.prices"
+    #: A human raised the session's cost budget (``extra``: amount) or stopped it.
+    BUDGET_RAISED = "budget.raised"
+    #: The session waits for a human (``reason`` budget, ``call`` the waiting action).
+    PAUSED = "session.paused"
     # Notices are pushed live to sinks and never stored.
     NOTICE = "notice"
 

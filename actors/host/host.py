@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -30,11 +30,13 @@ from ..messages import Ping, Pong, RunnerConfig, SessionPid
 from ..policy import BusyPolicy, RestartPolicy, SealPolicy
 from ..runner import spine_spec
 from ..runner.protocol import StopSpares
+from ..session.rules.spend import check_prices
 from .commands import SessionCommands
 from .reading import SessionReading, pending_actions
 from .replies import request_id
 from .runtime import Runtime
 from .sinks import SinkFn, Sinks
+from .timers import SessionTimers
 from .transport import MultiprocTransport, SimpleTransport, Transport, reap_system
 
 __all__ = ["BASES", "SYSTEM_SESSIONS", "Host", "pending_actions"]
@@ -64,7 +66,7 @@ def _check_base(base: str, attach: bool, admin_port: int | None, leads: bool) ->
         raise InvalidRequest("a convention leader starts its own multiprocTCPBase system")
 
 
-class Host(SessionCommands, SessionReading):
+class Host(SessionCommands, SessionReading, SessionTimers):
     """An embedded vertebra runtime over a data directory.
 
     ``base`` is ``"multiprocTCPBase"`` (each session its own process: fault-isolated) or
@@ -98,6 +100,7 @@ class Host(SessionCommands, SessionReading):
         auto_seal: SealPolicy | None = None,
         convention_bind: str | None = None,
         spare_sessions: int = 3,
+        prices: Mapping[str, Any] | None = None,
     ) -> None:
         _check_base(base, attach, admin_port, convention_bind is not None)
         cfg = RunnerConfig(
@@ -113,6 +116,7 @@ class Host(SessionCommands, SessionReading):
             cluster=convention_bind is not None,
             # Everything runs in this process there: no process start to save.
             spare_sessions=0 if base == "simpleSystemBase" else spare_sessions,
+            prices=check_prices(prices) if prices else {},
         )
         #: A convention leader's one listening address (None: a single loopback host).
         self.convention_bind = convention_bind

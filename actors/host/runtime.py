@@ -48,6 +48,8 @@ IDEMPOTENT: tuple[type, ...] = (
     m.SwitchSession,
     m.DecideAction,
     m.SubmitGoal,
+    m.SetTimer,
+    m.CancelTimer,
     m.ResumeGoal,
     m.GetSession,
     m.RegisterSession,

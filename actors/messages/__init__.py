@@ -66,6 +66,7 @@ from .streams import (
     SubscribeReply,
     Unsubscribe,
 )
+from .timers import CancelTimer, FireTimers, SetTimer
 
 #: The messages a host sends into the runtime: each is checked field by field where it
 #: arrives (`actors.validation`), since an unpickled message never ran its converters.
@@ -97,6 +98,9 @@ REQUESTS: tuple[type, ...] = (
     ReviveSession,
     SealSession,
     VerifySession,
+    SetTimer,
+    CancelTimer,
+    FireTimers,
 )
 
 #: Every public message: the requests, then what the runtime sends back or pushes.
@@ -137,12 +141,14 @@ __all__ = [
     "REQUESTS",
     "Ack",
     "AddSink",
+    "CancelTimer",
     "CloseAll",
     "CloseSession",
     "CreateSession",
     "DecideAction",
     "Done",
     "EventBatch",
+    "FireTimers",
     "GetHostTable",
     "GetRunner",
     "GetRunnerStats",
@@ -168,6 +174,7 @@ __all__ = [
     "SessionPid",
     "SessionReply",
     "SetMetadata",
+    "SetTimer",
     "SinkAck",
     "SinkBatch",
     "SinkReply",

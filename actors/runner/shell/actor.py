@@ -39,11 +39,13 @@ from ..protocol import (
     RestartDue,
     SparesDue,
     StopSpares,
+    TimersDue,
 )
 from ..rules.cluster import HEARTBEAT_INTERVAL, HostTable
 from ..rules.registry import Registry
 from .membership import RunnerMembership
 from .routing import RunnerRouting
+from .timers import RunnerTimers
 
 
 def _log() -> logging.Logger:
@@ -52,7 +54,7 @@ def _log() -> logging.Logger:
     return logging.getLogger("vertebra.runner")
 
 
-class RunnerActor(RunnerRouting, RunnerMembership):
+class RunnerActor(RunnerRouting, RunnerMembership, RunnerTimers):
     """The supervisor of every session. Configured by a `RunnerConfig` message."""
 
     log_name = "vertebra.runner"
@@ -74,6 +76,7 @@ class RunnerActor(RunnerRouting, RunnerMembership):
                 self.notifyOnSystemRegistrationChanges(True)
                 self.wakeupAfter(timedelta(seconds=HEARTBEAT_INTERVAL), HeartbeatDue())
             self._refill()
+            self._start_timers()
         self.send(sender, m.Done(request_id="config"))
 
     def receiveMsg_Ping(self, msg: Ping, sender: Any) -> None:
@@ -88,7 +91,12 @@ class RunnerActor(RunnerRouting, RunnerMembership):
     def receiveMsg_Done(self, msg: m.Done, sender: Any) -> None:
         """Replies to the Runner's own requests (close-all's closes) need no handling."""
 
+    def receiveMsg_Ack(self, msg: m.Ack, sender: Any) -> None:
+        self._fire_answered(msg.request_id, True, msg.consumed)
+
     def receiveMsg_RequestFailed(self, msg: m.RequestFailed, sender: Any) -> None:
+        if self._fire_answered(msg.request_id, False, False):
+            return
         _log().warning("runner request %s failed: %s", msg.request_id, msg.message)
 
     def receiveMsg_GetRunnerStats(self, msg: m.GetRunnerStats, sender: Any) -> None:
@@ -125,6 +133,7 @@ class RunnerActor(RunnerRouting, RunnerMembership):
             self.appends.add(msg.append_counts, msg.append_seconds)
         if self.registry is not None:
             self._do(self.registry.appended(msg, time.monotonic()))
+        self._timers_appended(msg.session_id, msg.records)
 
     def receiveMsg_SessionStopping(self, msg: sp.SessionStopping, sender: Any) -> None:
         if self.registry is not None:
@@ -176,6 +185,8 @@ class RunnerActor(RunnerRouting, RunnerMembership):
             self._wake_projection()
         elif isinstance(msg.payload, PassivationDue):
             self._do(self.registry.passivation_due(time.monotonic()))
+        elif isinstance(msg.payload, TimersDue):
+            self._timers_due()
         elif isinstance(msg.payload, RestartDue):
             self._do(self.registry.restart_due(msg.payload))
         elif isinstance(msg.payload, HeartbeatDue) and self.hosts is not None and not self.exiting:
@@ -185,6 +196,9 @@ class RunnerActor(RunnerRouting, RunnerMembership):
         # The system is shutting down (or this Runner is being replaced): children that
         # exit from now on are not restarted.
         self.exiting = True
+        if self.due_index is not None:
+            self.due_index.close()
+            self.due_index = None
         if self.spine is not None:
             self.spine.close()
             self.spine = None

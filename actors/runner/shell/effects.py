@@ -156,6 +156,7 @@ class RunnerEffects(RunnerPublishing):
             create=action.create,
             metadata=action.metadata,
             auto_seal=self.cfg.auto_seal,
+            prices=self.cfg.prices,
         )
         self.send(address, config)
         if spare and not self._refill_due:

@@ -43,6 +43,8 @@ class Session:
     busy_policy: BusyPolicy = BusyPolicy.ENQUEUE
     running: Running | None = None
     stopping: bool = False
+    #: The operator's price table this incarnation was given (`spend.check_prices`).
+    prices: Mapping[str, Any] | None = None
 
     @property
     def session_id(self) -> str:
@@ -184,6 +186,42 @@ class Decide:
     call: int
     approve: bool
     note: str = ""
+    #: Raise the session's cost budget by this much (a pause for budget waits on it).
+    raise_by: float = 0.0
+
+
+@attrs.frozen(kw_only=True)
+class SetTimer:
+    """Set (or replace) timer ``timer_id``: one of ``at``, ``after``, ``cron`` (`timerbook`)."""
+
+    request_id: str
+    key: str
+    timer_id: str
+    text: str
+    at: float | None = None
+    after: float | None = None
+    cron: str = ""
+    tz: str = ""
+    policy: str = "fire_once"
+    grace: float = 60.0
+    #: Unix time the session received it (stamped by the shell); ``stored`` as `Submit`'s.
+    now: float = 0.0
+    stored: tuple[tuple[int, str], ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class CancelTimer:
+    request_id: str
+    key: str
+    timer_id: str
+
+
+@attrs.frozen(kw_only=True)
+class FireDue:
+    """Deliver the timers due at ``now`` (stamped by the shell when the Runner asks)."""
+
+    request_id: str
+    now: float = 0.0
 
 
 @attrs.frozen(kw_only=True)
@@ -254,6 +292,9 @@ Command = (
     | Finished
     | Govern
     | Decide
+    | SetTimer
+    | CancelTimer
+    | FireDue
     | Submit
     | Resume
     | Spawn

@@ -22,8 +22,9 @@ from ... import messages as m
 from ...interceptors import Ingress, NoticeItem
 from ...policy import BUSY_POLICY_KEY, BusyPolicy
 from ..protocol import SessionReady
-from . import goals
+from . import goals, timers
 from .commands import (
+    CancelTimer,
     Close,
     CloseStored,
     Command,
@@ -32,6 +33,7 @@ from .commands import (
     Effect,
     EndSubscriptions,
     Finished,
+    FireDue,
     Govern,
     Intercepted,
     Live,
@@ -44,6 +46,7 @@ from .commands import (
     Sealed,
     SealStream,
     Session,
+    SetTimer,
     Settle,
     Spawn,
     StartFailed,
@@ -56,6 +59,7 @@ from .gate import decide_action, govern, paused
 from .records import seal, sealed, verified, verify
 from .refusals import failed, refusal
 from .replace import replace
+from .spend import needs_prices, prices_event
 from .state import QUEUEING_KINDS, fold, metadata_diff, recovery_events
 from .turns import cancel, done_event, finished, progress, settle, start_failed
 from .views import ingress_seq
@@ -118,6 +122,9 @@ def _open(s: Session, cmd: Open) -> Decision:
             events.append(Event(kind=Kind.PROPERTIES, properties=dict(cmd.metadata)))
         events.extend(then)
     events.extend(recovery_events(st))
+    if needs_prices(st.spend, s.prices) and (st.last_seq or events):
+        assert s.prices is not None
+        events.append(prices_event(s.prices))  # priced from here on as the operator says
     metadata = dict(st.metadata)
     if cmd.create and not already:
         metadata.update(cmd.metadata)
@@ -339,7 +346,7 @@ def _close(s: Session, cmd: Close) -> Decision:
         return Decision(state=s, reply=refused)
     events, effects = cancel(paused(s), "closed", s.stored)
     gone, stop = goals.cancel_children(s.stored)
-    events = [*gone, *events, *goals.cancelled(s.stored)]
+    events = [*gone, *events, *goals.cancelled(s.stored), *timers.ended(s.stored)]
     effects = (*effects, *stop)
     events.append(Event(kind=Kind.LIFECYCLE, phase=Phase.CLOSED))
     return Decision(
@@ -357,7 +364,7 @@ def _close_stored(s: Session, cmd: CloseStored) -> Decision:
     # The children's stop is the shell's to carry out; the events are the same as a
     # live close's, so the goal run ends and a parent gets its `child.completed`.
     gone, stop = goals.cancel_children(st)
-    events = [*gone, *recovery_events(st, "closed"), *goals.cancelled(st)]
+    events = [*gone, *recovery_events(st, "closed"), *goals.cancelled(st), *timers.ended(st)]
     events.append(Event(kind=Kind.LIFECYCLE, phase=Phase.CLOSED))
     return Decision(state=attrs.evolve(s, stopping=True), events=tuple(events), effects=stop)
 
@@ -379,6 +386,9 @@ _HANDLERS: dict[type, Callable[[Session, Any], Decision]] = {
     Govern: govern,
     Decide: decide_action,
     Submit: goals.submit,
+    SetTimer: timers.set_timer,
+    CancelTimer: timers.cancel_timer,
+    FireDue: lambda s, c: timers.fire(s, c, busy_policy(s)),
     Resume: goals.resume,
     Spawn: goals.spawn,
     StartFailed: start_failed,

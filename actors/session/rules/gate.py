@@ -12,7 +12,8 @@ from typing import Any
 
 import attrs
 
-from spine import Event, Kind
+from projections import MODEL_MAX_OUTPUT_TOKENS, MODEL_NAME
+from spine import Event, Kind, Usage
 
 from ... import messages as m
 from ...agents.egress_rules import EgressDecision, destination, precheck
@@ -21,6 +22,7 @@ from ...spec import AgentSpec, SettingsError, TurnInput
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
 from .goals import goal_budget
 from .refusals import failed
+from .spend import price
 from .state import PendingAction, SessionState, action_key, depth_of, unfinished
 from .views import history_before
 
@@ -36,9 +38,19 @@ def _answer(cmd: Govern, verdict: str, call: int, fault: str = "") -> AnswerWork
     )
 
 
-def _spent(st: SessionState, run: Running) -> Spent:
+def _spent(st: SessionState, run: Running, cmd: Govern) -> Spent:
     used = st.usage + run.usage if run.usage is not None else st.usage
+    model = st.metadata.get(MODEL_NAME, "")
+    spend = st.spend.charged(run.usage, model)
+    rates = spend.rates(model)
+    cap = st.metadata.get(MODEL_MAX_OUTPUT_TOKENS, "")
+    reserve = 0.0
+    if rates is not None and cmd.action == "model" and cap.isdigit():
+        reserve = price(Usage(output_tokens=int(cap)), rates)
     return Spent(
+        cost=spend.cost if spend.priced else None,
+        raised=spend.raised,
+        reserve=reserve,
         tokens=used.input_tokens + used.output_tokens,
         tool_calls=st.tool_calls,
         turns=run.turn,
@@ -70,6 +82,11 @@ def govern(s: Session, cmd: Govern) -> Decision:
     if verdict == Verdict.ADMIT:
         ev = Event(kind=Kind.ACTION_ADMITTED, **base)
         return Decision(state=s, events=(ev,), effects=(_answer(cmd, verdict, call),))
+    if verdict == Verdict.PENDING and fault == Fault.BUDGET_EXCEEDED:
+        # The budget would be passed: the session pauses, its turn intact, and asks.
+        ev = Event(kind=Kind.ACTION_PENDING, fault=fault, error=err, input=cmd.input, **base)
+        why = Event(kind=Kind.PAUSED, reason="budget", call=call, turn=run.turn, error=err)
+        return Decision(state=s, events=(ev, why))
     if verdict == Verdict.PENDING:
         ev = Event(kind=Kind.ACTION_PENDING, input=cmd.input, **base)
         return Decision(state=s, events=(ev,))
@@ -104,7 +121,7 @@ def _judged(
         policy=policy,
         action=cmd.action,
         need=cmd.need,
-        spent=_spent(st, run),
+        spent=_spent(st, run, cmd),
         egress_refused=refused is not None,
         goal=goal_budget(st, run, cmd.now),
     )
@@ -159,11 +176,17 @@ def decide_action(s: Session, cmd: Decide) -> Decision:
         was = "approved" if before else "rejected"
         text = f"action {cmd.call} was already {was}"
         return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", text))
+    if not 0.0 <= cmd.raise_by < float("inf"):
+        text = f"a budget raise must be a non-negative amount, got {cmd.raise_by!r}"
+        return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", text))
     pending = st.pending_actions.get(cmd.call)
     if pending is None:
         text = f"no action {cmd.call} waits for approval in session {s.session_id}"
         return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", text))
     events = _decided(st, pending, cmd)
+    if cmd.approve and cmd.raise_by > 0:
+        raised = Event(kind=Kind.BUDGET_RAISED, call=cmd.call, extra={"amount": cmd.raise_by})
+        events = (raised, *events)
     ack = attrs.evolve(ack, seq=st.last_seq + len(events))
     verdict = Verdict.ADMIT if cmd.approve else Verdict.REJECT
     answer = AnswerWorker(
@@ -202,7 +225,7 @@ def _decided(st: SessionState, pending: PendingAction, cmd: Decide) -> tuple[Eve
         "action": pending.action,
         "call": cmd.call,
         "trust": trust,
-        "tool": pending.action,
+        "tool": pending.action if pending.action != "model" else "",
         "tool_use_id": pending.tool_use_id,
     }
     return (

@@ -1,8 +1,5 @@
-"""The session's pure core: its state as a fold of its own stream.
-
-No Thespian, no I/O, no clock: the actor shell loads events, calls `evolve`, appends what
-the handlers decide, and replies.
-"""
+"""The session's pure core: its state as a fold of its own stream. No Thespian, no I/O,
+no clock: the shell loads events, calls `evolve`, appends what the handlers decide."""
 
 from __future__ import annotations
 
@@ -14,6 +11,7 @@ import orjson
 
 from spine import Event, Kind, Phase, Usage, terminal_after
 
+from .ledger import LEDGER_FOLD, Spend, Timer
 from .replace import replace
 
 #: Conversation messages kept in memory for the agent's context.
@@ -21,7 +19,7 @@ HISTORY_LIMIT = 200
 
 #: Version of `SessionState`'s shape and place (its pickle names its module); snapshots
 #: written by another version are ignored.
-SNAPSHOT_VERSION = 7
+SNAPSHOT_VERSION = 8
 
 
 @attrs.frozen(kw_only=True)
@@ -53,11 +51,9 @@ MAX_FAILURES = 3
 
 @attrs.frozen(kw_only=True)
 class GoalRun:
-    """The session's goal run, opened by a ``session.started`` that names a goal.
-
-    The budget counts from the run's start (``base_*`` is what the session had spent
-    then); ``outcome`` is "" while the run is in flight, else converged or stalled.
-    """
+    """The session's goal run, opened by a ``session.started`` that names a goal. The
+    budget counts from the run's start (``base_*``: what the session had spent then);
+    ``outcome`` is "" while the run is in flight, else converged or stalled."""
 
     id: str
     objective: str = ""
@@ -117,6 +113,9 @@ class SessionState:
     goal: GoalRun | None = None
     #: Children this session spawned, in spawn order: id -> still running.
     children: Mapping[str, bool] = attrs.field(factory=dict)
+    #: Timers set and not ended, by id (`timerbook`); what it spent (`spend`).
+    timers: Mapping[str, Timer] = attrs.field(factory=dict)
+    spend: Spend = attrs.field(factory=Spend)
 
     @property
     def running_goal(self) -> GoalRun | None:
@@ -206,7 +205,8 @@ def _turn_ended(state: SessionState, ev: Event, seq: int) -> Changes:
     if ev.text:
         # Partial text of a cut-off or failed turn was said all the same.
         hist = _push(hist, ("assistant", ev.text, seq))
-    changes: Changes = {"open_turn": None, "usage": usage, "history": hist}
+    spend = state.spend.charged(ev.usage, state.metadata.get("ore.model.name", ""))
+    changes: Changes = {"open_turn": None, "usage": usage, "history": hist, "spend": spend}
     if state.turn_actions:
         changes["turn_actions"] = {}
     if state.pending_actions:
@@ -329,6 +329,7 @@ def _lifecycle(state: SessionState, ev: Event, seq: int) -> Changes:
 
 
 _HANDLERS: dict[str, Callable[[SessionState, Event, int], Changes]] = {
+    **LEDGER_FOLD,
     Kind.PROPERTIES: _meta,
     Kind.USER_MESSAGE: _user,
     Kind.TURN_STARTED: _turn_started,
@@ -353,9 +354,7 @@ _HANDLERS: dict[str, Callable[[SessionState, Event, int], Changes]] = {
 QUEUEING_KINDS = frozenset({Kind.USER_MESSAGE, Kind.SESSION_STARTED})
 
 
-def _push(
-    hist: tuple[tuple[str, str, int], ...], item: tuple[str, str, int]
-) -> tuple[tuple[str, str, int], ...]:
+def _push(hist: tuple[tuple[str, str, int], ...], item: tuple[str, str, int]) -> Any:
     out = (*hist, item)
     return out[-HISTORY_LIMIT:] if len(out) > HISTORY_LIMIT else out
 
@@ -420,9 +419,7 @@ def recovery_events(state: SessionState, reason: str = "crash") -> list[Event]:
     ]
 
 
-def metadata_diff(
-    current: Mapping[str, str], changes: Mapping[str, str | None]
-) -> dict[str, str | None]:
+def metadata_diff(current: Mapping[str, str], changes: Mapping[str, str | None]) -> Any:
     """The changes that actually change something (a no-op write stores nothing)."""
     out: dict[str, str | None] = {}
     for k, v in changes.items():

@@ -9,7 +9,19 @@ from spine import Kind
 
 from ... import messages as m
 from ...interceptors import Ingress
-from .commands import Close, Command, Decide, Receive, Resume, SealStream, Submit, VerifyStream
+from .commands import (
+    CancelTimer,
+    Close,
+    Command,
+    Decide,
+    FireDue,
+    Receive,
+    Resume,
+    SealStream,
+    SetTimer,
+    Submit,
+    VerifyStream,
+)
 from .state import SessionState
 
 
@@ -33,7 +45,25 @@ def command_of(msg: Any) -> Command | None:
             call=msg.call,
             approve=msg.approve,
             note=msg.note,
+            raise_by=msg.raise_by,
         )
+    elif isinstance(msg, m.SetTimer):
+        return SetTimer(
+            request_id=msg.request_id,
+            key=msg.key,
+            timer_id=msg.timer_id,
+            text=msg.text,
+            at=msg.at,
+            after=msg.after,
+            cron=msg.cron,
+            tz=msg.tz,
+            policy=msg.policy,
+            grace=msg.grace,
+        )
+    elif isinstance(msg, m.CancelTimer):
+        return CancelTimer(request_id=msg.request_id, key=msg.key, timer_id=msg.timer_id)
+    elif isinstance(msg, m.FireTimers):
+        return FireDue(request_id=msg.request_id)
     elif isinstance(msg, m.SubmitGoal):
         return Submit(
             request_id=msg.request_id,

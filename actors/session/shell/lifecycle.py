@@ -162,7 +162,9 @@ class SessionLifecycle(DecisionExecution):
         session_log().info(
             "session %s: incarnation %d serving from seq %d", sid, cfg.incarnation, stored.last_seq
         )
-        self.state = c.Session(stored=stored, busy_policy=cfg.busy_policy)
+        self.state = c.Session(
+            stored=stored, busy_policy=cfg.busy_policy, prices=cfg.prices or None
+        )
         opened = c.Open(incarnation=cfg.incarnation, create=cfg.create, metadata=cfg.metadata)
         try:
             self._run(opened, sender)

@@ -63,8 +63,10 @@ class SessionRequests(DecisionExecution):
             command = command_of(msg)
             if isinstance(command, c.Receive):
                 command = self._with_stored(command)
-            elif isinstance(command, c.Submit):
+            elif isinstance(command, c.Submit | c.SetTimer):
                 command = attrs.evolve(command, now=time.time(), stored=self._stored(command.key))
+            elif isinstance(command, c.FireDue):
+                command = attrs.evolve(command, now=time.time())
             if command is None:
                 text = f"a session does not take {type(msg).__name__}"
                 self._reply(reply_to, self._failure(msg.request_id, "InvalidRequest", text))

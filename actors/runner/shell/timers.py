@@ -1,0 +1,128 @@
+"""`RunnerTimers`: the Runner waking sessions for their timers.
+
+One `projections.DueIndex` (checkpointed beside the log) knows every session's next due
+time; the Runner keeps one ``wakeupAfter`` for the earliest and, when it comes, routes
+`FireTimers` to each session with a timer due, bringing a passivated one back as any
+request does. The session decides what fires (exactly once, see
+`actors.session.rules.timers`), so asking twice is harmless: a session asked that has not
+fired within `RETRY` (it crashed between "due" and "delivered") is asked again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from projections import DUE_KINDS, DueIndex
+from spine import Kind, SpineError
+
+from ... import messages as m
+from ..protocol import TimersDue
+from .effects import RunnerEffects
+
+#: Seconds before a session asked to fire and not firing is asked again.
+RETRY = 1.0
+#: The index's file in the data directory.
+DUE_FILE = "timers.db"
+_FIRE = "fire-"
+
+
+def _log() -> logging.Logger:
+    return logging.getLogger("vertebra.runner")
+
+
+class RunnerTimers(RunnerEffects):
+    """The index of due times, the wake-up for the earliest, and the asks to fire."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.due_index: DueIndex | None = None
+        #: The time the earliest pending `TimersDue` wake-up is for.
+        self._armed: float | None = None
+        #: Sessions asked to fire, and when; those that answered nothing was due (closed,
+        #: failed): not asked again until their timers change.
+        self._asked: dict[str, float] = {}
+        self._refused: set[str] = set()
+
+    def _start_timers(self) -> None:
+        assert self.cfg is not None and self.spine is not None
+        try:
+            self.due_index = DueIndex(self.spine, os.path.join(self.cfg.data_dir, DUE_FILE))
+        except sqlite3.Error as exc:
+            _log().error("session timers are off: the index cannot be opened: %s", exc)
+            return
+        self._catch_up()
+        self._arm(time.time())
+
+    def _catch_up(self) -> None:
+        if self.due_index is None:
+            return
+        try:
+            changed = self.due_index.catch_up()
+        except (sqlite3.Error, SpineError) as exc:
+            _log().warning("the index of due timers did not catch up: %s", exc)
+            return
+        self._refused -= changed
+
+    def _timers_appended(self, sid: str, records: tuple[tuple[int, str, bytes], ...]) -> None:
+        """A session stored records: fold its timer events into the index, re-arm."""
+        if self.due_index is None or not any(r[1] in DUE_KINDS for r in records):
+            return
+        if any(r[1] == Kind.TIMER_FIRED for r in records):
+            self._asked.pop(sid, None)
+        self._catch_up()
+        self._arm(time.time())
+
+    def _next_wake(self, now: float) -> float | None:
+        """When to ask next: the earliest due time, or for a session asked already, when
+        its retry runs out; refused sessions wait for their timers to change."""
+        assert self.due_index is not None
+        best: float | None = None
+        for due, sid in self.due_index.entries():
+            if best is not None and due >= best:
+                break
+            if sid in self._refused:
+                continue
+            at = max(due, self._asked.get(sid, due - RETRY) + RETRY)
+            best = at if best is None else min(best, at)
+        return best
+
+    def _arm(self, now: float) -> None:
+        nxt = self._next_wake(now) if self.due_index is not None else None
+        if nxt is None:
+            return
+        if self._armed is not None and now <= self._armed <= nxt:
+            return  # a wake-up comes sooner
+        self._armed = nxt
+        self.wakeupAfter(timedelta(seconds=max(0.0, nxt - now)), TimersDue())
+
+    def _timers_due(self) -> None:
+        self._armed = None
+        if self.due_index is None or self.exiting:
+            return
+        self._catch_up()
+        now = time.time()
+        for sid in self.due_index.due(now):
+            if sid in self._refused or now - self._asked.get(sid, now - RETRY) < RETRY:
+                continue
+            self._asked[sid] = now
+            self._route(sid, m.FireTimers(request_id=_FIRE + sid, session_id=sid), self.myAddress)
+        self._arm(now)
+
+    if TYPE_CHECKING:
+
+        def _route(self, sid: str, msg: Any, reply_to: Any) -> None: ...
+
+    def _fire_answered(self, request_id: str, ok: bool, consumed: bool) -> bool:
+        """A session's answer to `FireTimers`; False for answers to anything else."""
+        if not request_id.startswith(_FIRE):
+            return False
+        sid = request_id[len(_FIRE) :]
+        if not ok or consumed:
+            self._refused.add(sid)
+            self._asked.pop(sid, None)
+        return True
