@@ -57,6 +57,7 @@ from ._serve_commands import demo, demo_args, serve, stop, stop_args
 from ._serve_options import serve_args
 from ._session_commands import (
     approve,
+    approve_args,
     chat,
     chat_args,
     close,
@@ -75,6 +76,15 @@ from ._session_commands import (
     submit_args,
     wait,
     wait_args,
+)
+from ._timer_commands import (
+    budget,
+    schedule,
+    schedule_args,
+    timers,
+    timers_args,
+    unschedule,
+    unschedule_args,
 )
 
 COMMANDS: tuple[Command, ...] = (
@@ -102,8 +112,12 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "approve",
         "approve a waiting action: it runs once, even after a restart",
-        ("vertebra approve chat-1 17", "vertebra approve chat-1 17 --note 'looks right'"),
-        decide_args,
+        (
+            "vertebra approve chat-1 17",
+            "vertebra approve chat-1 17 --note 'looks right'",
+            "vertebra approve chat-1 17 --raise 5  # a call paused for the cost budget",
+        ),
+        approve_args,
         approve,
     ),
     Command(
@@ -112,6 +126,37 @@ COMMANDS: tuple[Command, ...] = (
         ("vertebra reject chat-1 17 --note 'not in production'",),
         decide_args,
         reject,
+    ),
+    Command(
+        "timers",
+        "list a session's timers and schedules, next due first (no daemon needed)",
+        ("vertebra timers chat-1", "vertebra timers chat-1 --json"),
+        timers_args,
+        timers,
+    ),
+    Command(
+        "schedule",
+        "set a timer: its firings reach the session as messages (cron, +10m, or an ISO time)",
+        (
+            "vertebra schedule chat-1 '0 9 * * 1-5' 'daily report' --tz Europe/Paris",
+            "vertebra schedule chat-1 +10m 'check the build'",
+        ),
+        schedule_args,
+        schedule,
+    ),
+    Command(
+        "unschedule",
+        "cancel a timer",
+        ("vertebra unschedule chat-1 t-1a2b3c4d5e6f",),
+        unschedule_args,
+        unschedule,
+    ),
+    Command(
+        "budget",
+        "what a session spent under the operator's prices, its budget, a pause for it",
+        ("vertebra budget chat-1",),
+        timers_args,
+        budget,
     ),
     Command(
         "chat",

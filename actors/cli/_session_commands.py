@@ -314,12 +314,24 @@ def decide_args(p: argparse.ArgumentParser) -> None:
     add_json(p)
 
 
+def approve_args(p: argparse.ArgumentParser) -> None:
+    decide_args(p)
+    p.add_argument(
+        "--raise",
+        dest="raise_by",
+        type=float,
+        default=0.0,
+        metavar="AMOUNT",
+        help="raise the session's cost budget by AMOUNT (a call paused for it)",
+    )
+
+
 def _decide(args: argparse.Namespace, out: Out, approve: bool) -> int:
     sid = session_id(args.session)
     call = _call(args.call)
     with attach(args) as host:
         if approve:
-            ack = host.approve(sid, call, note=args.note)
+            ack = host.approve(sid, call, note=args.note, raise_by=args.raise_by)
         else:
             ack = host.reject(sid, call, reason=args.note)
     word = "approved" if approve else "rejected"

@@ -103,14 +103,18 @@ class SessionTimers:
 
     def spending(self, session_id: str) -> dict[str, Any]:
         """What the session spent under the operator's prices, its budget
-        (``governance.max_cost`` plus the raises) and whether it waits on it."""
-        st = read_state(self._log, session_id)
-        out = st.spend.as_dict()
-        raw = st.metadata.get("governance.max_cost")
-        try:
-            budget = float(raw) + st.spend.raised if raw else None
-        except ValueError:
-            budget = None
-        out["budget"] = budget
-        out["paused"] = sorted(c for c, p in st.pending_actions.items() if p.action == "model")
-        return out
+        (``governance.max_cost`` plus the raises) and the model calls paused on it."""
+        return spending_of(read_state(self._log, session_id))
+
+
+def spending_of(st: SessionState) -> dict[str, Any]:
+    """`SessionTimers.spending` of a folded state."""
+    out = st.spend.as_dict()
+    raw = st.metadata.get("governance.max_cost")
+    try:
+        budget = float(raw) + st.spend.raised if raw else None
+    except ValueError:
+        budget = None
+    out["budget"] = budget
+    out["paused"] = sorted(c for c, p in st.pending_actions.items() if p.action == "model")
+    return out
