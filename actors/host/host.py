@@ -118,6 +118,17 @@ class Host(SessionCommands, SessionReading, SessionTimers):
             spare_sessions=0 if base == "simpleSystemBase" else spare_sessions,
             prices=check_prices(prices) if prices else {},
         )
+        self._init(cfg, convention_bind, base, timeout, attach, admin_port)
+
+    def _init(
+        self,
+        cfg: RunnerConfig,
+        convention_bind: str | None,
+        base: str,
+        timeout: float,
+        attach: bool,
+        admin_port: int | None,
+    ) -> None:
         #: A convention leader's one listening address (None: a single loopback host).
         self.convention_bind = convention_bind
         self.data_dir = cfg.data_dir

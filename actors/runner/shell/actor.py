@@ -104,6 +104,8 @@ class RunnerActor(RunnerRouting, RunnerMembership, RunnerTimers):
         counters.update(self.sinks.stats())
         counters["spare_sessions"] = len(self._spares)
         counters["spare_sessions_ready"] = len(self._standing)
+        counters["timers_asked"] = self.timers_asked
+        counters["timers_set"] = len(self.due_index) if self.due_index is not None else 0
         stats = m.RunnerStats(
             request_id=msg.request_id,
             counters=counters,
@@ -120,6 +122,7 @@ class RunnerActor(RunnerRouting, RunnerMembership, RunnerTimers):
     def receiveMsg_SessionReady(self, msg: sp.SessionReady, sender: Any) -> None:
         if self.registry is not None:
             self._do(self.registry.session_ready(msg, time.monotonic()))
+        self._timers_news()
 
     def receiveMsg_SpareReady(self, msg: sp.SpareReady, sender: Any) -> None:
         if sender in self._spares and sender not in self._standing:
@@ -164,6 +167,7 @@ class RunnerActor(RunnerRouting, RunnerMembership, RunnerTimers):
                     self.hosts.forget(sid)
                     break
         self._do(self.registry.child_exited(msg.childAddress, time.monotonic()))
+        self._timers_news()
 
     def receiveMsg_PoisonMessage(self, msg: PoisonMessage, sender: Any) -> None:
         poison = msg.poisonMessage

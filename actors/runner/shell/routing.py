@@ -136,6 +136,8 @@ class RunnerRouting(RunnerEffects):
     receiveMsg_SetMetadata = _route_request
     receiveMsg_DecideAction = _route_request
     receiveMsg_SubmitGoal = _route_request
+    receiveMsg_SetTimer = _route_request
+    receiveMsg_CancelTimer = _route_request
     receiveMsg_ResumeGoal = _route_request
     receiveMsg_SwitchSession = _route_request
     receiveMsg_Subscribe = _route_request

@@ -26,6 +26,9 @@ from .effects import RunnerEffects
 
 #: Seconds before a session asked to fire and not firing is asked again.
 RETRY = 1.0
+#: Most seconds between two catch-ups of the index: news of a timer set by a session that
+#: died before telling the Runner is found by then (one read of the log, not per session).
+FLOOR = 30.0
 #: The index's file in the data directory.
 DUE_FILE = "timers.db"
 _FIRE = "fire-"
@@ -47,6 +50,8 @@ class RunnerTimers(RunnerEffects):
         #: failed): not asked again until their timers change.
         self._asked: dict[str, float] = {}
         self._refused: set[str] = set()
+        #: `FireTimers` sent so far (`GetRunnerStats`: ``timers_asked``).
+        self.timers_asked = 0
 
     def _start_timers(self) -> None:
         assert self.cfg is not None and self.spine is not None
@@ -91,10 +96,17 @@ class RunnerTimers(RunnerEffects):
             best = at if best is None else min(best, at)
         return best
 
+    def _timers_news(self) -> None:
+        """A session started or exited: what it stored may not have reached the Runner."""
+        if self.due_index is not None:
+            self._catch_up()
+            self._arm(time.time())
+
     def _arm(self, now: float) -> None:
-        nxt = self._next_wake(now) if self.due_index is not None else None
-        if nxt is None:
+        if self.due_index is None:
             return
+        nxt = self._next_wake(now)
+        nxt = now + FLOOR if nxt is None else min(nxt, now + FLOOR)
         if self._armed is not None and now <= self._armed <= nxt:
             return  # a wake-up comes sooner
         self._armed = nxt
@@ -110,6 +122,7 @@ class RunnerTimers(RunnerEffects):
             if sid in self._refused or now - self._asked.get(sid, now - RETRY) < RETRY:
                 continue
             self._asked[sid] = now
+            self.timers_asked += 1
             self._route(sid, m.FireTimers(request_id=_FIRE + sid, session_id=sid), self.myAddress)
         self._arm(now)
 

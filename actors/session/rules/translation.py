@@ -47,23 +47,8 @@ def command_of(msg: Any) -> Command | None:
             note=msg.note,
             raise_by=msg.raise_by,
         )
-    elif isinstance(msg, m.SetTimer):
-        return SetTimer(
-            request_id=msg.request_id,
-            key=msg.key,
-            timer_id=msg.timer_id,
-            text=msg.text,
-            at=msg.at,
-            after=msg.after,
-            cron=msg.cron,
-            tz=msg.tz,
-            policy=msg.policy,
-            grace=msg.grace,
-        )
-    elif isinstance(msg, m.CancelTimer):
-        return CancelTimer(request_id=msg.request_id, key=msg.key, timer_id=msg.timer_id)
-    elif isinstance(msg, m.FireTimers):
-        return FireDue(request_id=msg.request_id)
+    elif isinstance(msg, m.SetTimer | m.CancelTimer | m.FireTimers):
+        return _timer_command(msg)
     elif isinstance(msg, m.SubmitGoal):
         return Submit(
             request_id=msg.request_id,
@@ -80,6 +65,25 @@ def command_of(msg: Any) -> Command | None:
     else:
         return None
     return Receive(request_id=msg.request_id, ingress=ingress)
+
+
+def _timer_command(msg: m.SetTimer | m.CancelTimer | m.FireTimers) -> Command:
+    if isinstance(msg, m.CancelTimer):
+        return CancelTimer(request_id=msg.request_id, key=msg.key, timer_id=msg.timer_id)
+    if isinstance(msg, m.FireTimers):
+        return FireDue(request_id=msg.request_id)
+    return SetTimer(
+        request_id=msg.request_id,
+        key=msg.key,
+        timer_id=msg.timer_id,
+        text=msg.text,
+        at=msg.at,
+        after=msg.after,
+        cron=msg.cron,
+        tz=msg.tz,
+        policy=msg.policy,
+        grace=msg.grace,
+    )
 
 
 def session_info(stored: SessionState, restarts: int) -> m.SessionInfo:
