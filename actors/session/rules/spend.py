@@ -120,9 +120,9 @@ def prices_event(table: Mapping[str, Any]) -> Event:
 
 def needs_prices(spend: Spend, table: Mapping[str, Any] | None) -> bool:
     """Whether ``table`` (the operator's, given to this incarnation) is not the one in force."""
-    return bool(table) and (
-        table.get("version") != spend.version or table.get("models") != spend.models
-    )
+    if not table:
+        return False
+    return table.get("version") != spend.version or table.get("models") != spend.models
 
 
 def folded_prices(spend: Spend, ev: Event) -> Spend:

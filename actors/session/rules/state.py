@@ -419,7 +419,9 @@ def recovery_events(state: SessionState, reason: str = "crash") -> list[Event]:
     ]
 
 
-def metadata_diff(current: Mapping[str, str], changes: Mapping[str, str | None]) -> Any:
+def metadata_diff(
+    current: Mapping[str, str], changes: Mapping[str, str | None]
+) -> dict[str, str | None]:
     """The changes that actually change something (a no-op write stores nothing)."""
     out: dict[str, str | None] = {}
     for k, v in changes.items():

@@ -20,7 +20,7 @@ from spine import Event, Kind
 try:
     import cronsim
 except ImportError:  # the timers extra is not installed: cron schedules are refused
-    cronsim = None
+    cronsim = None  # type: ignore[assignment]
 
 #: What to do with firings missed while nothing ran (the daemon was down): ``fire_once``
 #: delivers one firing for all of them, saying how late and how many; ``skip`` drops a

@@ -79,7 +79,7 @@ def cancel_timer(s: Session, cmd: CancelTimer) -> Decision:
 def ended(st: SessionState) -> list[Event]:
     """A closing session's timers, cancelled (the index of due times drops them)."""
     return [
-        Event(kind=Kind.TIMER_CANCELLED, extra={"timer": t, "reason": "closed"}) for t in st.timers
+        Event(kind=Kind.TIMER_CANCELLED, reason="closed", extra={"timer": t}) for t in st.timers
     ]
 
 
@@ -107,18 +107,18 @@ def fired_event(t: Timer, now: float) -> tuple[Event, bool]:
         "dueAt": iso(t.due),
         "late": round(late, 3),
     }
+    error = ""
     try:
         missed, nxt = missed_after(t, now)
     except TimerError as exc:  # a cron the library no longer takes ends the timer
-        missed, nxt = 0, None
-        extra["error"] = str(exc)
+        missed, nxt, error = 0, None, str(exc)
     extra.update(missed=missed, next=nxt)
     if nxt is not None:
         extra["nextAt"] = iso(nxt)
     skipped = t.policy == "skip" and late > t.grace
     if skipped:
         extra["skipped"] = True
-    return Event(kind=Kind.TIMER_FIRED, text=t.text, extra=extra), not skipped
+    return Event(kind=Kind.TIMER_FIRED, text=t.text, error=error, extra=extra), not skipped
 
 
 def fire(s: Session, cmd: FireDue, policy: BusyPolicy) -> Decision:
