@@ -116,3 +116,27 @@ def test_a_daemon_down_across_a_due_time_fires_once_late_or_skips(
         assert h.timers(sid) == []
     finally:
         h.close()
+
+
+def test_the_model_sets_a_reminder_with_the_governed_schedule_tool(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    h = Host(tmp_path, base="multiprocTCPBase", timeout=20, spare_sessions=0)
+    try:
+        sid = h.create(metadata={"ore.model.name": "scripted"})
+        ask = h.send(sid, '!tool schedule {"text": "wake up", "after_seconds": 0.5}')
+        assert h.wait_turn(sid, ask.seq).kind == Kind.TURN_COMPLETED
+        (result,) = [e for e in h.history(sid) if e.kind == Kind.TOOL_RESULT]
+        assert not result.is_error and "first firing at" in result.result
+        wait_for(lambda: _answered(h, sid, "wake up"), timeout=20)
+        assert [e.text for e in _delivered(h, sid)] == ["wake up"]
+        # Governed like any tool: a session that does not grant the capability refuses it.
+        denied = h.create(
+            metadata={"ore.model.name": "scripted", "governance.capabilities": "clock"}
+        )
+        ask = h.send(denied, '!tool schedule {"text": "no", "after_seconds": 0.5}')
+        assert h.wait_turn(denied, ask.seq).kind == Kind.TURN_COMPLETED
+        refused = [e for e in h.history(denied) if e.kind == Kind.ACTION_REJECTED]
+        assert [e.fault for e in refused] == ["capability_denied"] and h.timers(denied) == []
+    finally:
+        h.close()

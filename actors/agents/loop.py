@@ -156,6 +156,7 @@ class ModelAgent:
             emit=out.emit,
             egress_allow=turn.egress_allow,
             delegate=getattr(out, "delegate", None),
+            schedule=getattr(out, "schedule", None),
         )
         flusher = Flusher(out, self.flush_interval)
         try:

@@ -51,6 +51,9 @@ class ToolContext:
     delegate: Callable[[str, str], tuple[str, bool]] | None = None
     #: The id of the tool call being answered.
     tool_use_id: str = ""
+    #: Set a timer in the session ``(tool_use_id, args)``: what was set, as text (raises
+    #: `ToolError` for a timer that cannot be set). None where no session runs the turn.
+    schedule: Callable[[str, Mapping[str, Any]], str] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -273,6 +276,37 @@ SPAWN = Tool(
 )
 
 
+def _schedule(args: Mapping[str, Any], ctx: ToolContext) -> str:
+    if ctx.schedule is None:
+        raise ToolError("scheduling needs a session to run the turn")
+    return ctx.schedule(ctx.tool_use_id, args)
+
+
+#: Capability ``schedule``: the session's own timers, each firing a message to it later.
+SCHEDULE = Tool(
+    name="schedule",
+    description=(
+        "Have a message delivered to this conversation later: after_seconds from now, or "
+        "on every time a five-field cron expression names (in tz, an IANA time zone). "
+        "Use it for reminders and recurring work."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "text": {"type": "string", "description": "the message to deliver"},
+            "after_seconds": {"type": "number", "minimum": 0},
+            "cron": {"type": "string"},
+            "tz": {"type": "string"},
+        },
+        "required": ["text"],
+        "additionalProperties": False,
+    },
+    fn=_schedule,
+    requirement=Requirement(capabilities=frozenset({"schedule"})),
+    context=True,
+)
+
+
 def _finish(args: Mapping[str, Any]) -> str:
     answer = args.get("answer")
     if not isinstance(answer, str) or not answer.strip():
@@ -294,4 +328,4 @@ FINISH = Tool(
 
 
 def builtin_tools() -> ToolRegistry:
-    return ToolRegistry.of([CLOCK, CALCULATOR, HTTP_GET, SPAWN])
+    return ToolRegistry.of([CLOCK, CALCULATOR, HTTP_GET, SPAWN, SCHEDULE])

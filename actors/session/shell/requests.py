@@ -116,6 +116,12 @@ class SessionRequests(DecisionExecution):
         self._settle()
         self._flush_if_idle()
 
+    def receiveMsg_SetTimer(self, msg: Any, sender: Any) -> None:
+        # From the turn's ``schedule`` tool (the protocol's SetTimer arrives `Routed`).
+        if isinstance(msg, c.SetTimer) and self.state is not None and not self.stopping_sent:
+            self._run(attrs.evolve(msg, now=time.time(), stored=self._stored(msg.key)), None)
+            self._settle()
+
     def receiveMsg_Spawn(self, msg: c.Spawn, sender: Any) -> None:
         if self.state is not None and not self.stopping_sent:
             self._run(msg, None)
