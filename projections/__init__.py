@@ -6,7 +6,8 @@ turn tree; `metadata_from` its properties; `SessionsIndex` lists every session; 
 whole log. See docs/projections.md.
 """
 
-from ._checkpoints import CheckpointStore, Generation
+from spine import CheckpointStore, Generation
+
 from ._due import DUE_KINDS, DueIndex
 from ._errors import CheckpointError, FoldError, ProjectionError
 from ._index import (

@@ -17,9 +17,8 @@ from typing import Any
 
 from thespian.actors import ActorExitRequest, ActorTypeDispatcher, WakeupMessage
 
-from spine import Log, open_log
+from spine import Log, open_checkpoints, open_log
 
-from ._checkpoints import open_checkpoints
 from ._errors import CheckpointBusyError
 from ._reducer import STATUS_VERSION, StatusReducer
 from .messages import (

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+# The checkpoint stores are the spine's (beside the log, by backend), and so are their errors.
+from spine import CheckpointBusyError, CheckpointError
+
+__all__ = [
+    "CheckpointBusyError",
+    "CheckpointError",
+    "FoldError",
+    "ProjectionError",
+]
+
 
 class ProjectionError(Exception):
-    """Base of every error the projections package raises."""
-
-
-class CheckpointError(ProjectionError):
-    """The checkpoint file cannot be opened, read or written."""
-
-
-class CheckpointBusyError(CheckpointError):
-    """Another reducer (on another host) writes these checkpoints; this one stands by."""
+    """Base of every error the projections package raises, but for the checkpoints'
+    (`CheckpointError`: a `spine.StorageError`)."""
 
 
 class FoldError(ProjectionError):

@@ -16,8 +16,9 @@ import os
 import pathlib
 from collections.abc import Mapping
 
+from spine import CheckpointStore, open_checkpoints
+
 from . import _index, _metadata, _status, _status_events, _status_row_handlers, _status_rows
-from ._checkpoints import CheckpointStore, open_checkpoints
 from ._index import SessionInfo, SessionsIndex
 from ._policy import Fail, FailurePolicy
 from ._progress import FailureInfo as FailureInfo
@@ -54,10 +55,11 @@ class StatusReducer(PageFolding):
 
     ``log`` is any `LogReader`: every `Log` (a projection opens it read-only).
 
-    ``checkpoint`` is the reducer's own SQLite file. ``policy`` says what to do with an
-    event that cannot be folded. ``version`` defaults to `STATUS_VERSION`; a checkpoint of
-    another version is served (marked stale) while a rebuild replaces it. One owner only:
-    the reducer is not thread-safe.
+    ``checkpoint`` is where it checkpoints (a `spine.open_checkpoints` location: its own
+    SQLite file, or the spine's PostgreSQL URL), or an open `CheckpointStore`. ``policy``
+    says what to do with an event that cannot be folded. ``version`` defaults to
+    `STATUS_VERSION`; a checkpoint of another version is served (marked stale) while a
+    rebuild replaces it. One owner only: the reducer is not thread-safe.
     """
 
     def __init__(

@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from ._checkpoints import CheckpointStore
+from spine import CheckpointStore
+
 from ._policy import FailurePolicy, RetryThenFail, Skip
 from ._progress import FailureInfo
 from ._reader import LogReader

@@ -27,8 +27,9 @@ class StartProjection:
     """Open the log and the checkpoint file and start folding; answered by `StartedReply`.
 
     ``log_path`` is the spine (a `spine.LogSpec` URL or a SQLite file path),
-    ``checkpoint_path`` the reducer's own SQLite file, or the spine's PostgreSQL URL to
-    checkpoint into tables of the same database. A
+    ``checkpoint_path`` where the reducer checkpoints (a `spine.open_checkpoints`
+    location, such as `spine.checkpoints_at` gives: its own SQLite file, or the spine's
+    PostgreSQL URL to checkpoint into tables of the same database). A
     ``version`` other than the default forces the code version (tests use it to trigger
     the automatic rebuild). Sending it again with the same paths only answers.
     """

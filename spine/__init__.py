@@ -3,6 +3,8 @@
 It imports neither ``actors`` nor ``projections``.
 """
 
+from ._backends import BACKENDS, Backend
+from ._checkpoints import CheckpointStore, Generation
 from ._codec import (
     SCHEMA_VERSION,
     converter,
@@ -14,6 +16,8 @@ from ._codec import (
     register_upcaster,
 )
 from ._errors import (
+    CheckpointBusyError,
+    CheckpointError,
     ConflictError,
     DecodeError,
     FencedError,
@@ -31,7 +35,17 @@ from ._log import DEFAULT_PAGE, AppendResult, Log, Record, Row, StreamInfo, Wake
 from ._memory import MemoryLog
 from ._private import UnsafeDataDirError, private_dir, private_file, private_sqlite
 from ._recover import LOST_KIND, LostRow, RecoveryReport, recover_sqlite
-from ._spec import LogSpec, load_backend, open_log
+from ._snapshots import Snapshot, SnapshotStore
+from ._spec import (
+    LogSpec,
+    backend,
+    checkpoints_at,
+    load_backend,
+    open_checkpoints,
+    open_log,
+    open_snapshots,
+    snapshots_at,
+)
 from ._sqlite import SqliteLog
 from ._sqlite_schema import connect_read_only
 from ._subscribe import (
@@ -44,6 +58,7 @@ from ._subscribe import (
 )
 
 __all__ = [
+    "BACKENDS",
     "DEFAULT_PAGE",
     "DEFAULT_POLL_FLOOR",
     "EPHEMERAL_KINDS",
@@ -53,12 +68,17 @@ __all__ = [
     "TERMINAL_PHASES",
     "AllSubscription",
     "AppendResult",
+    "Backend",
+    "CheckpointBusyError",
+    "CheckpointError",
+    "CheckpointStore",
     "ConflictError",
     "DecodeError",
     "Event",
     "FencedError",
     "FrozenDict",
     "FrozenList",
+    "Generation",
     "InvalidArgumentError",
     "InvalidStreamIdError",
     "Kind",
@@ -71,6 +91,8 @@ __all__ = [
     "RecoveryReport",
     "Row",
     "Severity",
+    "Snapshot",
+    "SnapshotStore",
     "SpineError",
     "SqliteLog",
     "StorageError",
@@ -80,6 +102,8 @@ __all__ = [
     "UnsafeDataDirError",
     "Usage",
     "Wakeup",
+    "backend",
+    "checkpoints_at",
     "connect_read_only",
     "converter",
     "decode_event",
@@ -90,12 +114,15 @@ __all__ = [
     "history",
     "load_backend",
     "new_session_id",
+    "open_checkpoints",
     "open_log",
+    "open_snapshots",
     "private_dir",
     "private_file",
     "private_sqlite",
     "recover_sqlite",
     "register_upcaster",
+    "snapshots_at",
     "subscribe",
     "subscribe_all",
     "terminal_after",

@@ -76,3 +76,12 @@ class FencedError(ConflictError):
         self.actual_seq = -1
         self.held_epoch = held_epoch
         self.current_epoch = current_epoch
+
+
+class CheckpointError(StorageError):
+    """A checkpoint store cannot be opened, read or written."""
+
+
+class CheckpointBusyError(CheckpointError):
+    """Another writer (a reducer on another host) holds these checkpoints; this one stands
+    by and may try again later."""

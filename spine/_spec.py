@@ -1,8 +1,10 @@
-"""`LogSpec` and `open_log`: where a log lives, as a URL that pickles, and how to open it.
+"""`LogSpec` and the openers: where a log (and its checkpoints and snapshots) lives, as a URL
+that pickles, and how to open it.
 
 Actors in other processes (and, with PostgreSQL, on other hosts) each open the log
 themselves, so what travels in their configuration is a spec, never an open log. The
-backend is chosen here, from the URL's scheme, and nowhere above the spine:
+backend is chosen here, from the URL's scheme (`_backends.BACKENDS`), and nowhere above
+the spine:
 
 - ``sqlite:///relative/file.db`` or ``sqlite:////absolute/file.db`` (the path follows the
   third slash, as in SQLAlchemy), or a plain file path;
@@ -18,11 +20,13 @@ from typing import Any
 
 import attrs
 
+from ._backends import BACKENDS, Backend, scheme_of
+from ._checkpoints import CheckpointStore
 from ._errors import InvalidArgumentError
 from ._log import Log
+from ._snapshots import SnapshotStore
 
 _SQLITE = "sqlite:///"
-_PG_SCHEMES = ("postgresql://", "postgres://")
 
 
 @attrs.frozen
@@ -36,10 +40,9 @@ class LogSpec:
             raise InvalidArgumentError(f"a log spec needs a non-empty URL, got {self.url!r}")
         if self.scheme == "sqlite" and not self.url[len(_SQLITE) :]:
             raise InvalidArgumentError(f"the SQLite URL {self.url!r} names no file")
-        if self.scheme not in ("sqlite", "postgresql"):
-            raise InvalidArgumentError(
-                f"unknown log URL {self.redacted()!r}: expected sqlite:///PATH or postgresql://..."
-            )
+        if self.scheme not in BACKENDS:
+            known = " or ".join(f"{b.prefixes[0]}..." for b in BACKENDS.values())
+            raise InvalidArgumentError(f"unknown log URL {self.redacted()!r}: expected {known}")
 
     @classmethod
     def sqlite(cls, path: str | os.PathLike[str]) -> LogSpec:
@@ -54,19 +57,19 @@ class LogSpec:
         text = os.fspath(value)
         if not isinstance(text, str) or not text:
             raise InvalidArgumentError(f"a log location must be a URL or a path, got {value!r}")
-        if text.startswith(_SQLITE) or text.startswith(_PG_SCHEMES):
-            return cls(text)
         if "://" in text:
             return cls(text)  # refused by the check, with the URL named
         return cls.sqlite(text)
 
     @property
     def scheme(self) -> str:
-        if self.url.startswith(_SQLITE):
-            return "sqlite"
-        if self.url.startswith(_PG_SCHEMES):
-            return "postgresql"
-        return self.url.split(":", 1)[0]
+        """The scheme of the backend that serves it (``sqlite``, ``postgresql``)."""
+        return scheme_of(self.url) or self.url.split(":", 1)[0]
+
+    @property
+    def backend(self) -> Backend:
+        """The `Backend` that serves it."""
+        return BACKENDS[self.scheme]
 
     @property
     def path(self) -> str:
@@ -81,6 +84,11 @@ class LogSpec:
 
     def __repr__(self) -> str:
         return f"LogSpec({self.redacted()!r})"
+
+
+def backend(spec: LogSpec | str | os.PathLike[str]) -> Backend:
+    """The `Backend` serving the log ``spec`` names (what it can do: ``shared``, ...)."""
+    return LogSpec.parse(spec).backend
 
 
 def open_log(
@@ -102,23 +110,13 @@ def open_log(
     constructor.
     """
     s = LogSpec.parse(spec)
-    if s.scheme == "sqlite":
-        from ._sqlite import SqliteLog
-
-        return SqliteLog(
-            s.path,
-            single_connection=single_connection,
-            read_only=read_only,
-            autocheckpoint=not deferred_checkpoints,
-            **options,
-        )
-    try:
-        from ._postgres import PostgresLog
-    except ImportError as exc:  # pragma: no cover - depends on the installed extras
-        raise InvalidArgumentError(
-            f"a PostgreSQL spine needs the postgres extra (pip install 'vertebra[postgres]'): {exc}"
-        ) from exc
-    return PostgresLog(s.url, single_connection=single_connection, read_only=read_only, **options)
+    return s.backend.open_log(
+        s,
+        single_connection=single_connection,
+        read_only=read_only,
+        deferred_checkpoints=deferred_checkpoints,
+        **options,
+    )
 
 
 def load_backend(spec: LogSpec | str | os.PathLike[str]) -> None:
@@ -131,13 +129,38 @@ def load_backend(spec: LogSpec | str | os.PathLike[str]) -> None:
     them all at once). Raises `InvalidArgumentError` for a PostgreSQL spec without the
     ``postgres`` extra, as `open_log` would.
     """
-    if LogSpec.parse(spec).scheme == "sqlite":
-        from . import _sqlite  # noqa: F401
+    LogSpec.parse(spec).backend.load()
 
-        return
-    try:
-        from . import _postgres  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - depends on the installed extras
-        raise InvalidArgumentError(
-            f"a PostgreSQL spine needs the postgres extra (pip install 'vertebra[postgres]'): {exc}"
-        ) from exc
+
+def checkpoints_at(spec: LogSpec | str | os.PathLike[str], data_dir: str) -> LogSpec:
+    """Where a runtime whose log is ``spec`` and whose data directory is ``data_dir`` keeps
+    its projection checkpoints: a file in the directory (SQLite), or the log's own database
+    (PostgreSQL, so a reducer on any host resumes them)."""
+    s = LogSpec.parse(spec)
+    return s.backend.checkpoints_at(s, data_dir)
+
+
+def snapshots_at(spec: LogSpec | str | os.PathLike[str], data_dir: str) -> LogSpec:
+    """Where a runtime whose log is ``spec`` and whose data directory is ``data_dir`` keeps
+    its session snapshots (a file in the directory, on every backend built in)."""
+    s = LogSpec.parse(spec)
+    return s.backend.snapshots_at(s, data_dir)
+
+
+def open_checkpoints(
+    location: LogSpec | str | os.PathLike[str] | CheckpointStore,
+) -> CheckpointStore:
+    """The checkpoint store at ``location`` (a spec, URL or SQLite file path, as for
+    `open_log`; a store is returned as it is). Raises `CheckpointError` if it cannot be
+    opened, `CheckpointBusyError` if another writer holds it."""
+    if isinstance(location, CheckpointStore):
+        return location
+    s = LogSpec.parse(location)
+    return s.backend.open_checkpoints(s)
+
+
+def open_snapshots(location: LogSpec | str | os.PathLike[str]) -> SnapshotStore:
+    """The snapshot store at ``location`` (a spec, URL or SQLite file path, as for
+    `open_log`). Raises `StorageError` if it cannot be opened."""
+    s = LogSpec.parse(location)
+    return s.backend.open_snapshots(s)

@@ -4,6 +4,7 @@ connection with them: opening it, making the schema, inserting an append's batch
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pathlib
 import sqlite3
@@ -211,3 +212,20 @@ def insert_batch(
             (stream, idempotency_key, last + 1, encoded[-1][0], first_pos, last_pos),
         )
     return last, pos0, encoded, rows
+
+
+def integrity_check(path: str) -> list[str]:
+    """SQLite's ``PRAGMA integrity_check`` on the file, opened read-only (``["ok"]``: sound;
+    else the problems, or why it cannot be read). `FileNotFoundError` if there is no file."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(errno.ENOENT, "no log file", path)
+    try:
+        c = connect_read_only(path)
+    except StorageError as exc:
+        return [str(exc)]
+    try:
+        return [str(r[0]) for r in c.execute("PRAGMA integrity_check")]
+    except sqlite3.DatabaseError as exc:
+        return [str(exc)]
+    finally:
+        c.close()

@@ -277,7 +277,7 @@ def test_a_long_session_restarts_from_a_snapshot_with_the_same_state(mp: Host) -
     mp.register(sid)
     a = mp.send(sid, "hello")
     mp.wait_turn(sid, a.seq)
-    store = SnapshotStore(mp.data_dir)
+    store = SnapshotStore(mp.data_dir, os.path.join(mp.data_dir, "spine.db"))
     try:
         snap = store.load(sid)
         assert snap is not None and snap.last_seq >= SNAPSHOT_EVERY

@@ -249,3 +249,31 @@ def test_spans_are_listed_parents_first_with_children_indented_under_them() -> N
     ]
     tree = [(depth, s.span_id) for depth, s in span_tree(spans, lambda s: s.start)]
     assert tree == [(0, "turn"), (1, "model"), (1, "tool"), (2, "nested"), (0, "other")]
+
+
+def test_check_of_a_spine_that_holds_nothing_yet_says_so_and_creates_nothing(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from actors.cli import main
+
+    missing = tmp_path / "never.db"
+    assert main(["--data", str(tmp_path / "d"), "--spine", str(missing), "check"]) == 1
+    err = capsys.readouterr().err
+    assert f"no spine at {str(missing)!r} (nothing stored there yet)" in err
+    assert main(["--data", str(tmp_path / "d"), "check"]) == 1
+    assert "no spine in" in capsys.readouterr().err
+    assert not missing.exists()
+
+
+def test_check_of_a_sound_sqlite_spine_runs_its_integrity_check(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from actors.cli import main
+    from spine import open_log
+
+    path = tmp_path / "one.db"
+    with open_log(path) as log:
+        log.append("s-1", [Event(kind=Kind.SESSION_STARTED)])
+    assert main(["--data", str(tmp_path), "--spine", str(path), "check"]) == 0
+    out = capsys.readouterr().out
+    assert "integrity: ok" in out and "s-1" in out

@@ -115,6 +115,10 @@ def test_a_registration_notice_for_a_member_thought_alive_says_it_restarted() ->
     ("argv", "problem"),
     [
         (["serve", "--join", "127.0.0.1:1", "--host-name", "m"], "postgresql"),
+        (
+            ["serve", "--spine", "sqlite:///one.db", "--convention-leader"],
+            "several hosts share one PostgreSQL log",
+        ),
         (["serve", "--host-name", "m"], "--host-name needs --convention-leader or --join"),
         (["serve", "--spine", "postgresql://x/y", "--join", "127.0.0.1:1"], "--host-name"),
         (

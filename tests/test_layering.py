@@ -172,3 +172,49 @@ def test_no_module_of_actors_imports_the_test_kit() -> None:
             if any(n == "actors.testing" or n.startswith("actors.testing.") for n in names):
                 bad.append(str(f.relative_to(ROOT)))
     assert not bad, "imports actors.testing: " + ", ".join(sorted(set(bad)))
+
+
+#: What only the spine's backend registry may compare a location or a log with.
+_BACKEND_WORDS = ("sqlite", "postgres")
+_LOG_CLASSES = {"SqliteLog", "PostgresLog", "MemoryLog", "SqliteLogReader"}
+
+
+def _names_a_backend(node: ast.AST) -> bool:
+    values = [node] if not isinstance(node, ast.Tuple) else list(node.elts)
+    return any(
+        isinstance(v, ast.Constant)
+        and isinstance(v.value, str)
+        and v.value.lower().startswith(_BACKEND_WORDS)
+        for v in values
+    )
+
+
+def _backend_tests(tree: ast.AST) -> list[int]:
+    """Lines that choose by a log's scheme or class: a comparison with, or a
+    ``startswith`` of, a backend's name, or an ``isinstance`` with a log class."""
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            if any(_names_a_backend(n) for n in [node.left, *node.comparators]):
+                hits.append(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+            if name in ("startswith", "endswith") and any(map(_names_a_backend, node.args)):
+                hits.append(node.lineno)
+            if name == "isinstance" and len(node.args) == 2:
+                classes = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+                if classes & _LOG_CLASSES:
+                    hits.append(node.lineno)
+    return hits
+
+
+@pytest.mark.parametrize("package", ["actors", "projections"])
+def test_storage_backends_are_chosen_only_in_the_spine(package: str) -> None:
+    """A new backend touches spine/ alone: above it nothing tests a URL's scheme or a log's
+    class (the spine's `Backend` says what a backend can do)."""
+    bad = [
+        f"{f.relative_to(ROOT)}:{line}"
+        for f in sorted((ROOT / package).rglob("*.py"))
+        for line in _backend_tests(_parse(f))
+    ]
+    assert not bad, "chooses by storage backend outside the spine: " + ", ".join(bad)

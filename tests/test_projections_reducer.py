@@ -13,7 +13,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from projections import (
-    CheckpointStore,
     Fail,
     RetryThenFail,
     Skip,
@@ -22,7 +21,18 @@ from projections import (
     index_from,
     project,
 )
-from spine import Event, Kind, Log, MemoryLog, Phase, SqliteLog, StorageError, Usage, history
+from spine import (
+    Event,
+    Kind,
+    Log,
+    MemoryLog,
+    Phase,
+    SqliteLog,
+    StorageError,
+    Usage,
+    history,
+    open_checkpoints,
+)
 
 _KINDS = [
     (Kind.USER_MESSAGE, {"text": "hi"}),
@@ -144,7 +154,8 @@ def test_a_code_version_change_rebuilds_while_queries_read_the_old_complete_stat
         new.step()
     assert not new.progress().stale
     assert_equals_fold_from_zero(new, log)
-    assert [g.version for g in CheckpointStore(tmp_path / "ck.db").generations()] == ["v2"]
+    with open_checkpoints(tmp_path / "ck.db") as store:
+        assert [g.version for g in store.generations()] == ["v2"]
 
 
 def test_a_requested_rebuild_reports_progress_and_swaps_in_at_the_end(

@@ -66,38 +66,19 @@ def check(args: argparse.Namespace, out: Out) -> int:
         spec = LogSpec.parse(url or spine_file(args.data))
     except ValueError as exc:
         raise CliError(f"bad --spine {url!r}: {exc}", EXIT_USAGE) from None
-    if spec.scheme == "sqlite":
-        if not os.path.exists(spec.path):
-            where = f"at {spec.path!r}" if url else f"in {args.data!r}"
-            raise CliError(f"no spine {where} (nothing stored there yet)")
-        integrity = _integrity(spec.path)
-    else:
-        integrity = ["ok"]
+    try:
+        checked = spec.backend.check_pages(spec)
+    except FileNotFoundError as exc:
+        where = f"at {exc.filename!r}" if url else f"in {args.data!r}"
+        raise CliError(f"no spine {where} (nothing stored there yet)") from None
+    integrity = ["ok"] if checked is None else checked
     results = _check_sessions(args.data, spec) if integrity == ["ok"] else []
     bad = integrity != ["ok"] or not all(r["ok"] for r in results)
     if args.json:
         out.line(json_line({"integrity": integrity, "sessions": results, "ok": not bad}))
     else:
-        _print_check(integrity, results, out, spec.scheme)
+        _print_check(integrity, results, out, "" if checked is not None else spec.scheme)
     return 1 if bad else 0
-
-
-def _integrity(path: str) -> list[str]:
-    """SQLite's ``PRAGMA integrity_check`` on the file, opened read-only (["ok"]: sound)."""
-    import sqlite3
-
-    from spine import StorageError, connect_read_only
-
-    try:
-        c = connect_read_only(path)
-    except StorageError as exc:
-        return [str(exc)]
-    try:
-        return [str(r[0]) for r in c.execute("PRAGMA integrity_check")]
-    except sqlite3.DatabaseError as exc:
-        return [str(exc)]
-    finally:
-        c.close()
 
 
 def _check_sessions(data: str, spec: Any) -> list[dict[str, Any]]:
@@ -134,10 +115,11 @@ def _check_session(log: Any, stream: str, ring: Any) -> dict[str, Any]:
 
 
 def _print_check(
-    integrity: list[str], results: list[dict[str, Any]], out: Out, scheme: str = "sqlite"
+    integrity: list[str], results: list[dict[str, Any]], out: Out, unchecked: str = ""
 ) -> None:
-    if scheme != "sqlite":
-        out.line(f"integrity: not checked here ({scheme}: the server's own tools check it)")
+    """``unchecked``: the backend whose server checks its own pages (none were checked)."""
+    if unchecked:
+        out.line(f"integrity: not checked here ({unchecked}: the server's own tools check it)")
     else:
         out.line("integrity: " + ("ok" if integrity == ["ok"] else "; ".join(integrity[:5])))
     for r in results:

@@ -293,13 +293,29 @@ def _start_http(args: argparse.Namespace, host: Any, out: Out) -> Any:
         raise CliError(
             f"--http needs the http extra (pip install 'vertebra[http]'): {exc}", EXIT_USAGE
         ) from None
+    webhook = _webhook(args)
     try:
-        gw = start_gateway(args.data, args.http, allow_remote=args.http_allow_remote, host=host)
+        gw = start_gateway(
+            args.data, args.http, allow_remote=args.http_allow_remote, host=host, webhook=webhook
+        )
     except GatewayError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     out.line(f"vertebra http: {gw.url}  token {gw.token}")
     out.line(f"vertebra http: open {gw.page_url}")
     return gw
+
+
+def _webhook(args: argparse.Namespace) -> Any:
+    if not args.a2a_webhook:
+        return None
+    try:
+        from ..gateway._a2a_push import Webhook
+    except ImportError as exc:
+        raise CliError(f"--a2a-webhook needs the a2a extra: {exc}", EXIT_USAGE) from None
+    try:
+        return Webhook.from_env(args.a2a_webhook, args.a2a_webhook_secret_env)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
 
 
 def stop_args(p: argparse.ArgumentParser) -> None:

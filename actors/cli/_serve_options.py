@@ -66,6 +66,18 @@ def _output_options(p: argparse.ArgumentParser) -> None:
         "--http-allow-remote", action="store_true", help="allow a non-loopback --http address"
     )
     p.add_argument(
+        "--a2a-webhook",
+        metavar="URL",
+        default=None,
+        help="POST every A2A task's pauses and ends here, signed (the a2a extra)",
+    )
+    p.add_argument(
+        "--a2a-webhook-secret-env",
+        metavar="NAME",
+        default="VERTEBRA_A2A_WEBHOOK_SECRET",
+        help="the environment variable holding the webhook's signing secret",
+    )
+    p.add_argument(
         "--resume-goals",
         action="store_true",
         help="resume the goal runs a previous daemon left in flight (reads every stream)",
@@ -130,8 +142,7 @@ def cluster_role(args: argparse.Namespace) -> str:
                 flag = "--" + opt.replace("_", "-")
                 raise CliError(f"{flag} needs --convention-leader or --join", EXIT_USAGE)
         return ""
-    spine = getattr(args, "spine", None) or ""
-    if not spine.startswith(("postgresql://", "postgres://")):
+    if not _shared(getattr(args, "spine", None) or ""):
         raise CliError(
             "several hosts share one PostgreSQL log: give --spine postgresql://...", EXIT_USAGE
         )
@@ -149,3 +160,13 @@ def cluster_role(args: argparse.Namespace) -> str:
 
 
 __all__ = ["SEAL_EVERY", "SEAL_INTERVAL", "cluster_role", "serve_args"]
+
+
+def _shared(spine: str) -> bool:
+    """Whether the log at ``spine`` is on a backend that several hosts can share."""
+    from spine import InvalidArgumentError, backend
+
+    try:
+        return bool(spine) and backend(spine).shared
+    except InvalidArgumentError:
+        return False

@@ -22,6 +22,8 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 
+from . import _a2a_routes as a2a
+from . import _agui_routes as agui
 from . import _session_routes as sessions
 from . import _stream_routes as streams
 from . import _telemetry_routes as telemetry
@@ -53,6 +55,7 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/v1/sessions/{id}/verify", "write", streams.verify),
     RouteSpec("GET", "/v1/sessions/{id}/events", "read", streams.session_events),
     RouteSpec("GET", "/v1/events", "admin", streams.all_events),
+    RouteSpec("POST", "/v1/agui/{id}", "write", agui.run),
     RouteSpec("GET", "/metrics", "admin", telemetry.metrics),
 )
 
@@ -104,6 +107,8 @@ def create_app(gw: Gateway) -> Starlette:
     routes.append(Route("/openapi.json", openapi, methods=["GET"]))
     for path, (name, media) in PAGES.items():
         routes.append(Route(path, _static(name, media), methods=["GET"]))
+    # The A2A door is the SDK's protocol, described by the agent card, not by openapi.json.
+    routes += a2a.routes(gw)
     return Starlette(
         routes=routes,
         exception_handlers={404: _not_found, 405: _not_allowed, 500: _server_error},

@@ -41,6 +41,8 @@ class Gateway:
     lock: threading.Lock = attrs.field(factory=threading.Lock)
     stopping: bool = False
     metrics: LogMetrics = attrs.field(factory=LogMetrics)
+    #: The A2A push notifications' pump (`_a2a_push.PushPump`), if a webhook is set.
+    push: Any = None
 
     @hubs.default
     def _hubs(self) -> Hubs:

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import anyio.to_thread
 import attrs
@@ -87,7 +87,16 @@ class Batch:
 
 
 class Client:
-    """One SSE client of a session: its cursor, its kinds, and where its bytes go."""
+    """One SSE client of a session: its cursor, its kinds, and where its bytes go.
+
+    The bytes are the REST stream's (`_sse`); a subclass that speaks another protocol
+    from the same log overrides `encode` and `encode_live`, `hello`, and sets `shared`
+    False so that batches encoded once for REST clients are never written to it."""
+
+    #: Written first: a comment and the reconnection delay.
+    hello = HELLO
+    #: Whether this client writes a hub's batch bytes, encoded once for every client.
+    shared = True
 
     def __init__(self, after: int, kinds: Iterable[str] | None, out: Out, limit: int) -> None:
         self.cursor = after
@@ -112,12 +121,13 @@ class Client:
         self.cursor = r.seq
         if r.kind == Kind.LIFECYCLE:
             self.state = terminal_after(self.state, r.event().phase)
-        if self.kinds is None or r.kind in self.kinds:
-            self._pending.append(data if data is not None else stored_event(r))
+        # Nothing to say is no write: an empty chunk would end the response.
+        if (self.kinds is None or r.kind in self.kinds) and (encoded := self.encode(r, data)):
+            self._pending.append(encoded)
         if self._held:
             for item in self._held:
                 if item[0] == self.cursor:
-                    self._pending.append(live_event(item))
+                    self._pending.append(self.encode_live(item, None))
             self._held = [item for item in self._held if item[0] > self.cursor]
         if self.state == "closed":
             self.end()
@@ -133,7 +143,13 @@ class Client:
         """A hub batch: contiguous records; only those past the cursor are new here."""
         if not self.live or self.ended:
             return
-        if batch.plain and self.kinds is None and not self._held and self.cursor == batch.first - 1:
+        if (
+            self.shared
+            and batch.plain
+            and self.kinds is None
+            and not self._held
+            and self.cursor == batch.first - 1
+        ):
             # The common case: all of it, as it is: the bytes framed once for everyone.
             self.cursor = batch.last
             self.out.write(batch.body, batch.frame)
@@ -148,15 +164,24 @@ class Client:
         if self.ended or (self.kinds is not None and item[1] not in self.kinds):
             return
         if item[0] == self.cursor:
-            if data is None:
-                data, framed = live_event(item), None
-            self.out.write(data, framed)
+            if data is None or not self.shared:
+                data, framed = self.encode_live(item, None), None
+            if data:
+                self.out.write(data, framed)
             self._check()
         elif item[0] > self.cursor:
             self._held.append(item)
             if len(self._held) > HELD_MAX:
                 self.overflowed = True
                 self.end()
+
+    def encode(self, r: Record, data: bytes | None) -> bytes:
+        """The bytes of stored record ``r`` (``data``: the hub's encoding, if made)."""
+        return data if data is not None else stored_event(r)
+
+    def encode_live(self, item: Live, data: bytes | None) -> bytes:
+        """The bytes of live item ``item``."""
+        return data if data is not None else live_event(item)
 
     def _check(self) -> None:
         if self.live and not self.ended and self.out.buffered() > self.limit:
@@ -173,19 +198,36 @@ class Waiter:
     """Collects the records of some kinds that a hub hands out after it joined (a goal
     wait: the end of a run), on the loop."""
 
-    def __init__(self, kinds: Iterable[str]) -> None:
-        self.kinds = frozenset(kinds)
+    def __init__(self, kinds: Iterable[str] | None) -> None:
+        #: None: every kind.
+        self.kinds = frozenset(kinds) if kinds is not None else None
         self.found: list[Record] = []
         self.changed = asyncio.Event()
 
     def offer(self, batch: Batch) -> None:
-        hits = [r for r, _ in batch.records if r.kind in self.kinds]
+        hits = [r for r, _ in batch.records if self.kinds is None or r.kind in self.kinds]
         if hits:
             self.found.extend(hits)
             self.changed.set()
 
     def end(self) -> None:
         self.changed.set()
+
+
+class Recorder:
+    """Keeps a stream's hub alive and records its live items until a client joins: a
+    request that starts a turn and then streams it joins only after its ingress is
+    committed, and the turn's first deltas may come before that."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.items: list[Live] = []
+
+    def take(self) -> list[Live]:
+        """What was recorded; the recording ends."""
+        self.hub.recorders.discard(self)
+        items, self.items = self.items, []
+        return items
 
 
 class Hub:
@@ -196,6 +238,7 @@ class Hub:
         self.stream = stream
         self.clients: set[Client] = set()
         self.waiters: set[Waiter] = set()
+        self.recorders: set[Recorder] = set()
         self._loop = loop
         # What the hub has handed out: nothing yet, and it starts at the log's end.
         self.position = log_.last_seq(stream)
@@ -231,6 +274,9 @@ class Hub:
         framed = chunk(data)
         for c in self.clients:
             c.live_item(item, data, framed)
+        for r in self.recorders:
+            if len(r.items) < HELD_MAX:
+                r.items.append(item)
 
     def stop(self) -> None:
         self._stopped.set()
@@ -277,12 +323,29 @@ class Hubs:
         return hub
 
     def _leave(self, hub: Hub) -> None:
-        if not hub.clients and not hub.waiters and self._hubs.get(hub.stream) is hub:
+        if (
+            not hub.clients
+            and not hub.waiters
+            and not hub.recorders
+            and self._hubs.get(hub.stream) is hub
+        ):
             del self._hubs[hub.stream]
             hub.stop()
 
+    def record(self, stream: str) -> Recorder:
+        """Record ``stream``'s live items until `Recorder.take` (then `release`)."""
+        hub = self._hub(stream)
+        rec = Recorder(hub)
+        hub.recorders.add(rec)
+        return rec
+
+    def release(self, rec: Recorder) -> None:
+        """End a recording nobody took (the request failed first)."""
+        rec.take()
+        self._leave(rec.hub)
+
     @contextlib.contextmanager
-    def waiting(self, stream: str, kinds: Iterable[str]) -> Iterator[Waiter]:
+    def waiting(self, stream: str, kinds: Iterable[str] | None) -> Iterator[Waiter]:
         """A `Waiter` on ``stream``'s hub for as long as the block runs. Everything the
         log holds when it joins is readable from the log: read it after joining, and
         nothing falls between the read and what the waiter sees."""
@@ -295,14 +358,22 @@ class Hubs:
             hub.waiters.discard(waiter)
             self._leave(hub)
 
-    async def serve(self, stream: str, after: int, kinds: Iterable[str] | None, out: Out) -> bool:
+    async def serve(
+        self,
+        stream: str,
+        after: int,
+        kinds: Iterable[str] | None,
+        out: Out,
+        make: Callable[[int, Out, int], Client] | None = None,
+    ) -> bool:
         """The SSE body for one client: catch up alone, then follow with the hub until
-        the stream ends. True if the client fell too far behind."""
-        client = Client(after, kinds, out, self.limit)
+        the stream ends. True if the client fell too far behind. ``make(after, out,
+        limit)`` builds a client of another protocol."""
+        client = make(after, out, self.limit) if make else Client(after, kinds, out, self.limit)
         hub = self._hub(stream)
         hub.clients.add(client)
         try:
-            out.write(HELLO)
+            out.write(client.hello)
             client.state = await anyio.to_thread.run_sync(state_before, self._log, stream, after)
             await self._catch_up(client, hub)
             await client.done.wait()

@@ -78,6 +78,8 @@ class GatewayHandle:
         if self._stopped:
             return
         self._stopped = True
+        if self.gateway.push is not None:
+            self.gateway.push.stop()
         self.gateway.stop_feeds()
         self._server.should_exit = True
         self._thread.join(timeout)
@@ -102,6 +104,7 @@ def start_gateway(
     allow_remote: bool = False,
     host: Host | None = None,
     ping: float = 15.0,
+    webhook: Any = None,
     **host_options: Any,
 ) -> GatewayHandle:
     """Serve HTTP + SSE for the daemon over ``data_dir`` on ``bind`` (port 0: a free one).
@@ -109,7 +112,8 @@ def start_gateway(
     With ``host`` the gateway uses that embedding `Host` (and leaves it open on `stop`);
     without, it starts one with ``host_options`` and closes it on `stop`. A bind address
     that is not loopback is refused unless ``allow_remote``: the admin token then crosses
-    the network, so put TLS in front.
+    the network, so put TLS in front. ``webhook`` (an `_a2a_push.Webhook`, the a2a
+    extra) receives the A2A tasks' pauses and ends.
     """
     addr, port = parse_bind(bind)
     if not is_loopback(addr) and not allow_remote:
@@ -130,6 +134,10 @@ def start_gateway(
         log.watch()
         gw = Gateway(host=host, log=log, tokens=tokens, ping=ping)
         sink_id = host.add_sink(gw.on_sink)
+        if webhook is not None:
+            from ._a2a_push import PushPump
+
+            gw.push = PushPump(log, data, webhook)
     except BaseException:
         sock.close()
         if owned is not None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from spine import SqliteLog, open_log, private_dir
+from spine import open_log, private_dir
 
 from .. import messages as m
 from .._runtime.system import bind_only, free_port, loopback_only, orphan_guard
@@ -187,10 +187,11 @@ class Host(SessionCommands, SessionReading, SessionTimers):
         # Keep the spine's cross-process watcher running for the Host's life, so that
         # every subscription (wait_turn opens one per call) is woken from its first read.
         self._log.watch()
-        if not self._attach and isinstance(self._log, SqliteLog):
-            # Sessions leave the WAL's checkpoints to this process, which forks no more
-            # actor processes from here on: an acknowledgement never waits for one.
-            self._log.start_checkpoints()
+        if not self._attach:
+            # The log's background work (on SQLite the WAL's checkpoints, which sessions
+            # leave to this process) runs here, in a process that forks no more actor
+            # processes from here on: an acknowledgement never waits for it.
+            spine_spec(self.data_dir, self.spine).backend.start_upkeep(self._log)
 
     @property
     def _asys(self) -> Any:

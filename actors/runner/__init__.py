@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from spine import LogSpec
+from spine import LogSpec, checkpoints_at
 
 from .rules.entry import EntryState
 from .rules.registry import Registry
@@ -38,12 +38,9 @@ def spine_spec(data_dir: str, spine: str = "") -> LogSpec:
 
 
 def checkpoint_location(data_dir: str, spine: str = "") -> str:
-    """Where the status projection checkpoints: beside a PostgreSQL spine in its own
-    database, else its own SQLite file in the data directory."""
-    spec = spine_spec(data_dir, spine)
-    if spec.scheme == "postgresql":
-        return spec.url
-    return os.path.join(data_dir, "projections.db")
+    """Where the status projection checkpoints (the spine's backend says: beside a
+    PostgreSQL spine in its own database, else its own SQLite file in the data directory)."""
+    return checkpoints_at(spine_spec(data_dir, spine), data_dir).url
 
 
 def __getattr__(name: str) -> object:

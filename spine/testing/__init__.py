@@ -11,11 +11,14 @@ vertebra tests its own backends, and how a third-party backend proves itself::
         def new_log(self, tmp_path):
             return MyLog(...)
 
+`CheckpointContract` and `SnapshotContract` do the same for a backend's checkpoint and
+snapshot stores (`new_store`, and `reopen` for a fresh store at the same location).
+
 `postgres_cluster` starts a throwaway PostgreSQL server (when its binaries are installed)
 and `fresh_schema` gives each test an empty schema in one, for backends that need a server.
 Importing this package needs pytest (the ``test`` extra). The contracts are composed in
-`log_contract` from `appends` and `reads`; `durable` and `leases` add to them, `postgres`
-holds the server, `events` the small helpers.
+`log_contract` from `appends` and `reads`; `durable` and `leases` add to them, `stores`
+holds the store contracts, `postgres` the server, `events` the small helpers.
 """
 
 from .durable import DurableLogContract
@@ -23,13 +26,16 @@ from .events import WAIT, ev, snapshot, texts
 from .leases import LeaseContract
 from .log_contract import LogContract, check_concurrent_outcome
 from .postgres import PG_BIN_DIRS, fresh_schema, postgres_bin_dir, postgres_cluster
+from .stores import CheckpointContract, SnapshotContract
 
 __all__ = [
     "PG_BIN_DIRS",
     "WAIT",
+    "CheckpointContract",
     "DurableLogContract",
     "LeaseContract",
     "LogContract",
+    "SnapshotContract",
     "check_concurrent_outcome",
     "ev",
     "fresh_schema",

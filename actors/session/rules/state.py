@@ -17,8 +17,7 @@ from .replace import replace
 #: Conversation messages kept in memory for the agent's context.
 HISTORY_LIMIT = 200
 
-#: Version of `SessionState`'s shape and place (its pickle names its module); snapshots
-#: written by another version are ignored.
+#: Version of `SessionState`'s shape and module (pickles name it); others are ignored.
 SNAPSHOT_VERSION = 8
 
 

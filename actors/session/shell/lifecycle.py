@@ -60,7 +60,7 @@ class SessionLifecycle(DecisionExecution):
                 msg.spine or msg.db_path, single_connection=True, deferred_checkpoints=True
             )
             try:
-                snapshots = SnapshotStore(os.path.dirname(msg.db_path))
+                snapshots = SnapshotStore(os.path.dirname(msg.db_path), msg.spine or msg.db_path)
             except Exception:
                 log.close()
                 raise
@@ -86,7 +86,7 @@ class SessionLifecycle(DecisionExecution):
             warm[3].close()
         log = open_log(cfg.spine or cfg.db_path, single_connection=True, deferred_checkpoints=True)
         try:
-            return log, SnapshotStore(os.path.dirname(cfg.db_path))
+            return log, SnapshotStore(os.path.dirname(cfg.db_path), cfg.spine or cfg.db_path)
         except Exception:
             log.close()
             raise

@@ -1,19 +1,17 @@
 """Session snapshots: a session's folded state at a seq, so a long stream restarts fast.
 
-Snapshots are a cache, never the truth: they live in their own SQLite file, carry the
-version of the fold that wrote them, and a missing, stale or unreadable snapshot only
-means folding from the start.
+Snapshots are a cache, never the truth: the spine stores them (`spine.open_snapshots`, at
+`spine.snapshots_at`), as the pickled state with the version of the fold that wrote it,
+and a missing, stale or unreadable snapshot only means folding from the start.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import pickle
-import sqlite3
 
-from spine import private_sqlite
+from spine import LogSpec, Snapshot, StorageError, open_snapshots, snapshots_at
 
 from ..rules.state import SNAPSHOT_VERSION, SessionState
 
@@ -22,32 +20,22 @@ SNAPSHOT_EVERY = 1000
 
 
 class SnapshotStore:
-    def __init__(self, data_dir: str) -> None:
-        self.path = os.path.join(data_dir, "snapshots.db")
-        # The actor serializes every use, but on the single-process base its handlers run
-        # on whichever thread drives the system: the connection must not be thread-bound.
-        private_sqlite(self.path)
-        self._c = sqlite3.connect(
-            self.path, isolation_level=None, timeout=30, check_same_thread=False
-        )
-        self._c.execute("PRAGMA journal_mode = WAL")
-        self._c.execute("PRAGMA synchronous = NORMAL")
-        self._c.execute(
-            "CREATE TABLE IF NOT EXISTS snapshots (session_id TEXT PRIMARY KEY, "
-            "seq INTEGER NOT NULL, version INTEGER NOT NULL, state BLOB NOT NULL)"
-        )
+    """The snapshots of the sessions of a runtime whose log is ``spine`` (a spec, URL or
+    SQLite path) and whose data directory is ``data_dir``."""
+
+    def __init__(self, data_dir: str, spine: LogSpec | str | os.PathLike[str]) -> None:
+        self._store = open_snapshots(snapshots_at(spine, data_dir))
+        self.path = self._store.path
 
     def load(self, session_id: str) -> SessionState | None:
-        row = self._c.execute(
-            "SELECT seq, version, state FROM snapshots WHERE session_id = ?", (session_id,)
-        ).fetchone()
-        if row is None or row[1] != SNAPSHOT_VERSION:
+        snap = self._store.load(session_id)
+        if snap is None or snap.version != SNAPSHOT_VERSION:
             return None
         try:
-            state = pickle.loads(row[2])
+            state = pickle.loads(snap.body)
         except Exception:
             return None
-        if not isinstance(state, SessionState) or state.last_seq != row[0]:
+        if not isinstance(state, SessionState) or state.last_seq != snap.seq:
             return None
         return state
 
@@ -55,21 +43,14 @@ class SnapshotStore:
         """Store ``state``; False (and nothing stored) if the store cannot take it: a
         snapshot is a cache, and a failed one only means a longer fold next time."""
         try:
-            self._save(state)
-        except (sqlite3.Error, pickle.PicklingError, TypeError) as exc:
+            body = pickle.dumps(state)
+            self._store.save(Snapshot(state.session_id, state.last_seq, SNAPSHOT_VERSION, body))
+        except (StorageError, pickle.PicklingError, TypeError) as exc:
             logging.getLogger("vertebra.session").warning(
                 "snapshot of %s at seq %d not saved: %s", state.session_id, state.last_seq, exc
             )
             return False
         return True
 
-    def _save(self, state: SessionState) -> None:
-        self._c.execute(
-            "INSERT INTO snapshots VALUES (?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
-            "seq = excluded.seq, version = excluded.version, state = excluded.state",
-            (state.session_id, state.last_seq, SNAPSHOT_VERSION, pickle.dumps(state)),
-        )
-
     def close(self) -> None:
-        with contextlib.suppress(sqlite3.Error):
-            self._c.close()
+        self._store.close()

@@ -1,11 +1,10 @@
 """Checkpoints in the spine's PostgreSQL database, beside the log (tables ``projection_*``).
 
-The same generations as the SQLite checkpoint file (see `_checkpoints`), so a reducer on
-any host can resume or rebuild: the state rows and the position of a page commit in one
-transaction. One writer at a time per database: the reducer takes a session-level
-advisory lock, so a second reducer elsewhere does not interleave: it gets
-`CheckpointBusyError` and stands by (the projection actor retries), taking over when the
-first one's connection ends.
+The generations of `CheckpointStore`, so a reducer on any host can resume or rebuild: the
+state rows and the position of a page commit in one transaction. One writer at a time per
+database: the reducer takes a session-level advisory lock, so a second reducer elsewhere
+does not interleave: it gets `CheckpointBusyError` and stands by (the projection actor
+retries), taking over when the first one's connection ends.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ import psycopg
 
 from ._checkpoints import CheckpointStore, Generation
 from ._errors import CheckpointBusyError, CheckpointError
+from ._spec import LogSpec
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS projection_generations (
@@ -39,10 +39,10 @@ _OWNER_LOCK = 0x70726F6A656374
 
 
 class PostgresCheckpointStore(CheckpointStore):
-    """A projection's checkpoints in PostgreSQL (one writer: the reducer that owns it)."""
+    """Checkpoints in PostgreSQL (one writer: the reducer that owns it)."""
 
     def __init__(self, url: str) -> None:
-        self.path = url
+        self.path = LogSpec(url).redacted()
         try:
             self._pg = psycopg.connect(url, autocommit=True)
         except psycopg.Error as exc:

@@ -1,14 +1,7 @@
-"""Checkpoints: a projection's state and global position in its own SQLite file.
+"""Checkpoints in a SQLite file of their own (a projection's ``projections.db``).
 
-The file holds generations. A generation is one fold of the log by one code version: its
-position, whether it is complete (folded up to the log's end at least once, so queries may
-read it) and one state row per session. Each batch commits the rows it changed together
-with the new position in one transaction, so a crash at any point leaves a state that is
-exactly the fold of the log up to the recorded position. A rebuild folds a fresh
-generation next to the complete one and, when it has caught up, makes it current and drops
-the old one in one transaction.
-
-The store never touches the spine's file, so the reducer never holds the log's write lock.
+The generations of `CheckpointStore` as two tables (``generations`` and ``state``); the
+store never touches the spine's file, so the reducer never holds the log's write lock.
 """
 
 from __future__ import annotations
@@ -18,11 +11,9 @@ import os
 import sqlite3
 from collections.abc import Iterable, Iterator
 
-import attrs
-
-from spine import private_sqlite
-
-from ._errors import CheckpointError
+from ._checkpoints import CheckpointStore, Generation
+from ._errors import CheckpointError, StorageError
+from ._private import private_sqlite
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS generations (
@@ -41,19 +32,8 @@ CREATE TABLE IF NOT EXISTS state (
 """
 
 
-@attrs.frozen(kw_only=True)
-class Generation:
-    """One fold of the log by one code version, as the checkpoint file records it."""
-
-    gen: int
-    version: str
-    position: int
-    complete: bool
-    skipped: int = 0
-
-
-class CheckpointStore:
-    """A projection's checkpoint file (one writer: the reducer that owns it)."""
+class SqliteCheckpointStore(CheckpointStore):
+    """A checkpoint file (one writer: the reducer that owns it)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
@@ -64,7 +44,7 @@ class CheckpointStore:
             # A checkpoint lost to a power cut is refolded from the log, so NORMAL suffices.
             self._c.execute("PRAGMA synchronous = NORMAL")
             self._c.executescript(_SCHEMA)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, StorageError) as exc:
             raise CheckpointError(f"cannot open checkpoint file {self.path!r}: {exc}") from exc
 
     def generations(self) -> list[Generation]:
@@ -76,26 +56,7 @@ class CheckpointStore:
             for g, v, p, c, s in rows
         ]
 
-    def generation(self, gen: int) -> Generation | None:
-        for g in self.generations():
-            if g.gen == gen:
-                return g
-        return None
-
-    def current(self) -> Generation | None:
-        """The newest complete generation."""
-        done = [g for g in self.generations() if g.complete]
-        return done[-1] if done else None
-
-    def pending(self) -> Generation | None:
-        """The newest incomplete generation (a rebuild under way), if any."""
-        gens = self.generations()
-        if gens and not gens[-1].complete:
-            return gens[-1]
-        return None
-
     def begin_generation(self, version: str) -> Generation:
-        """Start an empty generation after every existing one; stale pending ones go."""
         with self._tx() as c:
             for g in self.generations():
                 if not g.complete:
@@ -110,7 +71,6 @@ class CheckpointStore:
         return Generation(gen=gen, version=version, position=0, complete=False)
 
     def load(self, gen: int) -> Iterator[tuple[str, bytes]]:
-        """Every session's state row of ``gen``."""
         for stream, body in self._c.execute(
             "SELECT stream, body FROM state WHERE gen=?", (gen,)
         ).fetchall():
@@ -131,11 +91,6 @@ class CheckpointStore:
         skipped: int = 0,
         complete: bool = False,
     ) -> None:
-        """Write changed session rows and the new position of ``gen`` atomically.
-
-        With ``complete`` the generation becomes the current one and every older one is
-        dropped in the same transaction.
-        """
         with self._tx() as c:
             c.executemany(
                 "INSERT OR REPLACE INTO state (gen, stream, body) VALUES (?,?,?)",
@@ -170,17 +125,3 @@ class CheckpointStore:
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
             self._c.close()
-
-
-def open_checkpoints(location: str | os.PathLike[str] | CheckpointStore) -> CheckpointStore:
-    """The checkpoint store at ``location``: a SQLite file path, or a PostgreSQL URL (the
-    spine's database: the generations live in tables of their own beside the log)."""
-    if isinstance(location, CheckpointStore):
-        return location
-    text = os.fspath(location)
-    if text.startswith(("postgresql://", "postgres://")):
-        from ._checkpoints_pg import PostgresCheckpointStore
-
-        store: CheckpointStore = PostgresCheckpointStore(text)
-        return store
-    return CheckpointStore(text)
