@@ -67,6 +67,9 @@ def test_a_timer_is_stored_with_its_first_due_time(spec: dict[str, object], due:
         ({"after": 1.0, "policy": "twice"}, "policy must be one of"),
         ({"after": 1.0, "text": "  "}, "non-empty text"),
         ({"after": 1.0, "grace": float("nan")}, "grace"),
+        ({"after": 1e300}, "after the year 9999"),
+        ({"at": 1e17}, "after the year 9999"),
+        ({"cron": "0 0 30 2 *"}, "Bad day-of-month"),
     ],
 )
 def test_a_timer_that_cannot_be_set_is_refused_and_stores_nothing(

@@ -28,6 +28,8 @@ except ImportError:  # the timers extra is not installed: cron schedules are ref
 POLICIES = ("fire_once", "skip")
 #: Seconds a firing may be late and still count as on time (``skip`` drops later ones).
 DEFAULT_GRACE = 60.0
+#: The last time a timer may name (the end of year 9999, UTC): later ones have no date.
+LAST_TIME = 253402300799.0
 #: Missed cron firings counted at most (a schedule every minute, down for a year, stops here).
 MAX_MISSED = 10_000
 
@@ -62,23 +64,21 @@ def zone(tz: str) -> ZoneInfo:
 
 
 def next_cron(cron: str, tz: str, after: float) -> float:
-    """The first time strictly after ``after`` that ``cron`` names in ``tz``.
+    """The first time strictly after ``after`` that ``cron`` names in ``tz`` (five fields,
+    or six with seconds first).
 
     Daylight-saving transitions follow cron's custom (cronsim's): a time skipped by the
     spring change fires at the first valid time after it, a time repeated in the autumn
     fires once."""
     if cronsim is None:
         raise TimerError("cron schedules need the timers extra (pip install 'vertebra[timers]')")
-    start = datetime.fromtimestamp(after, zone(tz))
     try:
-        it = cronsim.CronSim(cron, start)
-        nxt = next(it)
-    except (cronsim.CronSimError, StopIteration) as exc:
+        it = cronsim.CronSim(cron, datetime.fromtimestamp(after, zone(tz)))
+        t = next(it).timestamp()
+        if t <= after:  # cronsim may start at the time given, which may be ``after`` itself
+            t = next(it).timestamp()
+    except (cronsim.CronSimError, StopIteration, OverflowError, ValueError) as exc:
         raise TimerError(f"cron expression {cron!r} cannot be used: {exc}") from None
-    t = nxt.timestamp()
-    if t <= after:  # cronsim starts at the minute given, which may be ``after`` itself
-        nxt = next(it)
-        t = nxt.timestamp()
     return t
 
 
@@ -118,6 +118,8 @@ def plan(
         if not 0.0 <= after < float("inf"):
             raise TimerError(f"after must be a non-negative number of seconds, got {after!r}")
         due = now + after
+    if not due < LAST_TIME:
+        raise TimerError("a timer cannot be due after the year 9999")
     return Timer(id=timer_id, text=text, due=due, cron=cron, tz=tz, policy=policy, grace=grace)
 
 
