@@ -149,3 +149,29 @@ def budget(args: argparse.Namespace, out: Out) -> int:
     for call in spent["paused"]:
         out.line(f"paused for the budget: vertebra approve {sid} {call} --raise AMOUNT, or reject")
     return 0
+
+
+def time_and_money(log: Any, sid: str) -> dict[str, Any]:
+    """The session's timers and spending for its status (nothing when it has neither, or
+    its stream does not decode: the projection says why)."""
+    from spine import SpineError
+
+    from ..host.timers import read_state, spending_of
+    from ..session.rules.timerbook import iso
+
+    try:
+        st = read_state(log, sid)
+    except SpineError:
+        return {}
+    out: dict[str, Any] = {}
+    if st.timers:
+        first = min(st.timers.values(), key=lambda t: t.due)
+        out["timers"] = {"set": len(st.timers), "next": iso(first.due)}
+    if st.spend.priced:
+        s = spending_of(st)
+        out["spend"] = {
+            "cost": s["cost"],
+            "budget": s["budget"],
+            "paused": len(s["paused"]),
+        }
+    return out
