@@ -10,6 +10,7 @@ fired within `RETRY` (it crashed between "due" and "delivered") is asked again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
@@ -55,11 +56,20 @@ class RunnerTimers(RunnerEffects):
 
     def _start_timers(self) -> None:
         assert self.cfg is not None and self.spine is not None
+        path = os.path.join(self.cfg.data_dir, DUE_FILE)
         try:
-            self.due_index = DueIndex(self.spine, os.path.join(self.cfg.data_dir, DUE_FILE))
-        except sqlite3.Error as exc:
-            _log().error("session timers are off: the index cannot be opened: %s", exc)
-            return
+            self.due_index = DueIndex(self.spine, path)
+        except sqlite3.DatabaseError as exc:
+            # Only a checkpoint: start it over from the log rather than lose the timers.
+            _log().warning("the index of due timers is rebuilt from the log: %s", exc)
+            for leftover in (path, path + "-wal", path + "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(leftover)
+            try:
+                self.due_index = DueIndex(self.spine, path)
+            except sqlite3.Error as again:
+                _log().error("session timers are off: the index cannot be opened: %s", again)
+                return
         self._catch_up()
         self._arm(time.time())
 
