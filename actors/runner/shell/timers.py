@@ -27,6 +27,9 @@ from .effects import RunnerEffects
 
 #: Seconds before a session asked to fire and not firing is asked again.
 RETRY = 1.0
+#: Seconds before a session that answered nothing was due (closed, failed, revived later)
+#: is asked again while the index still says it is due.
+REFUSED_RETRY = 60.0
 #: Most seconds between two catch-ups of the index: news of a timer set by a session that
 #: died before telling the Runner is found by then (one read of the log, not per session).
 FLOOR = 30.0
@@ -47,10 +50,10 @@ class RunnerTimers(RunnerEffects):
         self.due_index: DueIndex | None = None
         #: The time the earliest pending `TimersDue` wake-up is for.
         self._armed: float | None = None
-        #: Sessions asked to fire, and when; those that answered nothing was due (closed,
-        #: failed): not asked again until their timers change.
-        self._asked: dict[str, float] = {}
-        self._refused: set[str] = set()
+        #: Sessions asked to fire: when, and how long before asking again (`RETRY`; after
+        #: an answer that nothing was due, or a refusal, `REFUSED_RETRY`, unless their
+        #: timers change first).
+        self._asked: dict[str, tuple[float, float]] = {}
         #: `FireTimers` sent so far (`GetRunnerStats`: ``timers_asked``).
         self.timers_asked = 0
 
@@ -81,7 +84,8 @@ class RunnerTimers(RunnerEffects):
         except (sqlite3.Error, SpineError) as exc:
             _log().warning("the index of due timers did not catch up: %s", exc)
             return
-        self._refused -= changed
+        for sid in changed:
+            self._asked.pop(sid, None)
 
     def _timers_appended(self, sid: str, records: tuple[tuple[int, str, bytes], ...]) -> None:
         """A session stored records: fold its timer events into the index, re-arm."""
@@ -94,15 +98,14 @@ class RunnerTimers(RunnerEffects):
 
     def _next_wake(self, now: float) -> float | None:
         """When to ask next: the earliest due time, or for a session asked already, when
-        its retry runs out; refused sessions wait for their timers to change."""
+        its wait runs out."""
         assert self.due_index is not None
         best: float | None = None
         for due, sid in self.due_index.entries():
             if best is not None and due >= best:
                 break
-            if sid in self._refused:
-                continue
-            at = max(due, self._asked.get(sid, due - RETRY) + RETRY)
+            asked, wait = self._asked.get(sid, (due, 0.0))
+            at = max(due, asked + wait)
             best = at if best is None else min(best, at)
         return best
 
@@ -129,9 +132,10 @@ class RunnerTimers(RunnerEffects):
         self._catch_up()
         now = time.time()
         for sid in self.due_index.due(now):
-            if sid in self._refused or now - self._asked.get(sid, now - RETRY) < RETRY:
+            asked, wait = self._asked.get(sid, (now, 0.0))
+            if now - asked < wait:
                 continue
-            self._asked[sid] = now
+            self._asked[sid] = (now, RETRY)
             self.timers_asked += 1
             self._route(sid, m.FireTimers(request_id=_FIRE + sid, session_id=sid), self.myAddress)
         self._arm(now)
@@ -146,6 +150,5 @@ class RunnerTimers(RunnerEffects):
             return False
         sid = request_id[len(_FIRE) :]
         if not ok or consumed:
-            self._refused.add(sid)
-            self._asked.pop(sid, None)
+            self._asked[sid] = (time.time(), REFUSED_RETRY)
         return True
