@@ -159,3 +159,23 @@ def test_without_approvals_or_without_operator_prices_a_spent_budget_refuses() -
     legacy.finish(usage=Usage(input_tokens=1))
     refused = legacy.send("two")
     assert "action.rejected" in refused.kinds and legacy.state.running is None
+
+
+@pytest.mark.parametrize(
+    ("answer", "budget", "decision"),
+    [
+        ("y", False, (True, 0.0)),
+        ("", False, (False, 0.0)),
+        ("2.5", True, (True, 2.5)),
+        ("y", True, (False, 0.0)),  # a pause asks for an amount: anything else stops
+        ("0", True, (False, 0.0)),
+        ("-3", True, (False, 0.0)),
+        ("inf", True, (False, 0.0)),
+    ],
+)
+def test_the_chats_answer_to_an_approval_or_a_budget_pause(
+    answer: str, budget: bool, decision: tuple[bool, float]
+) -> None:
+    from actors.cli._timer_commands import chat_decision
+
+    assert chat_decision(answer, budget) == decision

@@ -175,3 +175,16 @@ def time_and_money(log: Any, sid: str) -> dict[str, Any]:
             "paused": len(s["paused"]),
         }
     return out
+
+
+def chat_decision(answer: str, budget: bool) -> tuple[bool, float]:
+    """The chat's answer to an approval: (approve, raise the budget by). For a pause on
+    the cost budget the answer is the amount (a positive number approves); otherwise y."""
+    text = answer.strip().lower()
+    if not budget:
+        return text in ("y", "yes"), 0.0
+    try:
+        amount = float(text)
+    except ValueError:
+        return False, 0.0
+    return (True, amount) if 0 < amount < float("inf") else (False, 0.0)
