@@ -215,6 +215,37 @@ def bench_append(tmp: str, per_commit: int, commits: int, rounds: int) -> dict[s
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def bench_durability(tmp: str, commits: int, rounds: int) -> dict[str, float]:
+    """Single-event appends per second at ``normal`` and ``full`` durability (the spine
+    both sides), alternated in chunks as `bench_append` does."""
+    events = [_append_event(0)]
+    chunks = 10
+    per_chunk = commits // chunks
+    samples: dict[str, list[float]] = {"normal": [], "full": []}
+    for _ in range(rounds):
+        logs = {
+            "normal": SqliteLog(_fresh(tmp, "normal.db")),
+            "full": SqliteLog(_fresh(tmp, "full.db"), synchronous="FULL"),
+        }
+        spent = dict.fromkeys(logs, 0.0)
+        last = dict.fromkeys(logs, 0)
+        try:
+            for c in range(chunks):
+                for name, log in logs.items():
+                    t0 = time.perf_counter()
+                    for n in range(per_chunk):
+                        last[name] = log.append(
+                            STREAM, events, expected_seq=last[name], idempotency_key=f"k{c}-{n}"
+                        ).last_seq
+                    spent[name] += time.perf_counter() - t0
+        finally:
+            for log in logs.values():
+                log.close()
+        for name, dt in spent.items():
+            samples[name].append(last[name] / dt)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
 def bench_replay(tmp: str, n: int, rounds: int) -> dict[str, float]:
     """Events per second reading one ``n``-event stream back: spine to Events, raw to dicts."""
     path = _fresh(tmp, "replay.db")
@@ -504,6 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         batched = bench_append(tmp, 100, 40 if q else 400, rounds)
         single = bench_append(tmp, 1, 500 if q else 4000, rounds)
         replay = bench_replay(tmp, replay_n, 3 if q else rounds)
+        durable = bench_durability(tmp, 200 if q else 2000, 3 if q else rounds)
         lat_in = _percentiles(latency_in_process_spine(tmp, lat_n + warm)[warm:])
         lat_in_raw = _percentiles(latency_in_process_raw(tmp, lat_n + warm)[warm:])
         lat_x = _percentiles(latency_cross_process_spine(tmp, lat_n + warm)[warm:])
@@ -526,6 +558,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("append, 1 event per commit (durable)", f"{single['spine']:,.0f} ev/s", f"{r:.2f}x",
          ">= 0.8x raw", r >= 0.8, f"raw sqlite3 + orjson {single['raw']:,.0f} ev/s",
          "single append")
+    )  # fmt: skip
+    r = durable["full"] / durable["normal"]
+    rows.append(
+        ("append, 1 event per commit, durability full", f"{durable['full']:,.0f} ev/s",
+         f"{r:.2f}x", "(a cost, shown)", True,
+         f"durability normal {durable['normal']:,.0f} ev/s (ratio: full to normal)",
+         "durability")
     )  # fmt: skip
     r = replay["spine"] / replay["raw"]
     rows.append(

@@ -80,6 +80,13 @@ class ChatSpans:
             tool.attributes[VERTEBRA_FAULT] = ev.fault
         return []
 
+    def _in_doubt(self, ev: Event) -> list[SpanRecord]:
+        # The call was cut after it started: its span says so, whatever ends it.
+        tool = self._tool_by_call.get(ev.call)
+        if tool is not None:
+            tool.attributes[VERTEBRA_FAULT] = "in_doubt"
+        return []
+
     def _chat_done(self, chat: _Open, end: datetime | None) -> list[SpanRecord]:
         if self.capture_content and chat.output:
             chat.attributes[GEN_AI_OUTPUT_MESSAGES] = _messages("assistant", chat.output)

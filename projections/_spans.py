@@ -217,6 +217,7 @@ _HANDLERS: dict[str, Callable[[SpanFolder, Event], list[SpanRecord]]] = {
     Kind.TURN_STARTED: SpanFolder._turn_started,
     Kind.ACTION_ADMITTED: SpanFolder._admitted,
     Kind.ACTION_COMPLETED: SpanFolder._completed,
+    Kind.ACTION_IN_DOUBT: SpanFolder._in_doubt,
     Kind.ACTION_REJECTED: SpanFolder._rejected,
     Kind.ACTION_PENDING: SpanFolder._pending,
     Kind.ACTION_APPROVAL: SpanFolder._approval,

@@ -46,6 +46,8 @@ class ActionState(enum.StrEnum):
     RUNNING = "running"
     DONE = "done"
     BLOCKED = "blocked"
+    #: Started and cut by a stop: whether it took effect is unknown (``action.in_doubt``).
+    IN_DOUBT = "in_doubt"
 
 
 class FanoutState(enum.StrEnum):

@@ -218,6 +218,18 @@ def _action_completed(p: Projection, ev: Event) -> Projection:
     return attrs.evolve(p, completed=p.completed + 1, actions=actions, fanout=fanout)
 
 
+def _action_in_doubt(p: Projection, ev: Event) -> Projection:
+    owner = _owner(p, ev.goal)
+    actions, _ = _settle(p, ev, owner, ActionState.IN_DOUBT)
+    fanout = p.fanout
+    if owner:
+        i = _child_index(p, owner)
+        c = p.fanout[i]
+        if c.in_flight:
+            fanout = _replace_child(p, i, attrs.evolve(c, in_flight=c.in_flight - 1))
+    return attrs.evolve(p, actions=actions, fanout=fanout)
+
+
 def _action_rejected(p: Projection, ev: Event) -> Projection:
     owner = _owner(p, ev.goal)
     actions, was_running = _settle(p, ev, owner, ActionState.BLOCKED)
@@ -303,6 +315,7 @@ HANDLERS: Mapping[str, Handler] = {
     Kind.STALLED: _stalled,
     Kind.ACTION_ADMITTED: _action_admitted,
     Kind.ACTION_COMPLETED: _action_completed,
+    Kind.ACTION_IN_DOUBT: _action_in_doubt,
     Kind.ACTION_REJECTED: _action_rejected,
     Kind.ACTION_PENDING: _action_pending,
     Kind.EGRESS: _egress,

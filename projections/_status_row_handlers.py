@@ -201,6 +201,15 @@ def _action_completed(s: StatusFolder, d: Mapping[str, Any]) -> None:
             c[_C_IN_FLIGHT] -= 1
 
 
+def _action_in_doubt(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    owner = _owner(s, d)
+    _settle(s, d, owner, "in_doubt")
+    if owner:
+        c = s.fanout[s.children[owner]]
+        if c[_C_IN_FLIGHT]:
+            c[_C_IN_FLIGHT] -= 1
+
+
 def _action_rejected(s: StatusFolder, d: Mapping[str, Any]) -> None:
     s.rejected += 1
     trust = d.get("trust", "")
@@ -289,6 +298,7 @@ STATUS_HANDLERS: dict[str, FastHandler] = {
     str(Kind.STALLED): _stalled,
     str(Kind.ACTION_ADMITTED): _action_admitted,
     str(Kind.ACTION_COMPLETED): _action_completed,
+    str(Kind.ACTION_IN_DOUBT): _action_in_doubt,
     str(Kind.ACTION_REJECTED): _action_rejected,
     str(Kind.ACTION_PENDING): _action_pending,
     str(Kind.EGRESS): _egress,

@@ -37,6 +37,7 @@ from ._private import UnsafeDataDirError, private_dir, private_file, private_sql
 from ._recover import LOST_KIND, LostRow, RecoveryReport, recover_sqlite
 from ._snapshots import Snapshot, SnapshotStore
 from ._spec import (
+    DURABILITY,
     LogSpec,
     backend,
     checkpoints_at,
@@ -61,6 +62,7 @@ __all__ = [
     "BACKENDS",
     "DEFAULT_PAGE",
     "DEFAULT_POLL_FLOOR",
+    "DURABILITY",
     "EPHEMERAL_KINDS",
     "LOST_KIND",
     "REVIVING_PHASES",

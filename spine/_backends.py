@@ -81,6 +81,8 @@ def _sqlite_log(
 ) -> Log:
     from ._sqlite import SqliteLog
 
+    if spec.durability == "full":
+        options["synchronous"] = "FULL"
     return SqliteLog(
         spec.path,
         single_connection=single_connection,

@@ -52,6 +52,13 @@ class Kind(enum.StrEnum):
     ACTION_PENDING = "action.pending"
     #: A human's decision on a pending action: ``allowed``, and the note as ``reason``.
     ACTION_APPROVAL = "action.approval"
+    #: The effect ledger's intent: a tool call is about to run (``call``, ``tool``,
+    #: ``toolUseID``; ``extra`` holds its ``idempotencyKey`` and ``idempotent``).
+    ACTION_STARTED = "action.started"
+    #: Recovery found a started call without an outcome: whether its effect happened is
+    #: unknown. ``reason`` says what cut it, ``extra.resolution`` what happens next
+    #: (``retry``, ``fail`` or ``ask``).
+    ACTION_IN_DOUBT = "action.in_doubt"
     #: Timers in the session's own log: set (``extra``: timer, text, due, cron, tz,
     #: policy, grace), cancelled (timer), fired (timer, due, late, missed, next, skipped).
     TIMER_SET = "timer.set"

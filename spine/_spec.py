@@ -10,6 +10,12 @@ the spine:
   third slash, as in SQLAlchemy), or a plain file path;
 - ``postgresql://user@host:port/dbname`` (also ``postgres://``; any libpq URL), which needs
   the ``postgres`` extra.
+
+A SQLite URL may end in ``?durability=full``: commits are then synced to disk before they
+are acknowledged (``PRAGMA synchronous = FULL``: an acknowledged event survives a power
+cut), where the default ``normal`` survives a crash of any process but may lose the last
+commits to a power cut. A PostgreSQL spine's durability is the server's
+(``synchronous_commit``, on by default: full).
 """
 
 from __future__ import annotations
@@ -27,6 +33,10 @@ from ._log import Log
 from ._snapshots import SnapshotStore
 
 _SQLITE = "sqlite:///"
+#: What an acknowledged append survives: ``normal`` a crash of any process, ``full`` a
+#: power cut as well.
+DURABILITY = ("normal", "full")
+_DURABILITY_QUERY = "?durability="
 
 
 @attrs.frozen
@@ -38,11 +48,44 @@ class LogSpec:
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.url, str) or not self.url:
             raise InvalidArgumentError(f"a log spec needs a non-empty URL, got {self.url!r}")
-        if self.scheme == "sqlite" and not self.url[len(_SQLITE) :]:
+        if self.scheme == "sqlite" and not self.url[len(_SQLITE) :].partition(_DURABILITY_QUERY)[0]:
             raise InvalidArgumentError(f"the SQLite URL {self.url!r} names no file")
         if self.scheme not in BACKENDS:
             known = " or ".join(f"{b.prefixes[0]}..." for b in BACKENDS.values())
             raise InvalidArgumentError(f"unknown log URL {self.redacted()!r}: expected {known}")
+        if self.scheme == "sqlite" and self.durability not in DURABILITY:
+            raise InvalidArgumentError(
+                f"unknown durability {self.durability!r} in {self.url!r}: expected "
+                + " or ".join(DURABILITY)
+            )
+
+    @property
+    def durability(self) -> str:
+        """``normal`` or ``full`` (see the module doc); a PostgreSQL spine's is the server's."""
+        if self.scheme != "sqlite" or _DURABILITY_QUERY not in self.url:
+            return "normal"
+        return self.url.rpartition(_DURABILITY_QUERY)[2]
+
+    def durable(self, level: str) -> LogSpec:
+        """This log at durability ``level``. A PostgreSQL spine takes ``full`` as it is
+        (the server's default) and refuses ``normal``: that is the server's to lower."""
+        if level not in DURABILITY:
+            raise InvalidArgumentError(
+                f"unknown durability {level!r}: expected " + " or ".join(DURABILITY)
+            )
+        if self.scheme != "sqlite":
+            if level != "full":
+                raise InvalidArgumentError(
+                    "a PostgreSQL spine's durability is its server's synchronous_commit"
+                )
+            return self
+        base = self.location
+        return type(self)(base if level == "normal" else base + _DURABILITY_QUERY + level)
+
+    @property
+    def location(self) -> str:
+        """The URL without the durability: where the log is, whatever its durability."""
+        return self.url.partition(_DURABILITY_QUERY)[0] if self.scheme == "sqlite" else self.url
 
     @classmethod
     def sqlite(cls, path: str | os.PathLike[str]) -> LogSpec:
@@ -76,7 +119,7 @@ class LogSpec:
         """The SQLite file of a ``sqlite:`` spec."""
         if self.scheme != "sqlite":
             raise InvalidArgumentError(f"{self.redacted()!r} is not a SQLite file")
-        return self.url[len(_SQLITE) :]
+        return self.location[len(_SQLITE) :]
 
     def redacted(self) -> str:
         """The URL with any password replaced, for messages and logs."""

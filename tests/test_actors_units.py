@@ -19,7 +19,8 @@ from actors.interceptors import (
 )
 from actors.runner import SinkRouter
 from actors.session import protocol as _internal
-from actors.session.rules.state import SessionState, fold, metadata_diff, recovery_events
+from actors.session.rules.recovery import recovery_events
+from actors.session.rules.state import SessionState, fold, metadata_diff
 from actors.spec import MODEL_NAME, MODEL_TEMPERATURE, AgentSpec
 from spine import Event, Kind, Phase, Usage
 

@@ -85,19 +85,23 @@ def test_a_two_round_tool_conversation_is_stored_in_order_with_usage(
     assert done.kind == Kind.TURN_COMPLETED and done.stop_reason == "end_turn", done
     evs = [e for e in mp.history(sid) if e.seq > ack.seq]
     shape = [(e.kind, e.text or e.tool or e.action) for e in evs if e.kind != Kind.LIFECYCLE]
-    assert shape == [
+    # Each call's admission, intent, outcome and result in that order, stored as that
+    # call ends: the two calls run concurrently, so they may interleave either way.
+    middle = shape[6:14]
+    for tool in ("calculator", "clock"):
+        assert [k for k, t in middle if t == tool] == [
+            Kind.ACTION_ADMITTED,
+            Kind.ACTION_STARTED,
+            Kind.ACTION_COMPLETED,
+            Kind.TOOL_RESULT,
+        ]
+    assert shape[:6] + shape[14:] == [
         (Kind.TURN_STARTED, ""),
         (Kind.ACTION_ADMITTED, "model"),
         (Kind.ASSISTANT, "Checking."),
         (Kind.ACTION_COMPLETED, "model"),
         (Kind.TOOL_CALL, "calculator"),
         (Kind.TOOL_CALL, "clock"),
-        (Kind.ACTION_ADMITTED, "calculator"),
-        (Kind.ACTION_ADMITTED, "clock"),
-        (Kind.ACTION_COMPLETED, "calculator"),
-        (Kind.ACTION_COMPLETED, "clock"),
-        (Kind.TOOL_RESULT, "calculator"),
-        (Kind.TOOL_RESULT, "clock"),
         (Kind.ACTION_ADMITTED, "model"),
         (Kind.ASSISTANT, "It is 5."),
         (Kind.ACTION_COMPLETED, "model"),

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import pytest
 
 from actors.agents.egress import EgressRefused, classify, http_get, resolve, verdict
@@ -22,6 +23,7 @@ from actors.agents.governance import (
     Verdict,
     gate,
 )
+from actors.agents.tools import HTTP_GET, ToolContext
 from actors.session.rules import commands as c
 from actors.testing import SessionKit
 from projections import project
@@ -166,19 +168,27 @@ def _govern(kit: SessionKit, action: str, use_id: str, need: Requirement = NONE)
 
 def test_an_admitted_action_is_recorded_with_a_call_id_from_the_stream() -> None:
     """Given a running turn, when the worker asks about a tool, then action.admitted is
-    stored with call = its own seq and the worker gets admit with that call."""
+    stored with call = its own seq, with the call's intent (action.started, its
+    idempotency key) in the same append, and the worker gets admit with that call and key."""
     kit = SessionKit()
     _turn(kit)
     out = _govern(kit, "calculator", "t1")
-    (ev,) = out.events
+    ev, intent = out.events
     assert (ev.kind, ev.action, ev.call, ev.trust) == (
         Kind.ACTION_ADMITTED,
         "calculator",
         ev.seq,
         "standard",
     )
+    key = f"s1/1/{ev.seq}"
+    assert (intent.kind, intent.call, intent.extra["idempotencyKey"]) == (
+        Kind.ACTION_STARTED,
+        ev.seq,
+        key,
+    )
     (ans,) = out.effects
     assert isinstance(ans, c.AnswerWorker) and (ans.verdict, ans.call) == ("admit", ev.seq)
+    assert ans.key == key
 
 
 @pytest.mark.parametrize(
@@ -262,7 +272,8 @@ def test_the_gate_refuses_what_the_egress_guard_would_before_asking_anyone(
         assert out.kinds == ["action.pending"] and not out.effects
         return
     if want == "admitted":
-        assert out.kinds == ["action.admitted"] and out.effects[0].verdict == "admit"
+        assert out.kinds == ["action.admitted", "action.started"]
+        assert out.effects[0].verdict == "admit"
         return
     assert out.kinds == ["action.rejected", "net.egress"]
     rej, dial = out.events
@@ -289,7 +300,11 @@ def test_an_approval_admits_a_waiting_action_once() -> None:
     _turn(kit)
     call = _pending(kit)
     out = kit.run(c.Decide(request_id="r1", key="k1", call=call, approve=True, note="ok"))
-    assert [e.kind for e in out.events] == [Kind.ACTION_APPROVAL, Kind.ACTION_ADMITTED]
+    assert [e.kind for e in out.events] == [
+        Kind.ACTION_APPROVAL,
+        Kind.ACTION_ADMITTED,
+        Kind.ACTION_STARTED,
+    ]
     assert out.events[0].allowed and out.events[0].reason == "ok"
     assert out.effects[0].verdict == "admit" and out.effects[0].call == call
     again = kit.run(c.Decide(request_id="r2", key="k2", call=call, approve=True))
@@ -318,7 +333,8 @@ def test_deciding_an_unknown_call_is_a_clear_error() -> None:
 def test_a_restart_keeps_a_waiting_turn_open_and_an_approval_resumes_it() -> None:
     """After a crash, a turn waiting for an approval is not closed; the approval stores
     its decision and starts the turn again in resume mode, and the resumed worker's
-    question about the same call is answered from the stream without a second admission."""
+    question about the same call is answered from the stream without a second admission
+    (only the call's intent is stored: the approval is used once)."""
     kit = SessionKit()
     _turn(kit)
     kit.run(c.Progress(turn=1, events=()))
@@ -330,7 +346,10 @@ def test_a_restart_keeps_a_waiting_turn_open_and_an_approval_resumes_it() -> Non
     (start,) = [e for e in out.effects if isinstance(e, c.StartTurn)]
     assert start.input.resume and start.turn == 1
     asked = _govern(kit, "deploy", "d1", APPROVE)
-    assert not asked.events and asked.effects[0].verdict == "admit"
+    assert asked.kinds == [Kind.ACTION_STARTED] and asked.events[0].call == call
+    assert asked.effects[0].verdict == "admit"
+    again = _govern(kit, "deploy", "d1", APPROVE)
+    assert not again.events and again.effects[0].verdict == "reject"
 
 
 def test_an_interrupt_ends_a_waiting_turn_and_withdraws_its_actions() -> None:
@@ -478,6 +497,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             return
         body = b"hello from the test server"
+        key = self.headers.get("idempotency-key")
+        if key:
+            body += f" (idempotency key {key})".encode()
         self.send_response(200)
         self.send_header("content-length", str(len(body)))
         self.end_headers()
@@ -522,6 +544,15 @@ def test_http_get_refuses_loopback_by_default_and_reaches_it_when_allowlisted(
     assert [(d.allowed, d.reason) for d in seen] == [(True, "allowlisted")]
 
 
+def test_http_get_sends_the_calls_idempotency_key(servers: tuple[str, str]) -> None:
+    """The tool hands the call's key to the server it reaches (Idempotency-Key)."""
+    url, _ = servers
+    ctx = ToolContext(emit=lambda e: None, egress_allow=("127.0.0.1/32",), idempotency_key="s/1/7")
+    assert "(idempotency key s/1/7)" in HTTP_GET.fn({"url": url}, ctx)
+    bare = attrs.evolve(ctx, idempotency_key="")
+    assert "idempotency key" not in HTTP_GET.fn({"url": url}, bare)
+
+
 def test_a_redirect_from_an_allowed_host_to_loopback_is_refused(
     servers: tuple[str, str],
 ) -> None:
@@ -542,17 +573,20 @@ def test_only_http_urls_are_fetched() -> None:
 
 def test_actions_in_flight_when_a_turn_is_cut_off_are_ended_with_a_fault() -> None:
     """An admitted action with no end gets action.completed with fault cancelled on an
-    interrupt, and crash on a restart, so the ledger never keeps a call running."""
+    interrupt, and crash on a restart (the turn's model call); a tool call that started is
+    in doubt instead (reason cancelled or crash), so the ledger never keeps a call running."""
     for restart in (False, True):
         kit = SessionKit()
-        _turn(kit)
+        _turn(kit, {"governance.in_doubt": "fail"})
         call = _govern(kit, "calculator", "t1").events[0].call
         out = kit.restart() if restart else kit.interrupt()
-        ends = [(e.call, e.fault) for e in out.events if e.kind == Kind.ACTION_COMPLETED]
         fault = "crash" if restart else "cancelled"
-        assert ends[-1] == (call, fault) and all(f == fault for _, f in ends)
+        ends = [(e.call, e.fault) for e in out.events if e.kind == Kind.ACTION_COMPLETED]
+        assert ends and all(f == fault and c != call for c, f in ends)
+        doubt = [(e.call, e.reason) for e in out.events if e.kind == Kind.ACTION_IN_DOUBT]
+        assert doubt == [(call, fault)]
         p = project(kit.events)
-        assert {str(a.state) for a in p.actions} == {"done"}
+        assert {str(a.state) for a in p.actions} == {"done", "in_doubt"}
 
 
 def test_a_refused_destination_is_refused_after_capabilities_and_before_approval() -> None:

@@ -203,12 +203,12 @@ def test_a_rule_appended_to_the_tuple_takes_part_in_the_sessions_decisions(
     kit.send("go")
     turn = kit.state.running.turn  # type: ignore[union-attr]
     before = kit.run(c.Govern(turn=turn, action="calculator", tool_use_id="a", input="{}"))
-    assert before.kinds == [Kind.ACTION_ADMITTED]
+    assert before.kinds == [Kind.ACTION_ADMITTED, Kind.ACTION_STARTED]
     monkeypatch.setattr(g, "RULES", (*g.RULES, NoCalculator()))
     held = kit.run(c.Govern(turn=turn, action="calculator", tool_use_id="b", input="{}"))
     assert held.kinds == [Kind.ACTION_PENDING]
     other = kit.run(c.Govern(turn=turn, action="clock", tool_use_id="c", input="{}"))
-    assert other.kinds == [Kind.ACTION_ADMITTED]
+    assert other.kinds == [Kind.ACTION_ADMITTED, Kind.ACTION_STARTED]
 
 
 def test_an_earlier_rule_still_decides_before_an_appended_one() -> None:

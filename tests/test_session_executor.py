@@ -115,9 +115,10 @@ def test_a_key_stored_before_is_answered_as_then_and_changes_nothing() -> None:
 
 def test_the_actor_and_the_kit_carry_effects_out_through_the_one_table_only() -> None:
     """Neither shell keeps an effect dispatch of its own: both lend ports to the executor."""
-    from actors.session.shell.execution import DecisionExecution, _ActorPorts
+    from actors.session.shell.execution import IncarnationPorts
+    from actors.session.shell.incarnation import Incarnation
     from actors.session.shell.kit import SessionKit
 
-    assert not hasattr(DecisionExecution, "_effect") and not hasattr(SessionKit, "_effect")
+    assert not hasattr(Incarnation, "_effect") and not hasattr(SessionKit, "_effect")
     wanted = {n for n in vars(Ports) if not n.startswith("_")}
-    assert wanted <= set(dir(_ActorPorts)) and wanted <= set(dir(RecordingPorts))
+    assert wanted <= set(dir(IncarnationPorts)) and wanted <= set(dir(RecordingPorts))

@@ -88,9 +88,14 @@ def http_get(
     timeout: float = 10.0,
     max_redirects: int = 5,
     resolver: Callable[[str, int], list[Any]] = resolve,
+    idempotency_key: str = "",
 ) -> str:
     """GET ``url`` as text through the guard; every redirect hop is checked again.
-    ``record`` gets each decision (the tool turns them into ``net.egress`` events)."""
+    ``record`` gets each decision (the tool turns them into ``net.egress`` events);
+    ``idempotency_key``, when given, is sent as ``Idempotency-Key``."""
+    headers = {"user-agent": "vertebra-http-get/1"}
+    if idempotency_key:
+        headers["idempotency-key"] = idempotency_key
     for _hop in range(max_redirects + 1):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -108,7 +113,7 @@ def http_get(
             path = parts.path or "/"
             if parts.query:
                 path += "?" + parts.query
-            conn.request("GET", path, headers={"user-agent": "vertebra-http-get/1"})
+            conn.request("GET", path, headers=headers)
             resp = conn.getresponse()
             if resp.status in (301, 302, 303, 307, 308) and resp.getheader("location"):
                 url = urljoin(url, resp.getheader("location") or "")

@@ -20,6 +20,7 @@ from .governance_policy import (
     GOV_APPROVALS,
     GOV_CAPABILITIES,
     GOV_EGRESS_ALLOW,
+    GOV_IN_DOUBT,
     GOV_MAX_CHILDREN,
     GOV_MAX_COST,
     GOV_MAX_DEPTH,
@@ -39,6 +40,7 @@ __all__ = [
     "GOV_APPROVALS",
     "GOV_CAPABILITIES",
     "GOV_EGRESS_ALLOW",
+    "GOV_IN_DOUBT",
     "GOV_MAX_CHILDREN",
     "GOV_MAX_COST",
     "GOV_MAX_DEPTH",
@@ -91,6 +93,11 @@ class Fault(enum.StrEnum):
     CANCELLED = "cancelled"
     #: The egress guard refuses the destination the action would reach.
     EGRESS_REFUSED = "egress_refused"
+    #: The call ran before and its outcome is unknown (or it ran and its result is not
+    #: stored): it is not run again.
+    IN_DOUBT = "in_doubt"
+    #: The call asks to run with other arguments than those a human approved.
+    APPROVAL_MISMATCH = "approval_mismatch"
 
 
 @attrs.frozen(kw_only=True)
@@ -104,6 +111,9 @@ class Requirement:
     capabilities: frozenset[str] = frozenset()
     approval: bool = False
     egress: str = ""
+    #: Declared by the tool: running it twice under one idempotency key has the effect of
+    #: running it once, so a call in doubt after a crash is run again with the same key.
+    idempotent: bool = False
 
 
 class Verdict(enum.StrEnum):

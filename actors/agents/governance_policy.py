@@ -14,6 +14,7 @@ __all__ = [
     "GOV_APPROVALS",
     "GOV_CAPABILITIES",
     "GOV_EGRESS_ALLOW",
+    "GOV_IN_DOUBT",
     "GOV_MAX_CHILDREN",
     "GOV_MAX_COST",
     "GOV_MAX_DEPTH",
@@ -48,6 +49,12 @@ GOV_MAX_CHILDREN = "governance.max_children"
 GOV_MAX_DEPTH = "governance.max_depth"
 #: ``on`` (default): an action that needs approval waits for one; ``off``: it is refused.
 GOV_APPROVALS = "governance.approvals"
+#: What recovery does with a call whose outcome is unknown (started, no result stored)
+#: and whose tool is not idempotent: ``ask`` (a human re-runs it or marks it failed) or
+#: ``fail`` (the model gets an error result saying the outcome is unknown). Unset: ``ask``
+#: where approvals are on, else ``fail`` (there is no one to ask).
+GOV_IN_DOUBT = "governance.in_doubt"
+IN_DOUBT_CHOICES = ("ask", "fail")
 #: Addresses (CIDRs) and host names egress may reach although not public, comma-separated.
 GOV_EGRESS_ALLOW = "governance.egress_allow"
 
@@ -99,6 +106,8 @@ class Policy:
     max_children: int | None = None
     max_depth: int | None = None
     approvals: bool = True
+    #: ``ask`` or ``fail`` (`GOV_IN_DOUBT`).
+    in_doubt: str = "ask"
     egress_allow: tuple[str, ...] = ()
     max_cost: float | None = None
     #: Prices per million input and output tokens (both unset: no price table).
@@ -126,6 +135,9 @@ class Policy:
         if approvals not in ("on", "off"):
             raise PolicyError(f"{GOV_APPROVALS} must be on or off, got {approvals!r}")
         caps = md.get(GOV_CAPABILITIES)
+        in_doubt = (md.get(GOV_IN_DOUBT) or ("ask" if approvals == "on" else "fail")).strip()
+        if in_doubt not in IN_DOUBT_CHOICES:
+            raise PolicyError(f"{GOV_IN_DOUBT} must be ask or fail, got {in_doubt!r}")
         return cls(
             trust=trust,
             capabilities=None if caps is None else frozenset(_list(caps)),
@@ -135,6 +147,7 @@ class Policy:
             max_children=_int(md, GOV_MAX_CHILDREN),
             max_depth=_int(md, GOV_MAX_DEPTH),
             approvals=approvals == "on",
+            in_doubt=in_doubt,
             egress_allow=_list(md.get(GOV_EGRESS_ALLOW)),
             max_cost=_float(md, GOV_MAX_COST),
             price_input=_float(md, GOV_PRICE_INPUT),

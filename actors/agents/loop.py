@@ -21,7 +21,7 @@ import orjson
 from ..spec import AgentSpec, TurnInput
 from .base import TurnOutput
 from .formats import conversation, resume_point
-from .governance import Requirement, Verdict
+from .governance import Fault, Requirement, Verdict
 from .model_call import Flusher, UsageTally, completed, drain_now, stream_reply
 from .tools import FINISH, Tool, ToolContext, ToolError, ToolRegistry
 from .wire import (
@@ -76,6 +76,16 @@ def provider_loop() -> asyncio.AbstractEventLoop:
             t.start()
             _loop = loop
         return _loop
+
+
+def refused_text(fault: str) -> str:
+    """What the model hears about a call the gate did not let run."""
+    if fault == Fault.IN_DOUBT:
+        return (
+            "not run again: this call ran before and its outcome is unknown "
+            "(the session restarted while it ran)"
+        )
+    return f"not run: refused by governance ({fault or 'rejected'})"
 
 
 class ModelAgent:
@@ -237,16 +247,16 @@ class ModelAgent:
         *,
         announce: bool,
     ) -> bool:
-        """Run one response's tool calls (each through the gate, concurrently) and add
-        their results to the conversation, in the calls' order. True when one of them was
-        an offered ``finish`` that ran: the turn ends there."""
+        """Run one response's tool calls (each through the gate, concurrently; each result
+        stored as soon as its call ends) and add their results to the conversation, in the
+        calls' order. True when one of them was an offered ``finish`` that ran: the turn
+        ends there."""
         if announce:
             for c in calls:
                 out.tool_call(c.name, c.id, c.arguments)
-        results = await asyncio.gather(*(self._governed(c, out, ctx, tools) for c in calls))
+        results = await asyncio.gather(*(self._answered(c, out, ctx, tools) for c in calls))
         finished = False
         for c, (result, is_error) in zip(calls, results, strict=True):
-            out.tool_result(c.name, c.id, result, is_error)
             msgs.append(
                 Message(
                     role="tool",
@@ -259,6 +269,15 @@ class ModelAgent:
             finished = finished or (not is_error and tools.get(c.name) is FINISH)
         return finished
 
+    async def _answered(
+        self, call: ToolCall, out: TurnOutput, ctx: ToolContext, tools: ToolRegistry
+    ) -> tuple[str, bool]:
+        """One call's result, stored the moment it is known: a sibling still waiting (for a
+        human, say) must not hold back the outcome of a call that has run."""
+        result, is_error = await self._governed(call, out, ctx, tools)
+        out.tool_result(call.name, call.id, result, is_error)
+        return result, is_error
+
     async def _governed(
         self, call: ToolCall, out: TurnOutput, ctx: ToolContext, tools: ToolRegistry
     ) -> tuple[str, bool]:
@@ -268,13 +287,17 @@ class ModelAgent:
         if tool is None:
             known = ", ".join(sorted(tools.tools)) or "none"
             return f"unknown tool {call.name!r}; the tools are: {known}", True
-        verdict, cid, fault = await self._govern(
-            out, call.name, call.id, call.arguments, tool.requirement
-        )
+        need = tool.requirement
+        if tool.idempotent and not need.idempotent:
+            need = attrs.evolve(need, idempotent=True)
+        verdict, cid, fault = await self._govern(out, call.name, call.id, call.arguments, need)
         if verdict != Verdict.ADMIT:
             # The model hears why, so it can do without; the tool never runs.
-            return f"not run: refused by governance ({fault or 'rejected'})", True
-        result, is_error = await self._run_tool(call, ctx, tool)
+            return refused_text(fault), True
+        key_of = getattr(out, "idempotency_key", None)
+        key = key_of(call.name, call.id) if key_of is not None else ""
+        here = attrs.evolve(ctx, tool_use_id=call.id, idempotency_key=key)
+        result, is_error = await self._run_tool(call, here, tool)
         out.emit(completed(cid, call.name, call.id, "tool_error" if is_error else ""))
         return result, is_error
 
@@ -289,8 +312,7 @@ class ModelAgent:
         try:
             # Off the loop: a slow tool must not hold up other sessions' streams.
             if tool.context:
-                here = attrs.evolve(ctx, tool_use_id=call.id)
-                result = await loop.run_in_executor(None, tool.fn, args, here)
+                result = await loop.run_in_executor(None, tool.fn, args, ctx)
             else:
                 result = await loop.run_in_executor(None, tool.fn, args)
         except ToolError as exc:

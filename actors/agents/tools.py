@@ -51,6 +51,10 @@ class ToolContext:
     delegate: Callable[[str, str], tuple[str, bool]] | None = None
     #: The id of the tool call being answered.
     tool_use_id: str = ""
+    #: The call's idempotency key, stable across restarts (the session, the turn and the
+    #: call): a tool that reaches a system honouring keys sends it, so a re-run of a call
+    #: in doubt does nothing twice.
+    idempotency_key: str = ""
     #: Set a timer in the session ``(tool_use_id, args)``: what was set, as text (raises
     #: `ToolError` for a timer that cannot be set). None where no session runs the turn.
     schedule: Callable[[str, Mapping[str, Any]], str] | None = None
@@ -59,7 +63,10 @@ class ToolContext:
 @attrs.frozen(kw_only=True)
 class Tool:
     """A tool: ``fn(args)`` (or ``fn(args, ctx)`` with ``context=True``) returns text.
-    ``requirement`` is what the governance gate checks before every call."""
+    ``requirement`` is what the governance gate checks before every call. ``idempotent``
+    declares that running a call twice under its idempotency key has the effect of running
+    it once (a pure function, a read, a call whose system dedupes by key): a call cut by a
+    crash is then run again; any other is in doubt (``governance.in_doubt``)."""
 
     name: str
     description: str
@@ -67,6 +74,7 @@ class Tool:
     fn: Callable[..., str]
     requirement: Requirement = attrs.field(factory=Requirement)
     context: bool = False
+    idempotent: bool = False
 
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
@@ -192,6 +200,7 @@ CLOCK = Tool(
     description="The current date and time in UTC, ISO 8601.",
     parameters={"type": "object", "properties": {}, "additionalProperties": False},
     fn=_clock,
+    idempotent=True,
 )
 
 CALCULATOR = Tool(
@@ -207,6 +216,7 @@ CALCULATOR = Tool(
         "additionalProperties": False,
     },
     fn=_calculator,
+    idempotent=True,
 )
 
 
@@ -221,7 +231,9 @@ def _http_get(args: Mapping[str, Any], ctx: ToolContext) -> str:
         ctx.emit(Event(kind=Kind.EGRESS, host=d.host, allowed=d.allowed, reason=d.reason))
 
     try:
-        return http_get(url, allow=ctx.egress_allow, record=record)
+        return http_get(
+            url, allow=ctx.egress_allow, record=record, idempotency_key=ctx.idempotency_key
+        )
     except EgressRefused as exc:
         raise ToolError(str(exc)) from None
     except (OSError, ValueError) as exc:
@@ -248,6 +260,8 @@ HTTP_GET = Tool(
     fn=_http_get,
     requirement=Requirement(trust="standard", capabilities=frozenset({"net"}), egress="url"),
     context=True,
+    # A GET, sent with the call's Idempotency-Key.
+    idempotent=True,
 )
 
 
@@ -273,6 +287,8 @@ SPAWN = Tool(
     fn=_spawn,
     requirement=Requirement(capabilities=frozenset({"spawn"})),
     context=True,
+    # The child is named after the call: a re-run finds the same child and its end.
+    idempotent=True,
 )
 
 
@@ -324,6 +340,7 @@ FINISH = Tool(
     ),
     parameters=_one_string("answer"),
     fn=_finish,
+    idempotent=True,
 )
 
 

@@ -30,7 +30,7 @@ from spine import Event, Kind
 from ..errors import ActorsError, SessionClosed, SessionNotFound
 from ..host import Host
 from ._daemon import EXIT_UNKNOWN_SESSION, CliError
-from ._format import Style, detail, event_line
+from ._format import QUIET_KINDS, Style, detail, event_line
 from ._timer_commands import chat_decision
 
 ASSISTANT_DELTA = "assistant.delta"
@@ -77,7 +77,7 @@ def render(ev: Event, style: Style, own: bool) -> str | None:
         return style.paint("dim", f"  [in {u.input_tokens} / out {u.output_tokens} tokens]")
     if kind == Kind.TURN_CANCELLED:
         return style.paint("magenta", f"  turn cancelled ({ev.reason or 'interrupted'})")
-    if kind in (Kind.ACTION_ADMITTED, Kind.ACTION_COMPLETED, Kind.ACTION_APPROVAL):
+    if kind in QUIET_KINDS:
         return None  # governance bookkeeping; refusals and waits are shown
     if kind == Kind.ACTION_PENDING:
         return None  # asked about by on_event

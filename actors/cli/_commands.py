@@ -57,7 +57,6 @@ from ._serve_commands import demo, demo_args, serve, stop, stop_args
 from ._serve_options import serve_args
 from ._session_commands import (
     approve,
-    approve_args,
     chat,
     chat_args,
     close,
@@ -78,6 +77,7 @@ from ._session_commands import (
     wait_args,
 )
 from ._timer_commands import (
+    approve_args,
     budget,
     schedule,
     schedule_args,

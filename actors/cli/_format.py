@@ -115,6 +115,11 @@ def detail(ev: Any) -> str:
 
 KIND_WIDTH = 20
 
+#: Governance bookkeeping a conversation view leaves out (refusals and waits are shown).
+QUIET_KINDS = frozenset(
+    {"action.admitted", "action.started", "action.completed", "action.approval"}
+)
+
 
 def event_line(ev: Any, style: Style, session: str = "") -> str:
     """``[session] #seq kind detail``, columns aligned."""
@@ -280,6 +285,7 @@ def progress_line(done: int, total: int, rate: float, eta: float | None, width: 
 __all__ = [
     "KIND_COLORS",
     "KIND_WIDTH",
+    "QUIET_KINDS",
     "Rate",
     "Style",
     "detail",

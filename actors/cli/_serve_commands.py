@@ -208,6 +208,7 @@ def _start_host(
             spine=spine,
             auto_seal=seal_policy,
             convention_bind=bind,
+            durability=args.durability,
             prices=prices,
         )
     except (CliError, KeyboardInterrupt):

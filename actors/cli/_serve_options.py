@@ -18,6 +18,7 @@ def serve_args(p: argparse.ArgumentParser) -> None:
     # Declared in this order, which is the order `serve --help` lists them in.
     _daemon_options(p)
     _output_options(p)
+    _storage_and_door_options(p)
     _convention_options(p)
 
 
@@ -66,18 +67,6 @@ def _output_options(p: argparse.ArgumentParser) -> None:
         "--http-allow-remote", action="store_true", help="allow a non-loopback --http address"
     )
     p.add_argument(
-        "--a2a-webhook",
-        metavar="URL",
-        default=None,
-        help="POST every A2A task's pauses and ends here, signed (the a2a extra)",
-    )
-    p.add_argument(
-        "--a2a-webhook-secret-env",
-        metavar="NAME",
-        default="VERTEBRA_A2A_WEBHOOK_SECRET",
-        help="the environment variable holding the webhook's signing secret",
-    )
-    p.add_argument(
         "--resume-goals",
         action="store_true",
         help="resume the goal runs a previous daemon left in flight (reads every stream)",
@@ -100,6 +89,29 @@ def _output_options(p: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="export spans live over OTLP/HTTP (e.g. http://127.0.0.1:4318/v1/traces; "
         "needs the otel extra)",
+    )
+
+
+def _storage_and_door_options(p: argparse.ArgumentParser) -> None:
+    """How durable the spine is, and where the A2A door's notifications go."""
+    p.add_argument(
+        "--durability",
+        choices=("normal", "full"),
+        default="normal",
+        help="what an acknowledged event survives on a SQLite spine: normal, a crash of any "
+        "process; full, a power cut too (a disk sync per commit)",
+    )
+    p.add_argument(
+        "--a2a-webhook",
+        metavar="URL",
+        default=None,
+        help="POST every A2A task's pauses and ends here, signed (the a2a extra)",
+    )
+    p.add_argument(
+        "--a2a-webhook-secret-env",
+        metavar="NAME",
+        default="VERTEBRA_A2A_WEBHOOK_SECRET",
+        help="the environment variable holding the webhook's signing secret",
     )
 
 

@@ -314,18 +314,6 @@ def decide_args(p: argparse.ArgumentParser) -> None:
     add_json(p)
 
 
-def approve_args(p: argparse.ArgumentParser) -> None:
-    decide_args(p)
-    p.add_argument(
-        "--raise",
-        dest="raise_by",
-        type=float,
-        default=0.0,
-        metavar="AMOUNT",
-        help="raise the session's cost budget by AMOUNT (a call paused for it)",
-    )
-
-
 def _decide(args: argparse.Namespace, out: Out, approve: bool) -> int:
     sid = session_id(args.session)
     call = _call(args.call)
@@ -382,7 +370,12 @@ def pending(args: argparse.Namespace, out: Out) -> int:
                 )
             )
         else:
-            out.line(f"{ev.call:>6}  {ev.action:<16} {ev.input}")
+            doubt = (
+                "  (in doubt: it may have run; approve runs it again)"
+                if ev.reason == "in_doubt"
+                else ""
+            )
+            out.line(f"{ev.call:>6}  {ev.action:<16} {ev.input}{doubt}")
     if not waiting and not args.json:
         out.line("no action waits for approval")
     return 0

@@ -12,6 +12,7 @@ from ._access import add_json, attach, open_spine, session_id, unknown_session
 from ._daemon import EXIT_USAGE, CliError
 from ._format import json_line
 from ._output import Out
+from ._session_commands import decide_args
 
 _AFTER = re.compile(r"^\+(\d+(?:\.\d+)?)([smhd]?)$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -32,6 +33,18 @@ def when(text: str) -> dict[str, Any]:
             raise CliError(f"WHEN {text!r} needs its UTC offset (e.g. +02:00 or Z)", EXIT_USAGE)
         return {"at": at.timestamp()}
     return {"cron": text}
+
+
+def approve_args(p: argparse.ArgumentParser) -> None:
+    decide_args(p)
+    p.add_argument(
+        "--raise",
+        dest="raise_by",
+        type=float,
+        default=0.0,
+        metavar="AMOUNT",
+        help="raise the session's cost budget by AMOUNT (a call paused for it)",
+    )
 
 
 def schedule_args(p: argparse.ArgumentParser) -> None:

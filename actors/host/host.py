@@ -66,6 +66,14 @@ def _check_base(base: str, attach: bool, admin_port: int | None, leads: bool) ->
         raise InvalidRequest("a convention leader starts its own multiprocTCPBase system")
 
 
+def _durable(data_dir: str | os.PathLike[str], spine: str | None, durability: str) -> str:
+    """The spine's URL at ``durability``: in the URL, so that every process that opens
+    the spine opens it so."""
+    if durability == "normal":
+        return spine or ""
+    return spine_spec(os.path.abspath(os.fspath(data_dir)), spine or "").durable(durability).url
+
+
 class Host(SessionCommands, SessionReading, SessionTimers):
     """An embedded vertebra runtime over a data directory.
 
@@ -79,6 +87,9 @@ class Host(SessionCommands, SessionReading, SessionTimers):
     an embedding Host seals only when asked; ``spare_sessions``
     session processes are kept started and warmed up ahead of need (multiproc only), so
     that creating a session (a goal's child above all) does not wait for a process to start.
+    ``durability`` is what an acknowledged event survives on a SQLite spine: ``"normal"``
+    (a crash of any process) or ``"full"`` (a power cut as well, at the cost of a sync
+    per commit; `spine.LogSpec.durable`).
     """
 
     def __init__(
@@ -100,6 +111,7 @@ class Host(SessionCommands, SessionReading, SessionTimers):
         auto_seal: SealPolicy | None = None,
         convention_bind: str | None = None,
         spare_sessions: int = 3,
+        durability: str = "normal",
         prices: Mapping[str, Any] | None = None,
     ) -> None:
         _check_base(base, attach, admin_port, convention_bind is not None)
@@ -111,7 +123,7 @@ class Host(SessionCommands, SessionReading, SessionTimers):
             idle_timeout=idle_timeout,
             restart=RestartPolicy(max_restarts=max_restarts, window=restart_window),
             projections=projections,
-            spine=spine or "",
+            spine=_durable(data_dir, spine, durability),
             auto_seal=auto_seal or SealPolicy(),
             cluster=convention_bind is not None,
             # Everything runs in this process there: no process start to save.

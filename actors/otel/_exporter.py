@@ -57,16 +57,15 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._cfg: StartExport | None = None
         self._pump: ExportPump | None = None
-        self._folders: dict[str, SpanFolder] = {}
+        #: The spans folded so far (None until started).
+        self._folds: SpanFolds | None = None
         self._sink_id = ""
-        self._starter: Any = None
+        #: Who waits for the start and the stop to be answered: "start"/"stop" ->
+        #: (address, request id).
+        self._waiting: dict[str, tuple[Any, str]] = {}
         self._runner: Any = None
-        self._stopper: tuple[Any, str] | None = None
         self._remove_id = ""
-        self._log: Any = None
-        self._last: dict[str, int] = {}
         self._guardian: Any = None
         self._batch_at = 0.0
         self._asking = ""
@@ -75,7 +74,7 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
 
     def receiveMsg_StartExport(self, msg: StartExport, sender: Any) -> None:
         # Answered inside: a raise would make Thespian deliver the message again.
-        if self._cfg is not None:
+        if self._folds is not None:
             self.send(sender, ExportStarted(request_id=msg.request_id, sink_id=self._sink_id))
             return
         try:
@@ -89,15 +88,16 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
                 ),
             )
             return
+        spine = None
         if msg.data_dir:
             try:
                 from ..runner import spine_spec
 
-                self._log = open_log(spine_spec(msg.data_dir, msg.spine))
+                spine = open_log(spine_spec(msg.data_dir, msg.spine))
             except Exception:
                 log.exception("the span exporter cannot read the spine; gaps stay gaps")
-        self._cfg = msg
-        self._starter = (sender, msg.request_id)
+        self._folds = SpanFolds(spine, msg.capture_content)
+        self._waiting["start"] = (sender, msg.request_id)
         self._runner = msg.runner
         self._guardian = msg.guardian
         self.send(msg.runner, m.AddSink(request_id=request_id(), max_pending=64))
@@ -109,15 +109,20 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
         if sender != self._runner:
             return  # from a Runner replaced before it answered
         self._sink_id = msg.sink_id
-        if self._starter is not None:
-            to, rid = self._starter
-            self._starter = None
+        started = self._waiting.pop("start", None)
+        if started is not None:
+            to, rid = started
             self.send(to, ExportStarted(request_id=rid, sink_id=msg.sink_id))
 
     def receiveMsg_SinkBatch(self, msg: m.SinkBatch, sender: Any) -> None:
         self._batch_at = time.monotonic()
         try:
-            self._fold(msg)
+            if self._pump is not None and self._folds is not None and msg.records:
+                n, spans = self._folds.fold(msg)
+                with self._pump.lock:
+                    self._pump.counters["folded"] += n
+                if spans:
+                    self._pump.offer(spans)
         except Exception:
             log.exception("folding a sink batch into spans failed")
         finally:
@@ -149,15 +154,62 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
         if msg.request_id == self._asking:
             self._asking = ""
 
-    def _fold(self, msg: m.SinkBatch) -> None:
-        if self._pump is None or self._cfg is None or not msg.records:
+    def receiveMsg_StopExport(self, msg: StopExport, sender: Any) -> None:
+        self._waiting["stop"] = (sender, msg.request_id)
+        if self._runner is None or not self._sink_id:
+            self._stopped()
             return
+        self._remove_id = request_id()
+        self.send(self._runner, m.RemoveSink(request_id=self._remove_id, sink_id=self._sink_id))
+
+    def receiveMsg_Done(self, msg: m.Done, sender: Any) -> None:
+        if msg.request_id == self._remove_id:
+            self._sink_id = ""
+            self._stopped()
+
+    def _stopped(self) -> None:
+        if self._pump is not None:
+            self._pump.stop(2.0)
+        counters = self._pump.stats() if self._pump is not None else {}
+        self._pump = None
+        if self._folds is not None:
+            self._folds.close()
+        stopped = self._waiting.pop("stop", None)
+        if stopped is not None:
+            to, rid = stopped
+            self.send(to, ExportStopped(request_id=rid, counters=counters))
+
+    def receiveMsg_GetExportStats(self, msg: GetExportStats, sender: Any) -> None:
+        counters = self._pump.stats() if self._pump is not None else {}
+        counters["reregistered"] = self._reregistered
+        self.send(sender, ExportStats(request_id=msg.request_id, counters=counters))
+
+    def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
+        if self._runner is not None and self._sink_id:
+            self.send(self._runner, m.RemoveSink(request_id=request_id(), sink_id=self._sink_id))
+        if self._pump is not None:
+            self._pump.stop(2.0)
+            self._pump = None
+
+
+class SpanFolds:
+    """The span fold of every session the sink has shown, and the spine to read gaps and
+    a child's parent back from (None: gaps stay gaps)."""
+
+    def __init__(self, spine: Any, capture_content: bool) -> None:
+        self._log = spine
+        self._capture = capture_content
+        self._folders: dict[str, SpanFolder] = {}
+        self._last: dict[str, int] = {}
+
+    def fold(self, msg: m.SinkBatch) -> tuple[int, list[SpanRecord]]:
+        """Fold a batch; how many events were folded and the spans they finished."""
         sid = msg.session_id
         folder = self._folders.get(sid)
         last = self._last.get(sid, 0)
         spans: list[SpanRecord] = []
         if folder is None:
-            folder = SpanFolder(sid, capture_content=self._cfg.capture_content)
+            folder = SpanFolder(sid, capture_content=self._capture)
             self._folders[sid] = folder
             # Prime the fold with what came before (bounded), exporting nothing of it, so a
             # turn already running when this session was first seen still gets its spans.
@@ -187,10 +239,7 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
                 break
         if last >= 0:
             self._last[sid] = last
-        with self._pump.lock:
-            self._pump.counters["folded"] += n
-        if spans:
-            self._pump.offer(spans)
+        return n, spans
 
     def _feed(self, sid: str, folder: SpanFolder, ev: Event) -> list[SpanRecord]:
         if ev.kind == Kind.TURN_STARTED and folder.parent is None:
@@ -233,43 +282,10 @@ class TraceExporter(ActorTypeDispatcher):  # type: ignore[misc]
             log.exception("reading %s back from the spine failed", sid)
         return out
 
-    def receiveMsg_StopExport(self, msg: StopExport, sender: Any) -> None:
-        self._stopper = (sender, msg.request_id)
-        if self._runner is None or not self._sink_id:
-            self._stopped()
-            return
-        self._remove_id = request_id()
-        self.send(self._runner, m.RemoveSink(request_id=self._remove_id, sink_id=self._sink_id))
-
-    def receiveMsg_Done(self, msg: m.Done, sender: Any) -> None:
-        if msg.request_id == self._remove_id:
-            self._sink_id = ""
-            self._stopped()
-
-    def _stopped(self) -> None:
-        if self._pump is not None:
-            self._pump.stop(2.0)
-        counters = self._pump.stats() if self._pump is not None else {}
-        self._pump = None
+    def close(self) -> None:
         if self._log is not None:
             self._log.close()
             self._log = None
-        if self._stopper is not None:
-            to, rid = self._stopper
-            self._stopper = None
-            self.send(to, ExportStopped(request_id=rid, counters=counters))
-
-    def receiveMsg_GetExportStats(self, msg: GetExportStats, sender: Any) -> None:
-        counters = self._pump.stats() if self._pump is not None else {}
-        counters["reregistered"] = self._reregistered
-        self.send(sender, ExportStats(request_id=msg.request_id, counters=counters))
-
-    def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
-        if self._runner is not None and self._sink_id:
-            self.send(self._runner, m.RemoveSink(request_id=request_id(), sink_id=self._sink_id))
-        if self._pump is not None:
-            self._pump.stop(2.0)
-            self._pump = None
 
 
 def start_trace_export(

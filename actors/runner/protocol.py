@@ -44,7 +44,7 @@ class StopSpares:
 
 @attrs.frozen(kw_only=True)
 class SparesDue:
-    """Timer payload: start spare session processes again (see `RunnerActor._refill`)."""
+    """Timer payload: start spare session processes again (see `Spares.refill`)."""
 
 
 @attrs.frozen

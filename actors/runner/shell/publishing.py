@@ -1,8 +1,4 @@
-"""`RunnerPublishing`: the Runner's outputs to sinks and to the projection actor.
-
-The base of `RunnerActor`'s mixins: it holds the `SinkRouter` and the throttle that wakes
-the projection actor after appends.
-"""
+"""`ProjectionWakes`: the throttled wake of the projection actor after appends."""
 
 from __future__ import annotations
 
@@ -12,40 +8,22 @@ from typing import Any
 
 from projections import Wake
 
-from ... import messages as m
-from ..._runtime.shell import GuardedActor
-from ..protocol import ProjectionWakeDue, UseProjection
-from .sinks import SinkRouter
+from ..protocol import ProjectionWakeDue
 
-#: Seconds between two wakes of the projection actor (see `RunnerActor._wake_projection`).
+#: Seconds between two wakes of the projection actor (see `ProjectionWakes.wake`).
 WAKE_INTERVAL = 0.05
 
 
-class RunnerPublishing(GuardedActor):
-    """Sinks (add, remove, acknowledge) and the throttled wake of the projection actor."""
+class ProjectionWakes:
+    """Where the projection actor is, and when it was last woken."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.sinks = SinkRouter(self.send)
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
         self.projection: Any = None
-        self._woken_at = -WAKE_INTERVAL
-        self._wake_due = False
+        self.woken_at = -WAKE_INTERVAL
+        self.due = False
 
-    def receiveMsg_UseProjection(self, msg: UseProjection, sender: Any) -> None:
-        self.projection = msg.address
-
-    def receiveMsg_AddSink(self, msg: m.AddSink, sender: Any) -> None:
-        sink_id = self.sinks.add(sender, tuple(msg.kinds), msg.max_pending)
-        self.send(sender, m.SinkReply(request_id=msg.request_id, sink_id=sink_id))
-
-    def receiveMsg_RemoveSink(self, msg: m.RemoveSink, sender: Any) -> None:
-        self.sinks.remove(msg.sink_id)
-        self.send(sender, m.Done(request_id=msg.request_id))
-
-    def receiveMsg_SinkAck(self, msg: m.SinkAck, sender: Any) -> None:
-        self.sinks.ack(msg.sink_id, msg.count)
-
-    def _wake_projection(self) -> None:
+    def wake(self) -> None:
         """Wake the projection actor at most once per `WAKE_INTERVAL`, the last wake of a
         burst sent when the interval ends.
 
@@ -58,10 +36,15 @@ class RunnerPublishing(GuardedActor):
         if self.projection is None:
             return
         now = time.monotonic()
-        since = now - self._woken_at
+        since = now - self.woken_at
         if since >= WAKE_INTERVAL:
-            self._woken_at = now
-            self.send(self.projection, Wake())
-        elif not self._wake_due:
-            self._wake_due = True
-            self.wakeupAfter(timedelta(seconds=WAKE_INTERVAL - since), ProjectionWakeDue())
+            self.woken_at = now
+            self.runner.send(self.projection, Wake())
+        elif not self.due:
+            self.due = True
+            self.runner.wakeupAfter(timedelta(seconds=WAKE_INTERVAL - since), ProjectionWakeDue())
+
+    def fired(self) -> None:
+        """The timer armed for the last wake of a burst went off."""
+        self.due = False
+        self.wake()

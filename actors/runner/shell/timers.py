@@ -1,4 +1,4 @@
-"""`RunnerTimers`: the Runner waking sessions for their timers.
+"""`DueTimers`: the Runner waking sessions for their timers.
 
 One `projections.DueIndex` (checkpointed beside the log) knows every session's next due
 time; the Runner keeps one ``wakeupAfter`` for the earliest and, when it comes, routes
@@ -16,14 +16,13 @@ import os
 import sqlite3
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from projections import DUE_KINDS, DueIndex
-from spine import Kind, SpineError
+from spine import Kind, Log, SpineError
 
 from ... import messages as m
 from ..protocol import TimersDue
-from .effects import RunnerEffects
 
 #: Seconds before a session asked to fire and not firing is asked again.
 RETRY = 1.0
@@ -42,12 +41,29 @@ def _log() -> logging.Logger:
     return logging.getLogger("vertebra.runner")
 
 
-class RunnerTimers(RunnerEffects):
-    """The index of due times, the wake-up for the earliest, and the asks to fire."""
+def _open(log: Log, path: str) -> DueIndex | None:
+    try:
+        return DueIndex(log, path)
+    except sqlite3.DatabaseError as exc:
+        # Only a checkpoint: start it over from the log rather than lose the timers.
+        _log().warning("the index of due timers is rebuilt from the log: %s", exc)
+    for leftover in (path, path + "-wal", path + "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(leftover)
+    try:
+        return DueIndex(log, path)
+    except sqlite3.Error as exc:
+        _log().error("session timers are off: the index cannot be opened: %s", exc)
+        return None
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.due_index: DueIndex | None = None
+
+class DueTimers:
+    """The index of due times, the wake-up for the earliest, and the asks to fire. The
+    ``runner`` lends ``wakeupAfter``, ``route``, ``myAddress`` and ``exiting``."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self.index: DueIndex | None = None
         #: The time the earliest pending `TimersDue` wake-up is for.
         self._armed: float | None = None
         #: Sessions asked to fire: when, and how long before asking again (`RETRY`; after
@@ -55,53 +71,51 @@ class RunnerTimers(RunnerEffects):
         #: timers change first).
         self._asked: dict[str, tuple[float, float]] = {}
         #: `FireTimers` sent so far (`GetRunnerStats`: ``timers_asked``).
-        self.timers_asked = 0
+        self.sent = 0
 
-    def _start_timers(self) -> None:
-        assert self.cfg is not None and self.spine is not None
-        path = os.path.join(self.cfg.data_dir, DUE_FILE)
-        try:
-            self.due_index = DueIndex(self.spine, path)
-        except sqlite3.DatabaseError as exc:
-            # Only a checkpoint: start it over from the log rather than lose the timers.
-            _log().warning("the index of due timers is rebuilt from the log: %s", exc)
-            for leftover in (path, path + "-wal", path + "-shm"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(leftover)
-            try:
-                self.due_index = DueIndex(self.spine, path)
-            except sqlite3.Error as again:
-                _log().error("session timers are off: the index cannot be opened: %s", again)
-                return
-        self._catch_up()
-        self._arm(time.time())
+    def start(self, log: Log, data_dir: str) -> None:
+        self.index = _open(log, os.path.join(data_dir, DUE_FILE))
+        self.news()
+
+    def stats(self) -> dict[str, int]:
+        return {"timers_asked": self.sent, "timers_set": len(self.index) if self.index else 0}
+
+    def close(self) -> None:
+        if self.index is not None:
+            self.index.close()
+            self.index = None
 
     def _catch_up(self) -> None:
-        if self.due_index is None:
+        if self.index is None:
             return
         try:
-            changed = self.due_index.catch_up()
+            changed = self.index.catch_up()
         except (sqlite3.Error, SpineError) as exc:
             _log().warning("the index of due timers did not catch up: %s", exc)
             return
         for sid in changed:
             self._asked.pop(sid, None)
 
-    def _timers_appended(self, sid: str, records: tuple[tuple[int, str, bytes], ...]) -> None:
+    def news(self) -> None:
+        """A session started or exited: what it stored may not have reached the Runner."""
+        if self.index is not None:
+            self._catch_up()
+            self._arm(time.time())
+
+    def appended(self, sid: str, records: tuple[tuple[int, str, bytes], ...]) -> None:
         """A session stored records: fold its timer events into the index, re-arm."""
-        if self.due_index is None or not any(r[1] in DUE_KINDS for r in records):
+        if self.index is None or not any(r[1] in DUE_KINDS for r in records):
             return
         if any(r[1] == Kind.TIMER_FIRED for r in records):
             self._asked.pop(sid, None)
-        self._catch_up()
-        self._arm(time.time())
+        self.news()
 
-    def _next_wake(self, now: float) -> float | None:
+    def _next_wake(self) -> float | None:
         """When to ask next: the earliest due time, or for a session asked already, when
         its wait runs out."""
-        assert self.due_index is not None
+        assert self.index is not None
         best: float | None = None
-        for due, sid in self.due_index.entries():
+        for due, sid in self.index.entries():
             if best is not None and due >= best:
                 break
             asked, wait = self._asked.get(sid, (due, 0.0))
@@ -109,46 +123,37 @@ class RunnerTimers(RunnerEffects):
             best = at if best is None else min(best, at)
         return best
 
-    def _timers_news(self) -> None:
-        """A session started or exited: what it stored may not have reached the Runner."""
-        if self.due_index is not None:
-            self._catch_up()
-            self._arm(time.time())
-
     def _arm(self, now: float) -> None:
-        if self.due_index is None:
+        if self.index is None:
             return
-        nxt = self._next_wake(now)
+        nxt = self._next_wake()
         nxt = now + FLOOR if nxt is None else min(nxt, now + FLOOR)
         if self._armed is not None and now <= self._armed <= nxt:
             return  # a wake-up comes sooner
         self._armed = nxt
-        self.wakeupAfter(timedelta(seconds=max(0.0, nxt - now)), TimersDue())
+        self.runner.wakeupAfter(timedelta(seconds=max(0.0, nxt - now)), TimersDue())
 
-    def _timers_due(self) -> None:
+    def due(self) -> None:
+        """The wake-up came: ask every session with a timer due to fire it."""
         self._armed = None
-        if self.due_index is None or self.exiting:
+        if self.index is None or self.runner.exiting:
             return
         self._catch_up()
         now = time.time()
-        for sid in self.due_index.due(now):
+        for sid in self.index.due(now):
             asked, wait = self._asked.get(sid, (now, 0.0))
             if now - asked < wait:
                 continue
             self._asked[sid] = (now, RETRY)
-            self.timers_asked += 1
-            self._route(sid, m.FireTimers(request_id=_FIRE + sid, session_id=sid), self.myAddress)
+            self.sent += 1
+            ask = m.FireTimers(request_id=_FIRE + sid, session_id=sid)
+            self.runner.route(sid, ask, self.runner.myAddress)
         self._arm(now)
 
-    if TYPE_CHECKING:
-
-        def _route(self, sid: str, msg: Any, reply_to: Any) -> None: ...
-
-    def _fire_answered(self, request_id: str, ok: bool, consumed: bool) -> bool:
+    def answered(self, request_id: str, ok: bool, consumed: bool) -> bool:
         """A session's answer to `FireTimers`; False for answers to anything else."""
         if not request_id.startswith(_FIRE):
             return False
-        sid = request_id[len(_FIRE) :]
         if not ok or consumed:
-            self._asked[sid] = (time.time(), REFUSED_RETRY)
+            self._asked[request_id[len(_FIRE) :]] = (time.time(), REFUSED_RETRY)
         return True

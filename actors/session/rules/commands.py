@@ -18,6 +18,9 @@ from ...policy import BusyPolicy
 from ...spec import AgentSpec, TurnInput
 from ...terse import terse_module
 from .state import SessionState
+from .timer_commands import CancelTimer as CancelTimer
+from .timer_commands import FireDue as FireDue
+from .timer_commands import SetTimer as SetTimer
 
 #: Kind of the live item that carries streamed model text.
 ASSISTANT_DELTA = "assistant.delta"
@@ -102,6 +105,23 @@ class Close:
 class CloseStored:
     """Close a stream that has no process (the Runner is its writer): what a crash left
     open is closed, the goal run in flight stalls, then ``closed`` -- as `Close` does."""
+
+
+@attrs.frozen(kw_only=True)
+class FailStored:
+    """Record the failure of a stream that has no process (it crashed past its restart
+    budget; the Runner is its writer): what the crash left open is closed, then ``failed``."""
+
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class ReviveStored:
+    """An operator's decision to bring a failed session back, recorded by the Runner (a
+    failed session has no process) as ``recovered`` naming ``reason``."""
+
+    request_id: str
+    reason: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -191,40 +211,6 @@ class Decide:
 
 
 @attrs.frozen(kw_only=True)
-class SetTimer:
-    """Set (or replace) timer ``timer_id``: one of ``at``, ``after``, ``cron`` (`timerbook`)."""
-
-    request_id: str
-    key: str
-    timer_id: str
-    text: str
-    at: float | None = None
-    after: float | None = None
-    cron: str = ""
-    tz: str = ""
-    policy: str = "fire_once"
-    grace: float = 60.0
-    #: Unix time the session received it (stamped by the shell); ``stored`` as `Submit`'s.
-    now: float = 0.0
-    stored: tuple[tuple[int, str], ...] = ()
-
-
-@attrs.frozen(kw_only=True)
-class CancelTimer:
-    request_id: str
-    key: str
-    timer_id: str
-
-
-@attrs.frozen(kw_only=True)
-class FireDue:
-    """Deliver the timers due at ``now`` (stamped by the shell when the Runner asks)."""
-
-    request_id: str
-    now: float = 0.0
-
-
-@attrs.frozen(kw_only=True)
 class Submit:
     """Open a goal run (``session.started`` with the objective and the budget)."""
 
@@ -284,6 +270,8 @@ Command = (
     | Intercepted
     | Close
     | CloseStored
+    | FailStored
+    | ReviveStored
     | SealStream
     | Sealed
     | VerifyStream
@@ -339,6 +327,8 @@ class AnswerWorker:
     verdict: str
     call: int
     fault: str = ""
+    #: The call's idempotency key (admitted tool calls), handed to the tool.
+    key: str = ""
 
 
 @attrs.frozen(kw_only=True)

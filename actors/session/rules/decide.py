@@ -32,6 +32,7 @@ from .commands import (
     Decision,
     Effect,
     EndSubscriptions,
+    FailStored,
     Finished,
     FireDue,
     Govern,
@@ -42,6 +43,7 @@ from .commands import (
     Progress,
     Receive,
     Resume,
+    ReviveStored,
     RunInterceptors,
     Sealed,
     SealStream,
@@ -57,10 +59,12 @@ from .commands import (
 )
 from .gate import decide_action, govern, paused
 from .records import seal, sealed, verified, verify
+from .recovery import recovery_events
 from .refusals import failed, refusal
 from .replace import replace
 from .spend import needs_prices, prices_event
-from .state import QUEUEING_KINDS, fold, metadata_diff, recovery_events
+from .state import QUEUEING_KINDS, fold, metadata_diff
+from .stored import close_stored, fail_stored, revive_stored
 from .turns import cancel, done_event, finished, progress, settle, start_failed
 from .views import ingress_seq
 
@@ -121,7 +125,7 @@ def _open(s: Session, cmd: Open) -> Decision:
         if cmd.metadata:
             events.append(Event(kind=Kind.PROPERTIES, properties=dict(cmd.metadata)))
         events.extend(then)
-    events.extend(recovery_events(st))
+    events.extend(recovery_events(st, first_seq=st.last_seq + len(events) + 1))
     if needs_prices(st.spend, s.prices) and (st.last_seq or events):
         assert s.prices is not None
         events.append(prices_event(s.prices))  # priced from here on as the operator says
@@ -357,18 +361,6 @@ def _close(s: Session, cmd: Close) -> Decision:
     )
 
 
-def _close_stored(s: Session, cmd: CloseStored) -> Decision:
-    st = s.stored
-    if st.terminal:
-        return Decision(state=s)
-    # The children's stop is the shell's to carry out; the events are the same as a
-    # live close's, so the goal run ends and a parent gets its `child.completed`.
-    gone, stop = goals.cancel_children(st)
-    events = [*gone, *recovery_events(st, "closed"), *goals.cancelled(st), *timers.ended(st)]
-    events.append(Event(kind=Kind.LIFECYCLE, phase=Phase.CLOSED))
-    return Decision(state=attrs.evolve(s, stopping=True), events=tuple(events), effects=stop)
-
-
 def _poisoned(s: Session, cmd: Poisoned) -> Decision:
     if s.stored.closed:
         return Decision(state=s)
@@ -393,7 +385,9 @@ _HANDLERS: dict[type, Callable[[Session, Any], Decision]] = {
     Spawn: goals.spawn,
     StartFailed: start_failed,
     Close: _close,
-    CloseStored: _close_stored,
+    CloseStored: close_stored,
+    FailStored: fail_stored,
+    ReviveStored: revive_stored,
     SealStream: seal,
     Sealed: sealed,
     VerifyStream: verify,

@@ -17,17 +17,19 @@ from spine import Event, Kind, Usage
 
 from ... import messages as m
 from ...agents.egress_rules import EgressDecision, destination, precheck
-from ...agents.governance import Ask, Fault, Policy, PolicyError, Spent, Verdict, rule
+from ...agents.governance import Ask, Fault, Policy, PolicyError, Ruling, Spent, Verdict, rule
 from ...spec import AgentSpec, SettingsError, TurnInput
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
 from .goals import goal_budget
+from .intents import ARGS, IDEMPOTENT, KEY, RETRY, args_hash, effect_key
+from .recovery import unfinished
 from .refusals import failed
 from .spend import price
-from .state import PendingAction, SessionState, action_key, depth_of, unfinished
+from .state import PendingAction, SessionState, action_key, depth_of
 from .views import history_before
 
 
-def _answer(cmd: Govern, verdict: str, call: int, fault: str = "") -> AnswerWorker:
+def _answer(cmd: Govern, verdict: str, call: int, fault: str = "", key: str = "") -> AnswerWorker:
     return AnswerWorker(
         turn=cmd.turn,
         action=cmd.action,
@@ -35,17 +37,26 @@ def _answer(cmd: Govern, verdict: str, call: int, fault: str = "") -> AnswerWork
         verdict=verdict,
         call=call,
         fault=fault,
+        key=key,
     )
 
 
-def _spent(st: SessionState, run: Running, cmd: Govern) -> Spent:
+def _started(base: dict[str, Any], key: str, idempotent: bool) -> Event:
+    """The intent: the call is about to run, under ``key``."""
+    extra: dict[str, Any] = {KEY: key}
+    if idempotent:
+        extra[IDEMPOTENT] = True
+    return Event(kind=Kind.ACTION_STARTED, extra=extra, **base)
+
+
+def _spent(st: SessionState, run: Running, action: str) -> Spent:
     used = st.usage + run.usage if run.usage is not None else st.usage
     model = st.metadata.get(MODEL_NAME, "")
     spend = st.spend.charged(run.usage, model)
     rates = spend.rates(model)
     cap = st.metadata.get(MODEL_MAX_OUTPUT_TOKENS, "")
     reserve = 0.0
-    if rates is not None and cmd.action == "model" and cap.isdigit():
+    if rates is not None and action == "model" and cap.isdigit():
         reserve = price(Usage(output_tokens=int(cap)), rates)
     return Spent(
         cost=spend.cost if spend.priced else None,
@@ -79,7 +90,7 @@ def govern(s: Session, cmd: Govern) -> Decision:
         "tool": cmd.action if cmd.action != "model" else "",
         "tool_use_id": cmd.tool_use_id,
     }
-    if verdict == Verdict.ADMIT:
+    if verdict == Verdict.ADMIT and cmd.action == "model":
         ev = Event(kind=Kind.ACTION_ADMITTED, **base)
         return Decision(state=s, events=(ev,), effects=(_answer(cmd, verdict, call),))
     if verdict == Verdict.PENDING and fault == Fault.BUDGET_EXCEEDED:
@@ -87,6 +98,13 @@ def govern(s: Session, cmd: Govern) -> Decision:
         ev = Event(kind=Kind.ACTION_PENDING, fault=fault, error=err, input=cmd.input, **base)
         why = Event(kind=Kind.PAUSED, reason="budget", call=call, turn=run.turn, error=err)
         return Decision(state=s, events=(ev, why))
+    if verdict == Verdict.ADMIT:
+        # The admission and the intent in one append: the tool runs once it is durable.
+        key = effect_key(st.session_id, run.turn, call)
+        admitted = Event(kind=Kind.ACTION_ADMITTED, extra={KEY: key}, **base)
+        intent = _started(base, key, cmd.need.idempotent)
+        effect = _answer(cmd, verdict, call, "", key)
+        return Decision(state=s, events=(admitted, intent), effects=(effect,))
     if verdict == Verdict.PENDING:
         ev = Event(kind=Kind.ACTION_PENDING, input=cmd.input, **base)
         return Decision(state=s, events=(ev,))
@@ -117,11 +135,17 @@ def _judged(
         # A policy that cannot be read admits nothing.
         return Verdict.REJECT, None, str(exc), "", None
     refused = _egress_refused(cmd, policy)
+    if cmd.action != "model" and action_key("model", "") not in st.turn_actions:
+        # A tool answered before its turn's first model call (a turn resumed after a
+        # restart) is first held to the turn's budgets, as that model call would be.
+        spent = _turn_budgets(st, run, policy, cmd.now)
+        if spent is not None:
+            return spent.verdict, spent.fault, spent.error, policy.trust, None
     ask = Ask(
         policy=policy,
         action=cmd.action,
         need=cmd.need,
-        spent=_spent(st, run, cmd),
+        spent=_spent(st, run, cmd.action),
         egress_refused=refused is not None,
         goal=goal_budget(st, run, cmd.now),
     )
@@ -130,6 +154,19 @@ def _judged(
         why = f"egress to {refused.host} refused: {refused.reason}"
         return r.verdict, r.fault, why, policy.trust, refused
     return r.verdict, r.fault, r.error, policy.trust, None
+
+
+def _turn_budgets(st: SessionState, run: Running, policy: Policy, now: float) -> Ruling | None:
+    """The refusal a model call would get now from the budgets (turns, tokens, cost, the
+    goal's wall time), or None: what any effect of a resumed turn is held to first."""
+    ask = Ask(
+        policy=policy,
+        action="model",
+        spent=_spent(st, run, "model"),
+        goal=goal_budget(st, run, now),
+    )
+    r = rule(ask)
+    return r if r.verdict == Verdict.REJECT else None
 
 
 def _egress_refused(cmd: Govern, policy: Policy) -> EgressDecision | None:
@@ -156,14 +193,65 @@ def _asked_again(s: Session, cmd: Govern) -> Decision | None:
     )
     if known is None:
         return None
-    # Asked again (a resumed turn): answer from the stream, store nothing.
+    # Asked again (a resumed turn): answer from the stream.
     call, status = known
-    if status in ("admitted", "completed"):
+    intent = st.intents.get(call)
+    runs = intent is not None and (
+        (status == "admitted" and intent.status == "ready")
+        or (status == "in_doubt" and intent.status == RETRY)
+    )
+    if runs and intent is not None:
+        if intent.args and intent.args != args_hash(cmd.input):
+            # An approval admits the arguments it was shown, nothing else.
+            fault = Fault.APPROVAL_MISMATCH
+            return Decision(state=s, effects=(_answer(cmd, Verdict.REJECT, call, fault),))
+        base = _base(st, cmd, call)
+        spent = _spent_since(st, s, cmd)
+        if spent is not None:
+            # Approved or to be retried, but a budget ran out meanwhile: it ends refused.
+            why = str(spent.fault or "policy_error")
+            ev = Event(kind=Kind.ACTION_REJECTED, fault=why, error=spent.error, **base)
+            effect = _answer(cmd, Verdict.REJECT, call, why)
+            return Decision(state=s, events=(ev,), effects=(effect,))
+        ev = _started(base, intent.key, cmd.need.idempotent)
+        effect = _answer(cmd, Verdict.ADMIT, call, "", intent.key)
+        return Decision(state=s, events=(ev,), effects=(effect,))
+    if status == "admitted":
+        # Admitted before the ledger (no key): as it always was.
         return Decision(state=s, effects=(_answer(cmd, Verdict.ADMIT, call),))
+    if status in ("started", "in_doubt", "completed"):
+        # It ran (or may have): never again, whatever asks.
+        return Decision(state=s, effects=(_answer(cmd, Verdict.REJECT, call, Fault.IN_DOUBT),))
     if status == "rejected":
         why = Fault.APPROVAL_REJECTED if st.decided.get(call) is False else ""
         return Decision(state=s, effects=(_answer(cmd, Verdict.REJECT, call, why),))
     return Decision(state=s)  # still waiting for a human
+
+
+def _spent_since(st: SessionState, s: Session, cmd: Govern) -> Ruling | None:
+    run = s.running
+    if run is None:
+        return None
+    try:
+        policy = Policy.from_metadata(st.metadata)
+    except PolicyError as exc:
+        return Ruling(Verdict.REJECT, None, str(exc))
+    return _turn_budgets(st, run, policy, cmd.now)
+
+
+def _base(st: SessionState, cmd: Govern, call: int) -> dict[str, Any]:
+    try:
+        trust = Policy.from_metadata(st.metadata).trust
+    except PolicyError:
+        trust = ""
+    return {
+        "turn": cmd.turn,
+        "action": cmd.action,
+        "call": call,
+        "trust": trust,
+        "tool": cmd.action,
+        "tool_use_id": cmd.tool_use_id,
+    }
 
 
 def decide_action(s: Session, cmd: Decide) -> Decision:
@@ -183,10 +271,13 @@ def decide_action(s: Session, cmd: Decide) -> Decision:
     if pending is None:
         text = f"no action {cmd.call} waits for approval in session {s.session_id}"
         return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", text))
-    events = _decided(st, pending, cmd)
-    if cmd.approve and cmd.raise_by > 0:
-        raised = Event(kind=Kind.BUDGET_RAISED, call=cmd.call, extra={"amount": cmd.raise_by})
-        events = (raised, *events)
+    key = pending.key or effect_key(st.session_id, pending.turn, cmd.call)
+    events = _decided(st, pending, cmd, key)
+    run = s.running
+    live = run is not None and run.turn == pending.turn
+    if live and cmd.approve and pending.action != "model":
+        # The worker waits for this answer and runs the call at once: its intent too.
+        events = (*events, attrs.evolve(events[-1], kind=Kind.ACTION_STARTED, extra={KEY: key}))
     ack = attrs.evolve(ack, seq=st.last_seq + len(events))
     verdict = Verdict.ADMIT if cmd.approve else Verdict.REJECT
     answer = AnswerWorker(
@@ -196,15 +287,15 @@ def decide_action(s: Session, cmd: Decide) -> Decision:
         verdict=verdict,
         call=cmd.call,
         fault="" if cmd.approve else Fault.APPROVAL_REJECTED,
+        key=key if cmd.approve else "",
     )
-    run = s.running
-    if run is not None and run.turn == pending.turn:
+    if live:
         return Decision(state=s, events=events, key=cmd.key, reply=ack, effects=(answer,))
     ot = st.open_turn
     if ot is None or ot.turn != pending.turn or s.stopping or st.terminal:
         return Decision(state=s, events=events, key=cmd.key, reply=ack)
     # The turn waited through a restart: run it on from where it paused.
-    turn = _resumed(st, ot.turn)
+    turn = resumed(st, ot.turn)
     return Decision(
         state=attrs.evolve(s, running=Running(turn=ot.turn)),
         events=events,
@@ -214,8 +305,10 @@ def decide_action(s: Session, cmd: Decide) -> Decision:
     )
 
 
-def _decided(st: SessionState, pending: PendingAction, cmd: Decide) -> tuple[Event, ...]:
-    """The human's decision on a waiting action and the verdict it gives, as events."""
+def _decided(st: SessionState, pending: PendingAction, cmd: Decide, key: str) -> tuple[Event, ...]:
+    """The human's decision on a waiting action and the verdict it gives, as events: an
+    approval admits this call with these arguments, under ``key``, once (after raising the
+    cost budget when it says so)."""
     try:
         trust = Policy.from_metadata(st.metadata).trust
     except PolicyError:
@@ -228,15 +321,21 @@ def _decided(st: SessionState, pending: PendingAction, cmd: Decide) -> tuple[Eve
         "tool": pending.action if pending.action != "model" else "",
         "tool_use_id": pending.tool_use_id,
     }
+    raised = (
+        (Event(kind=Kind.BUDGET_RAISED, call=cmd.call, extra={"amount": cmd.raise_by}),)
+        if cmd.approve and cmd.raise_by > 0
+        else ()
+    )
     return (
+        *raised,
         Event(kind=Kind.ACTION_APPROVAL, allowed=cmd.approve, reason=cmd.note, **base),
-        Event(kind=Kind.ACTION_ADMITTED, **base)
+        Event(kind=Kind.ACTION_ADMITTED, extra={KEY: key, ARGS: args_hash(pending.input)}, **base)
         if cmd.approve
         else Event(kind=Kind.ACTION_REJECTED, fault=Fault.APPROVAL_REJECTED, **base),
     )
 
 
-def _resumed(st: SessionState, turn: int) -> StartTurn:
+def resumed(st: SessionState, turn: int) -> StartTurn:
     """The effect that runs on ``turn``, left open by a restart, from where it paused."""
 
     try:

@@ -9,16 +9,18 @@ from typing import Any
 import attrs
 import orjson
 
-from spine import Event, Kind, Phase, Usage, terminal_after
+from spine import Event, Kind, Usage, terminal_after
 
-from .ledger import LEDGER_FOLD, Spend, Timer
+from . import intents as ledger
+from .intents import Intent
 from .replace import replace
+from .timespend import TIMESPEND_FOLD, Spend, Timer
 
 #: Conversation messages kept in memory for the agent's context.
 HISTORY_LIMIT = 200
 
 #: Version of `SessionState`'s shape and module (pickles name it); others are ignored.
-SNAPSHOT_VERSION = 8
+SNAPSHOT_VERSION = 9
 
 
 @attrs.frozen(kw_only=True)
@@ -39,6 +41,8 @@ class PendingAction:
     action: str
     tool_use_id: str = ""
     input: str = ""
+    #: The idempotency key of the in-doubt call this question is about ("" for an approval).
+    key: str = ""
 
 
 #: Goal budget keys, as `Submit` takes them and ``session.started`` stores them (``extra``).
@@ -112,6 +116,8 @@ class SessionState:
     goal: GoalRun | None = None
     #: Children this session spawned, in spawn order: id -> still running.
     children: Mapping[str, bool] = attrs.field(factory=dict)
+    #: The effect ledger's tool calls admitted and not yet ended, by call (`intents`).
+    intents: Mapping[int, Intent] = attrs.field(factory=dict)
     #: Timers set and not ended, by id (`timerbook`); what it spent (`spend`).
     timers: Mapping[str, Timer] = attrs.field(factory=dict)
     spend: Spend = attrs.field(factory=Spend)
@@ -212,6 +218,7 @@ def _turn_ended(state: SessionState, ev: Event, seq: int) -> Changes:
         changes["pending_actions"] = {
             c: p for c, p in state.pending_actions.items() if p.turn != ev.turn
         }
+    changes.update(ledger.turn_closed(state.intents, ev.turn))
     return changes
 
 
@@ -306,16 +313,33 @@ def _action(status: str) -> Callable[[SessionState, Event, int], Changes]:
                     action=ev.action,
                     tool_use_id=ev.tool_use_id,
                     input=ev.input,
+                    key=str(ev.extra.get(ledger.KEY) or "") if ev.extra else "",
                 ),
             }
         if status == "admitted" and ev.action != "model":
             changes["tool_calls"] = state.tool_calls + 1
+        changes.update(_LEDGER.get(status, _ended)(state, ev, seq))
         g = state.running_goal
         if status == "rejected" and ev.fault == "budget_exceeded" and g is not None:
             changes["goal"] = attrs.evolve(g, exhausted=ev.error or "budget exceeded")
         return changes
 
     return handler
+
+
+def _ended(state: SessionState, ev: Event, seq: int) -> Changes:
+    return ledger.ended(state.intents, ev.call) if status_ends(ev.kind) else {}
+
+
+def status_ends(kind: str) -> bool:
+    return kind in (Kind.ACTION_COMPLETED, Kind.ACTION_REJECTED)
+
+
+_LEDGER: dict[str, Callable[[SessionState, Event, int], Changes]] = {
+    "admitted": lambda st, ev, seq: ledger.admitted(st, ev, "ready"),
+    "started": ledger.started,
+    "in_doubt": ledger.in_doubt,
+}
 
 
 def _approval(state: SessionState, ev: Event, seq: int) -> Changes:
@@ -328,7 +352,7 @@ def _lifecycle(state: SessionState, ev: Event, seq: int) -> Changes:
 
 
 _HANDLERS: dict[str, Callable[[SessionState, Event, int], Changes]] = {
-    **LEDGER_FOLD,
+    **TIMESPEND_FOLD,
     Kind.PROPERTIES: _meta,
     Kind.USER_MESSAGE: _user,
     Kind.TURN_STARTED: _turn_started,
@@ -347,6 +371,8 @@ _HANDLERS: dict[str, Callable[[SessionState, Event, int], Changes]] = {
     Kind.ACTION_REJECTED: _action("rejected"),
     Kind.ACTION_PENDING: _action("pending"),
     Kind.ACTION_COMPLETED: _action("completed"),
+    Kind.ACTION_STARTED: _action("started"),
+    Kind.ACTION_IN_DOUBT: _action("in_doubt"),
     Kind.ACTION_APPROVAL: _approval,
 }
 #: The kinds whose fold can queue work (a pending message, a goal run): no other makes a turn due.
@@ -377,45 +403,6 @@ def fold(
     for i, ev in enumerate(events):
         state = evolve(state, ev, None if first_seq is None else first_seq + i)
     return state
-
-
-def unfinished(state: SessionState, fault: str) -> list[Event]:
-    """``action.completed`` with ``fault`` for the open turn's admitted actions that never
-    reported an end (the turn is being closed under them)."""
-    out = []
-    for key, (call, status) in state.turn_actions.items():
-        if status == "admitted":
-            action, _, use_id = key.partition("\x00")
-            out.append(
-                Event(
-                    kind=Kind.ACTION_COMPLETED,
-                    call=call,
-                    action=action,
-                    tool=action if action != "model" else "",
-                    tool_use_id=use_id,
-                    fault=fault,
-                )
-            )
-    return out
-
-
-def recovery_events(state: SessionState, reason: str = "crash") -> list[Event]:
-    """Events that close what a crash left open: a turn that started and never ended."""
-    ot = state.open_turn
-    if ot is None or any(p.turn == ot.turn for p in state.pending_actions.values()):
-        # A turn waiting for an approval keeps waiting: the approval resumes it.
-        return []
-    return [
-        *unfinished(state, reason),
-        Event(
-            kind=Kind.TURN_CANCELLED,
-            turn=ot.turn,
-            text=ot.text,
-            reason=reason,
-            usage=ot.usage if not ot.usage.is_zero() else None,
-        ),
-        Event(kind=Kind.LIFECYCLE, phase=Phase.DONE, reason=reason),
-    ]
 
 
 def metadata_diff(

@@ -24,9 +24,10 @@ from .commands import (
     StartFailed,
     StartTurn,
 )
-from .gate import withdrawn
+from .gate import resumed, withdrawn
+from .recovery import resumable, unfinished
 from .replace import replace
-from .state import SessionState, fold, unfinished
+from .state import SessionState, fold
 from .views import history_before
 
 
@@ -59,8 +60,10 @@ def cancel(
 def settle(s: Session, cmd: Settle) -> Decision:
     """Start the next turn when the session is idle and a stored message waits."""
     st = s.stored
-    if s.running is not None or s.stopping or st.terminal or st.open_turn is not None:
+    if s.running is not None or s.stopping or st.terminal:
         return Decision(state=s)
+    if st.open_turn is not None:
+        return _run_on(s)
     if not st.pending and st.running_goal is None:
         return Decision(state=s)
     # A goal run drives its own turns: with no message waiting, the next one continues
@@ -101,6 +104,17 @@ def settle(s: Session, cmd: Settle) -> Decision:
         events=(started, *admitted),
         effects=(StartTurn(turn=n, spec=spec, input=turn_input),),
     )
+
+
+def _run_on(s: Session) -> Decision:
+    """A turn cut by a restart with a call still to run (approved and not yet run, or in
+    doubt and idempotent) runs on where it stopped: the same turn, not a new one."""
+    st = s.stored
+    ot = st.open_turn
+    if ot is None or not resumable(st):
+        return Decision(state=s)
+    run = Running(turn=ot.turn)
+    return Decision(state=replace(s, running=run), effects=(resumed(st, ot.turn),))
 
 
 def _cannot_start(st: SessionState, n: int, started: Event, exc: Exception) -> tuple[Event, ...]:
@@ -170,13 +184,14 @@ def unreported(st: SessionState, events: list[Event], fault: str) -> list[Event]
     the stream nor ``events`` (the turn's last output) gives an outcome: the turn's end is
     theirs (an agent of the caller's own does not report the model call the session
     admitted for it at the turn's start)."""
-    if not any(status == "admitted" for _, status in st.turn_actions.values()):
+    if not any(status in ("admitted", "started") for _, status in st.turn_actions.values()):
         return []
     own = st.session_id
     ended = {
         e.call
         for e in events
-        if e.kind in (Kind.ACTION_COMPLETED, Kind.ACTION_REJECTED) and e.goal in ("", own)
+        if e.kind in (Kind.ACTION_COMPLETED, Kind.ACTION_REJECTED, Kind.ACTION_IN_DOUBT)
+        and e.goal in ("", own)
     }
     return [e for e in unfinished(st, fault) if e.call not in ended]
 

@@ -55,7 +55,12 @@ class _WarmPorts(RecordingPorts):
     def answer_worker(self, effect: c.AnswerWorker) -> None:
         if self.worker is not None:
             self.worker.answer(
-                effect.action, effect.tool_use_id, effect.verdict, effect.call, effect.fault
+                effect.action,
+                effect.tool_use_id,
+                effect.verdict,
+                effect.call,
+                effect.fault,
+                effect.key,
             )
 
 

@@ -38,6 +38,7 @@ MIRRORED = frozenset(
         Kind.TURN_COMPLETED,
         Kind.ACTION_ADMITTED,
         Kind.ACTION_COMPLETED,
+        Kind.ACTION_IN_DOUBT,
         Kind.ACTION_REJECTED,
         Kind.EGRESS,
         Kind.CHILD_SPAWNED,
@@ -134,6 +135,7 @@ class TurnWorker:
         self._events: list[Event] = []
         self._events_lock = threading.Lock()
         self._waiting: dict[tuple[str, str], concurrent.futures.Future[tuple[str, int, str]]] = {}
+        self._keys: dict[tuple[str, str], str] = {}
         # The log the turn's children are followed on: one for all of its delegations (one
         # connection and one watcher thread polling the file, not one per child).
         self._follow_lock = threading.Lock()
@@ -167,11 +169,20 @@ class TurnWorker:
         _THREADS.run(look_up)
         return fut
 
-    def answer(self, action: str, tool_use_id: str, verdict: str, call: int, fault: str) -> None:
-        """The session's verdict (from the session's own thread)."""
+    def answer(
+        self, action: str, tool_use_id: str, verdict: str, call: int, fault: str, key: str = ""
+    ) -> None:
+        """The session's verdict (from the session's own thread), with the idempotency key
+        an admitted call runs under."""
+        if key:
+            self._keys[(action, tool_use_id)] = key
         fut = self._waiting.pop((action, tool_use_id), None)
         if fut is not None and not fut.done():
             fut.set_result((verdict, call, fault))
+
+    def idempotency_key(self, action: str, tool_use_id: str) -> str:
+        """The key the session gave the admitted call ("" if none)."""
+        return self._keys.get((action, tool_use_id), "")
 
     def answer_spawn(self, tool_use_id: str, child: str, error: str) -> None:
         """The child exists (or could not be created), from the session's thread."""

@@ -12,7 +12,7 @@ from . import timerbook
 from .spend import Spend, folded_prices, folded_raise
 from .timerbook import Timer
 
-__all__ = ["LEDGER_FOLD", "Spend", "Timer"]
+__all__ = ["TIMESPEND_FOLD", "Spend", "Timer"]
 
 Handler = Callable[[Any, Event, int], dict[str, Any]]
 
@@ -25,7 +25,7 @@ def _spend(fold: Callable[[Spend, Event], Spend]) -> Handler:
     return lambda state, ev, seq: {"spend": fold(state.spend, ev)}
 
 
-LEDGER_FOLD: dict[str, Handler] = {
+TIMESPEND_FOLD: dict[str, Handler] = {
     **{kind: _timers(f) for kind, f in timerbook.FOLD.items()},
     Kind.PRICES: _spend(folded_prices),
     Kind.BUDGET_RAISED: _spend(folded_raise),
