@@ -55,7 +55,7 @@ class ProjectionWakeDue:
 
 @attrs.frozen
 class TimersDue:
-    """Timer payload: a session timer is due (see `RunnerTimers`)."""
+    """Timer payload: a session timer is due (see `DueTimers`)."""
 
 
 @attrs.frozen
