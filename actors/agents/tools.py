@@ -320,6 +320,9 @@ SCHEDULE = Tool(
     fn=_schedule,
     requirement=Requirement(capabilities=frozenset({"schedule"})),
     context=True,
+    # The timer's id and the append's key come from the turn and the call: a call run
+    # again after a crash sets the same timer, once.
+    idempotent=True,
 )
 
 
