@@ -53,6 +53,11 @@ class IdempotencyConflict(InvalidRequest):
     used for; nothing was stored. The message names the key."""
 
 
+class NotAuthorized(InvalidRequest):
+    """A write on a session's behalf named a key only the operator may set
+    (`actors.authority`); nothing was stored. The message names the key."""
+
+
 class RunnerClosed(ActorsError):
     """The Runner was closed."""
 
@@ -84,6 +89,7 @@ ERRORS: dict[str, type[ActorsError]] = {
         InterceptorError,
         InvalidRequest,
         IdempotencyConflict,
+        NotAuthorized,
         RunnerClosed,
         HostTimeout,
         GoalStalled,

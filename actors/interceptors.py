@@ -30,6 +30,7 @@ from projections import (
 from spine import EPHEMERAL_KINDS, Event, InvalidStreamIdError, Kind, Severity, validate_session_id
 
 from .agents.providers import known_providers
+from .authority import Authority, refusal
 from .errors import InvalidRequest
 from .spec import (
     MODEL_MAX_OUTPUT_TOKENS,
@@ -53,6 +54,8 @@ class Ingress:
     text: str = ""
     target: str = ""
     properties: Mapping[str, str | None] = attrs.field(factory=dict)
+    #: On whose behalf a properties ingress comes (`actors.authority.Authority`).
+    authority: str = "operator"
 
 
 @attrs.frozen
@@ -226,6 +229,12 @@ def _provider(event: Ingress, s: SessionView, args: list[str]) -> InterceptResul
             url = parse_base_url(words[1])
         except SettingsError as exc:
             return _err(str(exc))
+    asked: dict[str, str | None] = {MODEL_PROVIDER: words[0]}
+    if url is not None:
+        asked[MODEL_BASE_URL] = url
+    problem = refusal(asked, s.metadata, Authority.SESSION)
+    if problem is not None:
+        return _err(problem)
     s.set_metadata(MODEL_PROVIDER, words[0])
     text = f"provider set to {words[0]}"
     if url is not None:
@@ -267,7 +276,7 @@ def _set(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
         return _err("usage: /set KEY [VALUE]")
     key = args[0]
     value = args[1] if len(args) > 1 else None
-    problem = secret_problem({key: value})
+    problem = secret_problem({key: value}) or refusal({key: value}, s.metadata, Authority.SESSION)
     if problem is not None:
         return _err(problem)
     parse = PARSERS.get(key)

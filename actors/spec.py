@@ -72,6 +72,9 @@ class AgentSpec:
     """The model configuration of one turn, parsed once from session metadata."""
 
     model: str = "scripted"
+    #: The operator's provider profile (``ore.model.profile``): when set, it decides the
+    #: wire format, server and key, and which models ``model`` may name.
+    profile: str | None = None
     thinking_level: str = "off"
     temperature: float | None = None
     max_output_tokens: int | None = None
@@ -96,6 +99,7 @@ class AgentSpec:
         s = model_settings(metadata).check()
         return cls(
             model=s.name or "scripted",
+            profile=s.profile,
             thinking_level=s.thinking_level or "off",
             temperature=s.temperature,
             max_output_tokens=s.max_output_tokens,

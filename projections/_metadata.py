@@ -43,6 +43,9 @@ MODEL_TIMEOUT = "ore.model.timeout"
 MODEL_SYSTEM = "ore.model.system"
 #: How many model -> tools -> model rounds one turn may take.
 MODEL_MAX_TOOL_ROUNDS = "ore.model.max_tool_rounds"
+#: The operator's provider profile the session uses, by name: the profile names the wire
+#: format, the server, the key's variable and the models a session may pick.
+MODEL_PROFILE = "ore.model.profile"
 #: Streams written before the seed's keys were adopted spell them without ``ore.``; they
 #: are still read (the seed's spelling wins when both are set).
 LEGACY_PREFIX = "model."
@@ -235,6 +238,7 @@ class ModelSettings:
     """
 
     name: str | None = None
+    profile: str | None = None
     thinking_level: str | None = None
     temperature: float | None = None
     max_output_tokens: int | None = None
@@ -283,6 +287,7 @@ def model_settings(metadata: Mapping[str, str]) -> ModelSettings:
             problems.append(str(exc))
     return ModelSettings(
         name=model_value(metadata, MODEL_NAME)[1] or None,
+        profile=metadata.get(MODEL_PROFILE) or None,
         system=model_value(metadata, MODEL_SYSTEM)[1] or None,
         invalid=tuple(invalid),
         problems=tuple(problems),

@@ -244,7 +244,8 @@ def test_a_key_is_never_stored_whichever_way_it_is_written(mp: Host) -> None:
     ack = mp.send(sid, f"/set ore.model.api_key_env {key}")
     assert ack.consumed and ack.notices[0][0] == "error" and "looks like a key" in ack.notices[0][1]
     ack = mp.send(sid, "/set ore.model.api_key_env OPENAI_API_KEY")
-    assert ack.notices[0][0] == "success"
+    assert ack.notices[0][0] == "error" and "operator only" in ack.notices[0][1]
+    mp.set_metadata(sid, {"ore.model.api_key_env": "OPENAI_API_KEY"})
     stored = json.dumps([repr(e) for e in mp.history(sid)])
     assert key not in stored and "sk-proj" not in stored
     assert mp.get(sid).metadata["ore.model.api_key_env"] == "OPENAI_API_KEY"

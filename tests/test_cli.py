@@ -212,8 +212,10 @@ def test_send_exits_1_naming_the_variable_when_the_key_variable_is_missing(
 ) -> None:
     """A turn whose ore.model.api_key_env names an unset variable fails: exit 1 naming it."""
     url = f"http://127.0.0.1:{_free_port()}/v1"
-    ok(run(daemon.data, "send", "nokey-1", f"/provider openai {url} m", "--create"))
-    ok(run(daemon.data, "send", "nokey-1", "/set ore.model.api_key_env VERTEBRA_NO_SUCH_KEY"))
+    # The key's variable is the operator's to pair with a server (the CLI is the operator).
+    meta = ["ore.model.provider=openai", f"ore.model.base_url={url}", "ore.model.name=m"]
+    meta.append("ore.model.api_key_env=VERTEBRA_NO_SUCH_KEY")
+    ok(run(daemon.data, "new", "nokey-1", *(a for kv in meta for a in ("--meta", kv))))
     fails(run(daemon.data, "send", "nokey-1", "hi"), 1, "failed", "VERTEBRA_NO_SUCH_KEY")
 
 

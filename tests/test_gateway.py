@@ -938,8 +938,9 @@ def _readme_curl_block(marker: str = "TOKEN=") -> str:
 def test_serve_http_prints_the_url_and_the_readme_curl_examples_work(
     tmp_path: pathlib.Path, no_leftover_processes
 ) -> None:  # type: ignore[no-untyped-def]
-    """`vertebra serve --http` prints URL and token; the README's curl lines run as written
-    (only the port differs); `token create` mints a read-only token that works."""
+    """`vertebra serve --http` prints the URL and where the token is; the README's curl
+    lines run as written (only the port differs); `token create` mints a read-only token
+    that works."""
     import signal
     import subprocess
     import sys
@@ -1026,8 +1027,13 @@ def test_serve_http_prints_the_url_and_the_readme_curl_examples_work(
             if daemon.poll() is None:
                 daemon.kill()
     assert daemon.returncode == 0
-    assert f"vertebra http: http://127.0.0.1:{port}  token {token}" in stdout
-    assert f"http://127.0.0.1:{port}/#token={token}" in stdout
+    # The admin token is never printed, only where it is.
+    assert token not in stdout
+    assert (
+        f"vertebra http: http://127.0.0.1:{port}  admin token in vertebra-data/gateway-token"
+        in stdout
+    )
+    assert f"http://127.0.0.1:{port}/#token=$(cat vertebra-data/gateway-token)" in stdout
 
 
 def test_a_waiting_action_is_listed_and_decided_over_http(http: httpx.Client) -> None:

@@ -1,4 +1,7 @@
-"""Schemathesis fuzzes every documented route (SSE excluded) against a live gateway: no 5xx."""
+"""Schemathesis fuzzes every documented route (SSE excluded) against a live gateway, with
+the admin token and with a token scoped to one session: no 5xx, every answer as the
+schema describes it (status, content type, headers, body), and no schema-valid request
+refused."""
 
 from __future__ import annotations
 
@@ -10,9 +13,16 @@ import pytest
 import schemathesis
 from gateway_support import client, running_gateway
 from hypothesis import HealthCheck, settings
-from schemathesis.checks import not_a_server_error
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    positive_data_acceptance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
-from actors.gateway import GatewayHandle
+from actors.gateway import GatewayHandle, create_token
 from actors.gateway._app import openapi_bytes
 
 pytestmark = pytest.mark.timeout(600)
@@ -51,6 +61,15 @@ def _bounded(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    positive_data_acceptance,
+]
+
 schema = schemathesis.openapi.from_dict(_bounded(json.loads(openapi_bytes()))).exclude(
     path_regex=r"events$|^/v1/agui/"
 )
@@ -63,14 +82,36 @@ schema = schemathesis.openapi.from_dict(_bounded(json.loads(openapi_bytes()))).e
     suppress_health_check=list(HealthCheck),
 )
 def test_no_request_makes_the_gateway_fail(case: Any, gw: GatewayHandle) -> None:
-    """Generated requests, valid and invalid, never get a 5xx."""
+    """Generated requests, valid and invalid, never get a 5xx nor an answer the schema
+    does not describe; a valid one is never refused as invalid."""
     CALLS.append(case.operation.label)
     case.call_and_validate(
         base_url=gw.url,
         headers={"Authorization": f"Bearer {gw.token}"},
-        checks=[not_a_server_error],
+        checks=CHECKS,
         timeout=HOST_TIMEOUT + 30,
     )
+
+
+@schema.parametrize()
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+def test_a_scoped_token_gets_answers_the_schema_describes(case: Any, gw: GatewayHandle) -> None:
+    """The same with a token scoped to the one known session: refusals (403) included."""
+    case.call_and_validate(
+        base_url=gw.url,
+        headers={"Authorization": f"Bearer {_scoped(gw)}"},
+        checks=CHECKS,
+        timeout=HOST_TIMEOUT + 30,
+    )
+
+
+_SCOPED: dict[str, str] = {}
+
+
+def _scoped(gw: GatewayHandle) -> str:
+    if gw.url not in _SCOPED:
+        _SCOPED[gw.url] = create_token(gw.host.data_dir, ["fuzz"])
+    return _SCOPED[gw.url]
 
 
 def test_the_gateway_still_serves_after_the_fuzzing(gw: GatewayHandle) -> None:

@@ -62,6 +62,7 @@ def test_spine_does_not_import_thespian() -> None:
 #: Modules that hold decisions: pure, so they are tested as tables without processes.
 PURE = [
     "actors/policy.py",
+    "actors/authority.py",
     "actors/spec.py",
     "actors/placement.py",
     "actors/interceptors.py",

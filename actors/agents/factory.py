@@ -1,6 +1,7 @@
 """The agent factory: one agent per turn, built from the session's metadata.
 
-The provider comes from ``ore.model.provider``, looked up in `providers.PROVIDERS`; a
+The provider comes from the operator's profile the session names (``ore.model.profile``,
+`profiles`), else from ``ore.model.provider``, looked up in `providers.PROVIDERS`; a
 setting the turn cannot use (a provider no module provides, no model name for a real
 server, an unset key variable, the ``models`` extra missing) fails that turn with an
 error naming it, never the session.
@@ -9,10 +10,12 @@ error naming it, never the session.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from ..spec import AgentSpec
 from .base import Agent, AgentError
 from .loop import ModelAgent, Provider
+from .profiles import Profile, resolve
 from .providers import PROVIDERS, SCRIPTED, unknown_provider
 from .scripted import ScriptedProvider
 from .tools import ToolRegistry, builtin_tools
@@ -36,8 +39,11 @@ class ModelFactory:
         retries: int = 3,
         backoff: float = 0.5,
         flush_interval: float = 0.02,
+        profiles: Mapping[str, Profile] | None = None,
     ) -> None:
         self.tools = tools if tools is not None else builtin_tools()
+        #: The operator's provider profiles (`actors.agents.profiles`), by name.
+        self.profiles = dict(profiles or {})
         self.retries = retries
         self.backoff = backoff
         self.flush_interval = flush_interval
@@ -75,6 +81,7 @@ class ModelFactory:
             raise AgentError(str(exc)) from None
 
     def build(self, spec: AgentSpec, session_id: str) -> Agent:
+        spec = resolve(spec, self.profiles)
         return ModelAgent(spec, self.provider(spec), self.tools, self.flush_interval)
 
 
@@ -84,3 +91,6 @@ class ScriptedFactory(ModelFactory):
 
     def provider(self, spec: AgentSpec) -> Provider:
         return ScriptedProvider(spec.model)
+
+    def build(self, spec: AgentSpec, session_id: str) -> Agent:
+        return ModelAgent(spec, self.provider(spec), self.tools, self.flush_interval)

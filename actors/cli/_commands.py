@@ -320,8 +320,14 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "token",
-        "mint an HTTP bearer token scoped to sessions (printed once)",
-        ("vertebra token create --session chat-1", "vertebra token create --session a --read-only"),
+        "mint an HTTP bearer token scoped to sessions (printed once), list them, revoke one",
+        (
+            "vertebra token create --session chat-1 --expires 7d",
+            "vertebra token create --session a --read-only",
+            "vertebra token create --tenant acme",
+            "vertebra token list",
+            "vertebra token revoke tok_0123456789ab",
+        ),
         token_args,
         token,
     ),

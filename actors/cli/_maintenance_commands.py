@@ -8,6 +8,7 @@ import contextlib
 import os
 import sys
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from ._access import (
@@ -212,18 +213,61 @@ def _export_keys(file: str, keys: dict[str, str]) -> list[Any]:
 
 
 def token_args(p: argparse.ArgumentParser) -> None:
-    tsub = p.add_subparsers(dest="token_command", required=True, metavar="create")
+    tsub = p.add_subparsers(dest="token_command", required=True, metavar="create|list|revoke")
     c = tsub.add_parser("create", help="a token scoped to sessions (printed once)")
-    c.add_argument("--session", action="append", required=True, help="a session (repeatable)")
+    c.add_argument("--session", action="append", default=[], help="a session (repeatable)")
+    c.add_argument("--tenant", default=None, help="every session of this tenant, instead")
     c.add_argument("--read-only", action="store_true", help="may read but not write")
+    c.add_argument(
+        "--expires", metavar="TTL", default=None, help="lifetime: 30m, 12h, 7d, 2w (default: none)"
+    )
+    ls = tsub.add_parser("list", help="every minted token (never the token itself)")
+    add_json(ls)
+    r = tsub.add_parser("revoke", help="revoke one token by its id (from token list)")
+    r.add_argument("id", help="the token's id (tok_...)")
 
 
 def token(args: argparse.Namespace, out: Out) -> int:
-    """Mint a bearer token limited to the given sessions (read-only if asked)."""
-    from ..gateway._tokens import create_token
+    """Mint a bearer token limited to the given sessions, list the minted ones, or
+    revoke one."""
+    from ..gateway._tokens import list_tokens, mint, parse_ttl, revoke_token
 
-    out.line(create_token(args.data, args.session, read_only=args.read_only))
+    if args.token_command == "list":
+        now = time.time()
+        for info in list_tokens(args.data):
+            if args.json:
+                out.line(json_line(info.as_json(now)))
+            else:
+                out.line(_token_line(info, now))
+        return 0
+    if args.token_command == "revoke":
+        if not revoke_token(args.data, args.id):
+            raise CliError(f"no token {args.id!r} (vertebra token list shows them)", EXIT_USAGE)
+        out.line(f"revoked {args.id}")
+        return 0
+    try:
+        ttl = None if args.expires is None else parse_ttl(args.expires)
+        info, secret = mint(
+            args.data, args.session, read_only=args.read_only, ttl=ttl, tenant=args.tenant
+        )
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    out.line(secret)
+    print(f"token id {info.id} (vertebra token revoke {info.id})", file=sys.stderr)
     return 0
+
+
+def _token_line(info: Any, now: float) -> str:
+    def when(t: float) -> str:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    if info.expires is None:
+        expiry = "never expires"
+    else:
+        expiry = f"{'expired' if info.expired(now) else 'expires'} {when(info.expires)}"
+    mode = "read-only" if info.read_only else "read-write"
+    scope = f"tenant {info.tenant}" if info.tenant else ",".join(info.sessions)
+    return f"{info.id}  {scope}  {mode}  created {when(info.created)}  {expiry}"
 
 
 __all__ = [

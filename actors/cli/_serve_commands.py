@@ -200,9 +200,11 @@ def _start_host(
     from ..host import Host
 
     prices = _prices(args)
+    factory = _factory(args)
     try:
         return Host(
             args.data,
+            factory=factory,
             admin_port=args.port,
             idle_timeout=args.idle_timeout,
             spine=spine,
@@ -218,6 +220,24 @@ def _start_host(
         raise CliError(
             f"the daemon could not start: {type(exc).__name__}: {_first_line(exc)}"
         ) from None
+
+
+def _factory(args: argparse.Namespace) -> Any:
+    """The agent factory with the operator's provider profiles (None: the default)."""
+    from ..agents.profiles import PROFILES_FILE, ProfileError, load_profiles
+
+    path = getattr(args, "providers", None)
+    if path is not None and not os.path.isfile(path):
+        raise CliError(f"--providers {path}: no such file", EXIT_USAGE)
+    try:
+        profiles = load_profiles(path or os.path.join(args.data, PROFILES_FILE))
+    except ProfileError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    if not profiles:
+        return None
+    from ..agents import ModelFactory
+
+    return ModelFactory(profiles=profiles)
 
 
 def _publish(args: argparse.Namespace, host: Any, out: Out, spine: str | None) -> None:
@@ -294,6 +314,8 @@ def _start_http(args: argparse.Namespace, host: Any, out: Out) -> Any:
         raise CliError(
             f"--http needs the http extra (pip install 'vertebra[http]'): {exc}", EXIT_USAGE
         ) from None
+    from ..gateway._tokens import ADMIN_FILE
+
     webhook = _webhook(args)
     try:
         gw = start_gateway(
@@ -301,8 +323,11 @@ def _start_http(args: argparse.Namespace, host: Any, out: Out) -> Any:
         )
     except GatewayError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
-    out.line(f"vertebra http: {gw.url}  token {gw.token}")
-    out.line(f"vertebra http: open {gw.page_url}")
+    # The admin token is never printed: stdout ends up in service managers' logs. Its
+    # file is owner-only; the page link is completed with it by whoever may read it.
+    where = os.path.join(args.data, ADMIN_FILE)
+    out.line(f"vertebra http: {gw.url}  admin token in {where} (owner-only)")
+    out.line(f"vertebra http: open {gw.url}/#token=$(cat {where})")
     return gw
 
 

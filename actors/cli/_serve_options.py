@@ -55,6 +55,12 @@ def _daemon_options(p: argparse.ArgumentParser) -> None:
         "every session's spending against governance.max_cost",
     )
     p.add_argument("--quiet", action="store_true", help="do not print events")
+    p.add_argument(
+        "--providers",
+        metavar="FILE",
+        default=None,
+        help="the provider profiles sessions may choose (default: DATA/providers.toml if present)",
+    )
     p.add_argument("--for-seconds", type=positive, default=None, help=argparse.SUPPRESS)
 
 

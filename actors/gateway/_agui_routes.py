@@ -163,13 +163,15 @@ async def run(gw: Gateway, request: Request) -> Response:
         raise HttpError(503, "unavailable", "the gateway is stopping")
     early = gw.hubs.record(sid)
     try:
-        return await _start(gw, sid, inp, last, early)
+        return await _start(gw, sid, inp, last, early, request.state.grant)
     except BaseException:
         gw.hubs.release(early)
         raise
 
 
-async def _start(gw: Gateway, sid: str, inp: Any, last: int, early: Recorder) -> Response:
+async def _start(
+    gw: Gateway, sid: str, inp: Any, last: int, early: Recorder, grant: Any
+) -> Response:
     """Send the input's message (or answer its interrupts) and stream the run."""
     if inp.resume:
         after, turn = await _resume(gw, sid, inp.resume)
@@ -192,7 +194,8 @@ async def _start(gw: Gateway, sid: str, inp: Any, last: int, early: Recorder) ->
     def make(start: int, out: Out, limit: int) -> Client:
         return AguiClient(view, max(after, last), snapshot, early, out, limit)
 
-    return _sse_response(gw, functools.partial(gw.hubs.serve, sid, after, None, make=make))
+    serve = functools.partial(gw.hubs.serve, sid, after, None, make=make)
+    return _sse_response(gw, grant, serve)
 
 
 def _consumed(inp: Any, notices: Any) -> Response:

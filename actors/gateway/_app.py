@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from . import _a2a_routes as a2a
 from . import _agui_routes as agui
@@ -28,6 +28,7 @@ from . import _session_routes as sessions
 from . import _stream_routes as streams
 from . import _telemetry_routes as telemetry
 from . import _timer_routes as timers
+from . import _token_routes as tokens
 from ._gateway import Gateway
 from ._replies import error_response
 from ._routing import RouteSpec, endpoint
@@ -56,6 +57,9 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/v1/sessions/{id}/events", "read", streams.session_events),
     RouteSpec("GET", "/v1/events", "admin", streams.all_events),
     RouteSpec("POST", "/v1/agui/{id}", "write", agui.run),
+    RouteSpec("GET", "/v1/tokens", "admin", tokens.list_all),
+    RouteSpec("POST", "/v1/tokens", "admin", tokens.create),
+    RouteSpec("DELETE", "/v1/tokens/{token}", "admin", tokens.revoke),
     RouteSpec("GET", "/metrics", "admin", telemetry.metrics),
 )
 
@@ -91,7 +95,31 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 
 
 async def _not_allowed(request: Request, exc: Exception) -> Response:
-    return error_response(405, "method_not_allowed", f"{request.method} is not allowed here")
+    # RFC 9110: a 405 names the methods the resource has (Starlette puts them on the
+    # exception; several routes on one path each name their own, so they are gathered).
+    allowed = sorted(
+        {m for r in request.app.routes for m in _methods(r, request)}
+        | set(_header_methods(getattr(exc, "headers", None)))
+    )
+    headers = {"Allow": ", ".join(allowed)} if allowed else None
+    return error_response(
+        405, "method_not_allowed", f"{request.method} is not allowed here", headers
+    )
+
+
+def _methods(route: object, request: Request) -> set[str]:
+    if not isinstance(route, Route) or route.methods is None:
+        return set()
+    match, _ = route.matches({**request.scope, "method": "GET", "type": "http"})
+    if match == Match.NONE:
+        return set()
+    return set(route.methods)
+
+
+def _header_methods(headers: object) -> list[str]:
+    if not isinstance(headers, dict):
+        return []
+    return [m.strip() for m in str(headers.get("Allow", "")).split(",") if m.strip()]
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:

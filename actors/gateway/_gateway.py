@@ -18,6 +18,7 @@ from ..otel._metrics import LogMetrics
 from . import _sse
 from ._hub import Hubs
 from ._replies import HttpError
+from ._tenants import Quotas, Tenants
 from ._tokens import TokenStore
 
 
@@ -36,6 +37,7 @@ class Gateway:
     buffer_bytes: int = 4 * 1024 * 1024
     #: Write SSE bodies straight to the socket (False: through ASGI, as any server).
     direct: bool = True
+    quotas: Quotas = attrs.field(factory=Quotas)
     hubs: Hubs = attrs.field()
     feeds: list[_sse.Feed] = attrs.field(factory=list)
     lock: threading.Lock = attrs.field(factory=threading.Lock)
@@ -44,9 +46,15 @@ class Gateway:
     #: The A2A push notifications' pump (`_a2a_push.PushPump`), if a webhook is set.
     push: Any = None
 
+    tenants: Tenants = attrs.field()
+
     @hubs.default
     def _hubs(self) -> Hubs:
         return Hubs(self.log, self.buffer_bytes, self.send_timeout)
+
+    @tenants.default
+    def _tenants(self) -> Tenants:
+        return Tenants(self.log, self.quotas)
 
     def on_sink(self, sid: str, ev: Any, live: Any) -> None:
         """The Host sink: remember each session's last stored seq, so that a live item

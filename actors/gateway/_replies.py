@@ -14,20 +14,27 @@ from projections import cache_hit_rate
 
 
 class HttpError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+        self.headers = headers
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(orjson.dumps(body), status, headers, media_type="application/json")
 
 
-def error_response(status: int, code: str, message: str) -> Response:
-    headers = {"Retry-After": "1"} if status in (429, 503) else None
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> Response:
+    extra = dict(headers or {})
+    if status in (429, 503):
+        extra.setdefault("Retry-After", "1")
     if status == 401:
-        headers = {"WWW-Authenticate": 'Bearer realm="vertebra"'}
-    return json_response({"error": code, "message": message}, status, headers)
+        extra["WWW-Authenticate"] = 'Bearer realm="vertebra"'
+    return json_response({"error": code, "message": message}, status, extra or None)
 
 
 def session_path(sid: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import os
@@ -18,6 +19,8 @@ from ..host import Host
 from ..runner import spine_spec
 from ._app import create_app
 from ._gateway import Gateway
+from ._limits import Limits, ResourceReport, protocol
+from ._tenants import Quotas
 from ._tokens import TokenStore
 from ._wire import expose_transport
 
@@ -104,6 +107,8 @@ def start_gateway(
     allow_remote: bool = False,
     host: Host | None = None,
     ping: float = 15.0,
+    limits: Limits | None = None,
+    quotas: Quotas | None = None,
     webhook: Any = None,
     **host_options: Any,
 ) -> GatewayHandle:
@@ -112,15 +117,12 @@ def start_gateway(
     With ``host`` the gateway uses that embedding `Host` (and leaves it open on `stop`);
     without, it starts one with ``host_options`` and closes it on `stop`. A bind address
     that is not loopback is refused unless ``allow_remote``: the admin token then crosses
-    the network, so put TLS in front. ``webhook`` (an `_a2a_push.Webhook`, the a2a
-    extra) receives the A2A tasks' pauses and ends.
+    the network, so put TLS in front. ``limits`` bounds connections (`Limits`: head,
+    body and idle timeouts, how many at once); ``quotas`` bounds each tenant (`Quotas`).
+    ``webhook`` (an `_a2a_push.Webhook`, the a2a extra) receives the A2A tasks' pauses
+    and ends.
     """
-    addr, port = parse_bind(bind)
-    if not is_loopback(addr) and not allow_remote:
-        raise GatewayError(
-            f"refusing to bind {addr}: not a loopback address"
-            " (--http-allow-remote, or allow_remote=True, allows it)"
-        )
+    addr, port = _bind(bind, allow_remote)
     data = os.path.abspath(os.fspath(data_dir))
     tokens = TokenStore(data)
     family, sock = _listen(addr, port, bind)
@@ -132,7 +134,7 @@ def start_gateway(
         # sessions in the data directory's SQLite file.
         log = open_log(spine_spec(host.data_dir, host.spine))
         log.watch()
-        gw = Gateway(host=host, log=log, tokens=tokens, ping=ping)
+        gw = Gateway(host=host, log=log, tokens=tokens, ping=ping, quotas=quotas or Quotas())
         sink_id = host.add_sink(gw.on_sink)
         if webhook is not None:
             from ._a2a_push import PushPump
@@ -143,10 +145,20 @@ def start_gateway(
         if owned is not None:
             owned.close()
         raise
-    server, thread = _serve(gw, sock, owned)
+    server, thread = _serve(gw, sock, owned, limits or Limits())
     shown = f"[{addr}]" if family == socket.AF_INET6 else addr
     url = f"http://{shown}:{sock.getsockname()[1]}"
     return GatewayHandle(server, thread, gw, url, owned, sink_id)
+
+
+def _bind(bind: str, allow_remote: bool) -> tuple[str, int]:
+    addr, port = parse_bind(bind)
+    if not is_loopback(addr) and not allow_remote:
+        raise GatewayError(
+            f"refusing to bind {addr}: not a loopback address"
+            " (--http-allow-remote, or allow_remote=True, allows it)"
+        )
+    return addr, port
 
 
 def _listen(addr: str, port: int, bind: str) -> tuple[socket.AddressFamily, socket.socket]:
@@ -156,30 +168,45 @@ def _listen(addr: str, port: int, bind: str) -> tuple[socket.AddressFamily, sock
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((addr, port))
-        sock.listen(128)
+        sock.listen(Limits().backlog)
     except OSError as exc:
         sock.close()
         raise GatewayError(f"cannot bind {bind}: {exc}") from None
     return family, sock
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server with the loop's handler of accept errors replaced, so that a
+    process out of file descriptors logs a line now and then, not a traceback a try."""
+
+    def __init__(self, config: uvicorn.Config, report: ResourceReport) -> None:
+        super().__init__(config)
+        self.report = report
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        asyncio.get_running_loop().set_exception_handler(self.report)
+        await super().serve(sockets)
+
+
 def _serve(
-    gw: Gateway, sock: socket.socket, owned: Host | None
+    gw: Gateway, sock: socket.socket, owned: Host | None, limits: Limits
 ) -> tuple[uvicorn.Server, threading.Thread]:
     """Run uvicorn on ``sock`` on a thread of its own and wait until it serves; if it
     does not, close the socket and ``owned`` (the Host the gateway started)."""
     config = uvicorn.Config(
         expose_transport(create_app(gw)),
         # h11 (the default without httptools), named so that the SSE bodies' direct
-        # writes know the framing they write into.
-        http="h11",
+        # writes know the framing they write into; with deadlines and a connection bound.
+        http=protocol(limits),
+        timeout_keep_alive=max(1, round(limits.idle)),
+        backlog=limits.backlog,
         log_level="warning",
         access_log=False,
         lifespan="off",
         timeout_graceful_shutdown=2,
         ws="none",
     )
-    server = uvicorn.Server(config)
+    server = _Server(config, ResourceReport(limits.report))
     thread = threading.Thread(
         target=server.run, kwargs={"sockets": [sock]}, name="vertebra-gateway", daemon=True
     )

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -14,6 +16,7 @@ from spine import InvalidArgumentError, Kind, validate_session_id
 from spine import history as stream_history
 
 from .. import errors as e
+from ..authority import Authority, refusal
 from ..session.rules.goals import budget_problem
 from ._gateway import Gateway, call, known
 from ._replies import (
@@ -32,6 +35,7 @@ from ._requests import (
     session_id,
     string_map,
 )
+from ._tenants import TENANT_KEY
 from ._tokens import Grant
 
 #: How long ``GET .../goals/wait`` waits without a ``timeout``, and at most (seconds).
@@ -42,11 +46,17 @@ WAIT_MAX = 300.0
 async def list_sessions(gw: Gateway, request: Request) -> Response:
     g: Grant = request.state.grant
     infos = await call(gw.host.sessions)
-    return json_response({"sessions": [info_json(i) for i in infos if g.may_read(i.session_id)]})
+    return json_response({"sessions": [info_json(i) for i in infos if _covers(g, i)]})
+
+
+def _covers(g: Grant, info: Any) -> bool:
+    return g.may_read(info.session_id, info.metadata.get(TENANT_KEY))
 
 
 async def create_session(gw: Gateway, request: Request) -> Response:
     body = await json_body(request, required=False)
+    if "id" in body and body["id"] is None:
+        raise HttpError(422, "invalid_field", "'id' must be a string (leave it out for a fresh id)")
     sid = field(body, "id", str, None)
     metadata = string_map(field(body, "metadata", dict, {}), "metadata", nulls=False)
     if sid is not None:
@@ -55,12 +65,43 @@ async def create_session(gw: Gateway, request: Request) -> Response:
         except (ValueError, InvalidArgumentError) as exc:
             raise HttpError(400, "bad_id", str(exc)) from None
     g: Grant = request.state.grant
-    if not g.admin and (sid is None or not g.may_write(sid)):
-        raise HttpError(403, "forbidden", "this token may only create its own sessions")
-    sid = await call(gw.host.create, sid, metadata)
+    if g.tenant is not None:
+        _authorize(g, metadata, {})
+        sid = await _create_in_tenant(gw, g.tenant, sid, metadata)
+    else:
+        if not g.admin and (sid is None or not g.may_write(sid)):
+            raise HttpError(403, "forbidden", "this token may only create its own sessions")
+        _authorize(g, metadata, {})
+        sid = await call(gw.host.create, sid, metadata, authority=_authority(g))
     info = await call(gw.host.get, sid)
     # A header is Latin-1 on the wire and an id need not be: percent-encode it (RFC 3986).
     return json_response(info_json(info), 201, {"Location": session_path(sid)})
+
+
+async def _create_in_tenant(
+    gw: Gateway, tenant: str, sid: str | None, metadata: dict[str, Any]
+) -> str:
+    """Create a session of ``tenant`` within its quota of live sessions."""
+    limit = gw.quotas.sessions
+    if limit is not None:
+        infos = await call(gw.host.sessions)
+        live = [
+            i
+            for i in infos
+            if i.metadata.get(TENANT_KEY) == tenant and i.state not in ("closed", "failed")
+        ]
+        if len(live) >= limit:
+            raise HttpError(
+                429,
+                "quota_exceeded",
+                f"tenant {tenant!r} holds its {limit} live sessions; close one first",
+            )
+    # The tenant is the operator's key: the gateway sets it, on the tenant's behalf.
+    sid = await call(
+        gw.host.create, sid, {**metadata, TENANT_KEY: tenant}, authority=Authority.OPERATOR
+    )
+    gw.tenants.remember(sid, tenant)
+    return str(sid)
 
 
 async def get_session(gw: Gateway, request: Request) -> Response:
@@ -105,6 +146,10 @@ async def submit_goal(gw: Gateway, request: Request) -> Response:
     if not isinstance(objective, str) or not objective.strip():
         raise HttpError(422, "invalid_field", "'objective' must be a non-empty string")
     budget = field(body, "budget", dict, {})
+    # JSON has one number type: 3.0 is the integer 3 (as JSON Schema reads it).
+    budget = {
+        k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in budget.items()
+    }
     problem = budget_problem(budget)
     if problem:
         raise HttpError(422, "invalid_field", problem)
@@ -173,8 +218,22 @@ async def set_metadata(gw: Gateway, request: Request) -> Response:
     sid = session_id(request)
     changes = string_map(await json_body(request), "body", nulls=True)
     await known(gw, sid)
-    ack = await call(gw.host.set_metadata, sid, changes)
+    g: Grant = request.state.grant
+    # The session checks as it stores (what it holds then is what counts; 403 naming the
+    # key, `NotAuthorized`).
+    ack = await call(gw.host.set_metadata, sid, changes, authority=_authority(g))
     return json_response(ack_json(ack))
+
+
+def _authority(g: Grant) -> Authority:
+    return Authority.OPERATOR if g.admin else Authority.SESSION
+
+
+def _authorize(g: Grant, changes: Mapping[str, str | None], metadata: Mapping[str, str]) -> None:
+    """403 naming the first key ``g`` may not write (`actors.authority`)."""
+    problem = refusal(changes, metadata, _authority(g))
+    if problem is not None:
+        raise HttpError(403, "forbidden_key", problem)
 
 
 async def approvals(gw: Gateway, request: Request) -> Response:

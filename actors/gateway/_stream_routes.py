@@ -17,10 +17,13 @@ from . import _sse
 from ._gateway import Gateway, call, known
 from ._replies import HttpError, json_response, status_json
 from ._requests import int_param, session_id
+from ._tokens import Grant
 from ._wire import SseResponse
 
 #: Largest page of history one request returns.
 MAX_LIMIT = 1000
+#: Largest seq or position a resume point may name (``after``, ``Last-Event-ID``).
+MAX_POSITION = 2**62
 
 
 async def status(gw: Gateway, request: Request) -> Response:
@@ -78,14 +81,23 @@ def _resume_point(request: Request, param: str) -> int:
             value = int(last_id.strip())
         except ValueError:
             raise HttpError(400, "bad_id", "Last-Event-ID must be an integer") from None
-        if value < 0:
-            raise HttpError(400, "bad_id", "Last-Event-ID must not be negative")
+        # The same range as ``after``, answered the same way.
+        if not 0 <= value <= MAX_POSITION:
+            raise HttpError(
+                422, "invalid_field", f"Last-Event-ID must be between 0 and {MAX_POSITION}"
+            )
         return value
-    return int_param(request, param, 0)
+    return int_param(request, param, 0, high=MAX_POSITION)
 
 
-def _sse_response(gw: Gateway, body: Callable[[Any], Coroutine[Any, Any, bool]]) -> Response:
-    return SseResponse(body, ping=gw.ping, send_timeout=gw.send_timeout, direct=gw.direct)
+def _sse_response(
+    gw: Gateway, grant: Grant, body: Callable[[Any], Coroutine[Any, Any, bool]]
+) -> Response:
+    # A revoked or expired token's stream ends at its next heartbeat.
+    valid = functools.partial(gw.tokens.valid, grant)
+    return SseResponse(
+        body, ping=gw.ping, send_timeout=gw.send_timeout, direct=gw.direct, valid=valid
+    )
 
 
 async def session_events(gw: Gateway, request: Request) -> Response:
@@ -95,7 +107,9 @@ async def session_events(gw: Gateway, request: Request) -> Response:
     await known(gw, sid)
     if gw.stopping:
         raise HttpError(503, "unavailable", "the gateway is stopping")
-    return _sse_response(gw, functools.partial(gw.hubs.serve, sid, after, kinds))
+    return _sse_response(
+        gw, request.state.grant, functools.partial(gw.hubs.serve, sid, after, kinds)
+    )
 
 
 async def all_events(gw: Gateway, request: Request) -> Response:
@@ -111,4 +125,4 @@ async def all_events(gw: Gateway, request: Request) -> Response:
     async def body(out: Any) -> bool:
         return await _sse.global_body(feed, out, gw.send_timeout)
 
-    return _sse_response(gw, body)
+    return _sse_response(gw, request.state.grant, body)

@@ -188,8 +188,12 @@ class SseResponse(Response):
         send_timeout: float,
         direct: bool = True,
         headers: Mapping[str, str] | None = None,
+        valid: Callable[[], bool] | None = None,
     ) -> None:
         self.status_code = 200
+        #: Asked at every heartbeat: False (the token was revoked or expired) drops the
+        #: stream.
+        self._valid = valid
         self.background = None
         self._body = body
         self._ping = ping
@@ -235,6 +239,8 @@ class SseResponse(Response):
                 tasks, timeout=self._ping or None, return_when=asyncio.FIRST_COMPLETED
             )
             if not any(t.done() for t in tasks):
+                if self._valid is not None and not self._valid():
+                    return
                 out.write(PING)
 
     async def _end(

@@ -11,7 +11,8 @@ from projections import secret_problem
 from spine import Kind, Log, SpineError, new_session_id, validate_session_id
 
 from .. import messages as m
-from ..errors import ActorsError, InvalidRequest
+from ..authority import Authority, refusal
+from ..errors import ActorsError, InvalidRequest, NotAuthorized
 from ..session.rules.goals import budget_problem
 from .goals import in_flight, runs_in_flight
 from .replies import request_id
@@ -32,11 +33,17 @@ class SessionCommands:
         def _request(self, msg: Any, *, timeout: float | None = None) -> Any: ...
 
     def create(
-        self, session_id: str | None = None, metadata: Mapping[str, str] | None = None
+        self,
+        session_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        *,
+        authority: str = Authority.OPERATOR,
     ) -> str:
         """Create a session and return its id (a fresh UUIDv7 unless given).
 
         Raises `SessionAlreadyExists` if the id is taken; the existing session is untouched.
+        ``authority`` ``session`` holds ``metadata`` to the authority table
+        (`actors.authority`): an operator's key is `InvalidRequest` naming it.
         """
         sid = session_id if session_id is not None else new_session_id()
         try:
@@ -56,6 +63,9 @@ class SessionCommands:
                         f"metadata must map non-empty string keys to strings, got {k!r}: {v!r}",
                         session_id=sid,
                     )
+        problem = refusal(metadata or {}, {}, authority)
+        if problem is not None:
+            raise NotAuthorized(problem, session_id=sid)
         problem = secret_problem(metadata or {})
         if problem is not None:
             raise InvalidRequest(problem, session_id=sid)
@@ -84,9 +94,18 @@ class SessionCommands:
         return self._request(msg)  # type: ignore[no-any-return]
 
     def set_metadata(
-        self, session_id: str, properties: Mapping[str, str | None], *, key: str | None = None
+        self,
+        session_id: str,
+        properties: Mapping[str, str | None],
+        *,
+        key: str | None = None,
+        authority: str = Authority.OPERATOR,
     ) -> m.Ack:
-        """Change metadata (``None`` deletes a key); stored as a properties event."""
+        """Change metadata (``None`` deletes a key); stored as a properties event.
+
+        ``authority`` ``session`` (a write on the session's behalf, e.g. through its scoped
+        token) may set only what the authority table lets a session set; the session
+        refuses the rest with `InvalidRequest` naming the key, and stores nothing."""
         if not isinstance(properties, Mapping):
             raise InvalidRequest(
                 f"metadata must be a mapping, got {type(properties).__name__}",
@@ -105,6 +124,7 @@ class SessionCommands:
             session_id=session_id,
             key=key or request_id(),
             properties=dict(properties),
+            authority=str(Authority(authority)),
         )
         return self._request(msg)  # type: ignore[no-any-return]
 

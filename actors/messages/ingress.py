@@ -38,6 +38,9 @@ class SetMetadata:
     session_id: str
     key: str
     properties: Mapping[str, str | None] = attrs.field(converter=_frozen_map)
+    #: On whose behalf (`actors.authority.Authority`): ``session`` writes are held to the
+    #: authority table, ``operator`` ones are not.
+    authority: str = "operator"
 
 
 @attrs.frozen(kw_only=True)

@@ -416,7 +416,7 @@ async function main() {
   state.token = readToken();
   wire();
   if (!state.token) {
-    showError("No token: open the address the daemon printed (it ends in #token=...).");
+    showError("No token: open this address followed by #token= and the token in the data directory's gateway-token file.");
     return;
   }
   try {

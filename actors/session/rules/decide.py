@@ -19,6 +19,8 @@ from projections import secret_problem
 from spine import Event, Kind, Phase, validate_session_id
 
 from ... import messages as m
+from ...authority import Authority
+from ...authority import refusal as authority_refusal
 from ...interceptors import Ingress, NoticeItem
 from ...policy import BUSY_POLICY_KEY, BusyPolicy
 from ..protocol import SessionReady
@@ -222,8 +224,16 @@ def _intercepted(s: Session, cmd: Intercepted) -> Decision:
     notices = tuple((x.severity, x.text) for x in live)
     ing = cmd.ingress
     changes = metadata_diff(st.metadata, cmd.changes)
+    # What interceptors change, they change on the session's behalf (slash commands).
+    problem = authority_refusal(changes, st.metadata, Authority.SESSION)
     if ing is not None and ing.kind == Kind.PROPERTIES:
+        problem = problem or authority_refusal(ing.properties, st.metadata, ing.authority)
         changes.update(metadata_diff({**st.metadata, **changes}, ing.properties))  # type: ignore[dict-item]
+    if problem is not None:
+        # Nothing of this ingress is stored, and the conduits hear why.
+        notice = Live(after_seq=st.last_seq, kind="notice", severity="error", text=problem)
+        reply = failed(s, cmd.request_id, "NotAuthorized", problem)
+        return Decision(state=s, reply=reply, live=(notice,))
     problem = secret_problem(changes)
     if problem is not None:
         # Nothing of this ingress is stored: a credential must never reach the log.

@@ -31,7 +31,12 @@ def command_of(msg: Any) -> Command | None:
     if isinstance(msg, m.SendMessage):
         ingress = Ingress(kind=Kind.USER_MESSAGE, key=msg.key, text=msg.text)
     elif isinstance(msg, m.SetMetadata):
-        ingress = Ingress(kind=Kind.PROPERTIES, key=msg.key, properties=dict(msg.properties))
+        ingress = Ingress(
+            kind=Kind.PROPERTIES,
+            key=msg.key,
+            properties=dict(msg.properties),
+            authority=msg.authority,
+        )
     elif isinstance(msg, m.SwitchSession):
         ingress = Ingress(kind=Kind.SESSION_SWITCH, key=msg.key, target=msg.target)
     elif isinstance(msg, m.Interrupt):

@@ -164,10 +164,15 @@ class SessionKit:
         return self._ingress(Ingress(kind=Kind.INTERRUPT, key=k, text=reason))
 
     def set_metadata(
-        self, properties: Mapping[str, str | None], *, key: str | None = None
+        self,
+        properties: Mapping[str, str | None],
+        *,
+        key: str | None = None,
+        authority: str = "operator",
     ) -> Outcome:
         k = key or self._rid()
-        return self._ingress(Ingress(kind=Kind.PROPERTIES, key=k, properties=dict(properties)))
+        ing = Ingress(kind=Kind.PROPERTIES, key=k, properties=dict(properties), authority=authority)
+        return self._ingress(ing)
 
     def switch(self, target: str, *, key: str | None = None) -> Outcome:
         k = key or self._rid()

@@ -1,0 +1,85 @@
+"""Tenants: whose a session is, and what a tenant may use.
+
+A session's tenant is its ``tenant`` metadata key, which only the operator sets
+(`actors.authority`): the gateway sets it when a tenant's token creates the session, and
+a session's tenant is read once, from the properties its stream was created with. A
+tenant's token reaches only its tenant's sessions (any other answers 404, as if it did
+not exist). `Quotas` bound each tenant: live sessions (429 ``quota_exceeded`` on create)
+and requests per second with a burst (429 ``rate_limited`` with ``Retry-After``).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import attrs
+
+from spine import Kind, Log
+
+#: The metadata key naming a session's tenant.
+TENANT_KEY = "tenant"
+
+
+@attrs.frozen(kw_only=True)
+class Quotas:
+    """What each tenant may use; None: no bound."""
+
+    #: Sessions a tenant holds that are not closed or failed.
+    sessions: int | None = None
+    #: Requests per second a tenant's tokens make, on average ...
+    rate: float | None = None
+    #: ... and at once.
+    burst: int = 20
+
+
+class Tenants:
+    """The tenant of each session (read once, kept), and each tenant's request budget."""
+
+    def __init__(self, log: Log, quotas: Quotas) -> None:
+        self.log = log
+        self.quotas = quotas
+        self._known: dict[str, str | None] = {}
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def remember(self, sid: str, tenant: str | None) -> None:
+        with self._lock:
+            self._known[sid] = tenant
+
+    def tenant_of(self, sid: str) -> str | None:
+        """The tenant ``sid`` was created in (None: none, or no such session)."""
+        with self._lock:
+            if sid in self._known:
+                return self._known[sid]
+        tenant = None
+        records = self.log.read(sid, 0, 4)
+        for r in records:
+            ev = r.event()
+            if ev.kind == Kind.PROPERTIES and ev.properties:
+                tenant = ev.properties.get(TENANT_KEY)
+                break
+        if records:  # an unknown session may yet be created: nothing to remember
+            self.remember(sid, tenant)
+        return tenant
+
+    def take(self, tenant: str) -> float:
+        """Spend one request of ``tenant``'s budget: 0 if it may go on, else the seconds
+        until it may."""
+        rate = self.quotas.rate
+        if rate is None:
+            return 0.0
+        now = time.monotonic()
+        with self._lock:
+            level, stamp = self._buckets.get(tenant, (float(self.quotas.burst), now))
+            level = min(float(self.quotas.burst), level + (now - stamp) * rate)
+            if level < 1.0:
+                self._buckets[tenant] = (level, now)
+                return (1.0 - level) / rate
+            self._buckets[tenant] = (level - 1.0, now)
+        return 0.0
+
+
+def retry_after(seconds: float) -> str:
+    return str(max(1, math.ceil(seconds)))

@@ -1,0 +1,114 @@
+"""Tenants over real HTTP: a tenant's token reaches its tenant's sessions on every route
+and no other's (404, as if they did not exist; 403 on the admin's routes), creates
+sessions in its tenant up to its quota, and is held to its request rate (429 with
+Retry-After)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from gateway_support import client, running_gateway
+
+from actors.gateway import ROUTES, GatewayHandle, Quotas, create_token
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayHandle]:
+    quotas = Quotas(sessions=2)
+    with running_gateway(tmp_path_factory.mktemp("ten") / "data", quotas=quotas) as g:
+        yield g
+
+
+def _tenant(gw: GatewayHandle, name: str) -> httpx.Client:
+    return client(gw, create_token(gw.host.data_dir, tenant=name))
+
+
+def _call(c: httpx.Client, method: str, path: str) -> httpx.Response:
+    bodies = {
+        "/v1/sessions/{id}/messages": {"text": "hi"},
+        "/v1/sessions/{id}/goals": {"objective": "x"},
+        "/v1/sessions/{id}/metadata": {"colour": "blue"},
+        "/v1/sessions/{id}/approvals/{call}": {"decision": "approve"},
+    }
+    url = path.replace("{call}", "1").replace("{token}", "tok_x")
+    if method == "GET" and url.endswith("events"):
+        with c.stream(method, url, timeout=5) as r:
+            return r
+    return c.request(method, url, json=bodies.get(path), params={"timeout": "0"})
+
+
+def test_a_tenant_reaches_its_sessions_on_every_route_and_no_other(gw: GatewayHandle) -> None:
+    with _tenant(gw, "acme") as a, _tenant(gw, "globex") as b, client(gw) as admin:
+        r = a.post("/v1/sessions", json={"id": "acme-1", "metadata": {"colour": "red"}})
+        assert r.status_code == 201, r.text
+        assert r.json()["metadata"]["tenant"] == "acme"
+        assert b.post("/v1/sessions", json={"id": "globex-1"}).status_code == 201
+        admin.post("/v1/sessions", json={"id": "nobody-1"})
+        assert [s["id"] for s in a.get("/v1/sessions").json()["sessions"]] == ["acme-1"]
+        for method, path, _access, _fn in ROUTES:
+            if path == "/v1/sessions" or (path.endswith("/{id}") and method == "DELETE"):
+                continue
+            if "{id}" not in path:
+                assert _call(a, method, path).status_code == 403, path
+                continue
+            for other in ("globex-1", "nobody-1"):
+                r = _call(a, method, path.replace("{id}", other))
+                assert r.status_code == 404, (method, path, r.status_code)
+            r = _call(a, method, path.replace("{id}", "acme-1"))
+            assert r.status_code not in (401, 403, 404), (method, path, r.status_code)
+        # The tenant key is the operator's: a tenant cannot move a session.
+        r = a.patch("/v1/sessions/acme-1/metadata", json={"tenant": "globex"})
+        assert r.status_code == 403 and r.json()["error"] == "forbidden_key"
+        r = a.post("/v1/sessions", json={"metadata": {"tenant": "globex"}})
+        assert r.status_code == 403
+        assert a.delete("/v1/sessions/globex-1").status_code == 404
+        assert a.delete("/v1/sessions/acme-1").status_code == 200
+
+
+def test_a_tenant_holds_at_most_its_quota_of_live_sessions(gw: GatewayHandle) -> None:
+    with _tenant(gw, "initech") as c:
+        assert c.post("/v1/sessions", json={"id": "ini-1"}).status_code == 201
+        assert c.post("/v1/sessions", json={"id": "ini-2"}).status_code == 201
+        r = c.post("/v1/sessions", json={"id": "ini-3"})
+        assert r.status_code == 429 and r.json()["error"] == "quota_exceeded", r.text
+        assert c.delete("/v1/sessions/ini-1").status_code == 200
+        assert c.post("/v1/sessions", json={"id": "ini-3"}).status_code == 201
+
+
+def test_a_tenant_over_its_rate_gets_429_and_others_do_not(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    quotas = Quotas(rate=1.0, burst=10)
+    with (
+        running_gateway(tmp_path / "data", quotas=quotas) as g,
+        _tenant(g, "hooli") as fast,
+        _tenant(g, "pied") as calm,
+    ):
+        codes = [fast.get("/v1/sessions").status_code for _ in range(15)]
+        assert codes[:10] == [200] * 10 and 429 in codes[10:], codes
+        r = fast.get("/v1/sessions")
+        assert r.status_code == 429 and r.json()["error"] == "rate_limited"
+        assert int(r.headers["retry-after"]) >= 1
+        assert calm.get("/v1/sessions").status_code == 200
+
+
+def test_the_token_command_mints_a_tenants_token(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = tmp_path / "data"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "actors.cli", "--data", str(data), "token", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    assert cli("create", "--tenant", "acme").returncode == 0
+    assert "tenant acme" in cli("list").stdout
+    bad = cli("create", "--tenant", "acme", "--session", "s")
+    assert bad.returncode == 2 and "name no sessions" in bad.stderr
+    assert cli("create").returncode == 2
