@@ -25,7 +25,8 @@ def test_a_budget_pause_survives_a_kill_and_a_raise_continues_the_same_turn(
 ) -> None:  # type: ignore[no-untyped-def]
     h = Host(tmp_path, base="multiprocTCPBase", timeout=20, spare_sessions=0, prices=PRICES)
     try:
-        sid = h.create(metadata={"ore.model.name": "scripted", "governance.max_cost": "1"})
+        meta = {"ore.model.name": "scripted", "governance.max_cost": "1", "tenant": "acme"}
+        sid = h.create(metadata=meta)
         first = h.send(sid, "hello")
         assert h.wait_turn(sid, first.seq).kind == Kind.TURN_COMPLETED
         spent = h.spending(sid)
@@ -44,5 +45,11 @@ def test_a_budget_pause_survives_a_kill_and_a_raise_continues_the_same_turn(
         assert end.kind == Kind.TURN_COMPLETED and end.turn == turn
         assert any(e.kind == Kind.BUDGET_RAISED for e in h.history(sid))
         assert h.spending(sid)["budget"] == 101.0 and h.spending(sid)["paused"] == []
+        # Folded per tenant too, from every stream.
+        other = h.create(metadata={"ore.model.name": "scripted"})
+        h.wait_turn(other, h.send(other, "hi").seq)
+        by_tenant = h.spending_by_tenant()
+        assert by_tenant["acme"]["sessions"] == 1 and by_tenant[""]["sessions"] == 1
+        assert by_tenant["acme"]["cost"] == pytest.approx(h.spending(sid)["cost"])
     finally:
         h.close()

@@ -79,6 +79,7 @@ from ._session_commands import (
 from ._timer_commands import (
     approve_args,
     budget,
+    budget_args,
     schedule,
     schedule_args,
     timers,
@@ -154,8 +155,8 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "budget",
         "what a session spent under the operator's prices, its budget, a pause for it",
-        ("vertebra budget chat-1",),
-        timers_args,
+        ("vertebra budget chat-1", "vertebra budget --tenants"),
+        budget_args,
         budget,
     ),
     Command(

@@ -141,10 +141,30 @@ def timers(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+def budget_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", nargs="?", metavar="SESSION")
+    p.add_argument(
+        "--tenants", action="store_true", help="what each tenant's sessions spent (reads all)"
+    )
+    add_json(p)
+
+
 def budget(args: argparse.Namespace, out: Out) -> int:
     """What the session spent under the operator's prices, its budget, and a pause."""
-    from ..host.timers import read_state, spending_of
+    from ..host.timers import read_state, spending_by_tenant, spending_of
 
+    if args.tenants or not args.session:
+        with open_spine(args) as log:
+            rows = spending_by_tenant(log)
+        for tenant, row in sorted(rows.items()):
+            name = tenant or "(no tenant)"
+            if args.json:
+                out.line(json_line({"tenant": tenant, **row}))
+            else:
+                out.line(f"{name:<24} {row['cost']:.6g}  ({row['sessions']} sessions)")
+        if not rows and not args.json:
+            out.line("no priced spending yet (serve --prices FILE)")
+        return 0
     sid = session_id(args.session)
     with open_spine(args) as log:
         if not log.last_seq(sid):

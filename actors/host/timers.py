@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from spine import Log
+from spine import Log, SpineError
 
 from .. import messages as m
 from ..errors import InvalidRequest
@@ -105,6 +105,28 @@ class SessionTimers:
         """What the session spent under the operator's prices, its budget
         (``governance.max_cost`` plus the raises) and the model calls paused on it."""
         return spending_of(read_state(self._log, session_id))
+
+    def spending_by_tenant(self) -> dict[str, dict[str, Any]]:
+        """What each tenant's sessions spent under the operator's prices (the sessions
+        without a ``tenant`` key under ""): reads every stream, for reports, not gates."""
+        return spending_by_tenant(self._log)
+
+
+def spending_by_tenant(log: Log) -> dict[str, dict[str, Any]]:
+    """`SessionTimers.spending_by_tenant` over ``log``; a stream that does not decode is
+    left out (its status names it)."""
+    out: dict[str, dict[str, Any]] = {}
+    for info in log.streams():
+        try:
+            st = read_state(log, info.stream)
+        except SpineError:
+            continue
+        if not st.spend.priced:
+            continue
+        row = out.setdefault(st.metadata.get("tenant", ""), {"cost": 0.0, "sessions": 0})
+        row["cost"] += st.spend.cost
+        row["sessions"] += 1
+    return out
 
 
 def spending_of(st: SessionState) -> dict[str, Any]:
