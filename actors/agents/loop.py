@@ -187,6 +187,7 @@ class ModelAgent:
             egress_allow=turn.egress_allow,
             delegate=getattr(out, "delegate", None),
             recall=getattr(out, "recall", None),
+            schedule=getattr(out, "schedule", None),
         )
         flusher = Flusher(out, self.flush_interval)
         tally = UsageTally()

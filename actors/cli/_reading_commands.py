@@ -163,15 +163,18 @@ def status(args: argparse.Namespace, out: Out) -> int:
     sid = session_id(args.session)
     from projections import cache_hit_rate, project_stored
 
+    from ._timer_commands import time_and_money
+
     with open_spine(args) as log:
         # Folded from the stored rows: a row that does not decode makes the session
         # failed, naming its seq, instead of failing the command.
         count = log.last_seq(sid)
         p = project_stored(log, sid)
         context = context_fields(log, sid) if count else {}
+        ledger = time_and_money(log, sid) if count else {}
     if not count:
         raise unknown_session(sid)
-    fields: dict[str, Any] = {"session": sid, "events": count}
+    fields: dict[str, Any] = {"session": sid, "events": count, **ledger}
     for k in ("objective", "result", "turns", "record", "terminal", "error"):
         if hasattr(p, k):
             fields[k] = getattr(p, k)

@@ -45,6 +45,7 @@ from ..protocol import (
     RestartDue,
     SparesDue,
     StopSpares,
+    TimersDue,
     UseProjection,
 )
 from ..rules import actions as a
@@ -54,6 +55,7 @@ from .publishing import ProjectionWakes
 from .sinks import SinkRouter
 from .spares import Spares
 from .stored import StoredWriter
+from .timers import DueTimers
 
 
 def _log() -> logging.Logger:
@@ -81,6 +83,7 @@ class RunnerActor(GuardedActor):
         self.spares = Spares(self)
         self.sinks = SinkRouter(self.send)
         self.wakes = ProjectionWakes(self)
+        self.timers = DueTimers(self)
 
     # -- configuration -----------------------------------------------------------------
 
@@ -98,6 +101,7 @@ class RunnerActor(GuardedActor):
             if cfg.cluster:
                 self.members = Members(self)
             self.spares.refill(cfg)
+            self.timers.start(spine, cfg.data_dir)
         self.send(sender, m.Done(request_id="config"))
 
     def receiveMsg_StopSpares(self, msg: StopSpares, sender: Any) -> None:
@@ -111,6 +115,7 @@ class RunnerActor(GuardedActor):
         counters = self.registry.stats() if self.registry is not None else {}
         counters.update(self.sinks.stats())
         counters.update(self.spares.stats())
+        counters.update(self.timers.stats())
         stats = m.RunnerStats(
             request_id=msg.request_id,
             counters=counters,
@@ -200,6 +205,7 @@ class RunnerActor(GuardedActor):
             create=action.create,
             metadata=action.metadata,
             auto_seal=cfg.auto_seal,
+            prices=cfg.prices,
         )
         self.send(address, config)
 
@@ -278,6 +284,8 @@ class RunnerActor(GuardedActor):
     receiveMsg_SetMetadata = _route_request
     receiveMsg_DecideAction = _route_request
     receiveMsg_SubmitGoal = _route_request
+    receiveMsg_SetTimer = _route_request
+    receiveMsg_CancelTimer = _route_request
     receiveMsg_ResumeGoal = _route_request
     receiveMsg_SwitchSession = _route_request
     receiveMsg_SwitchBranch = _route_request
@@ -317,10 +325,14 @@ class RunnerActor(GuardedActor):
         cancellation of children, pings) need no handling."""
 
     receiveMsg_Done = _replied
-    receiveMsg_Ack = _replied
     receiveMsg_Pong = _replied
 
+    def receiveMsg_Ack(self, msg: m.Ack, sender: Any) -> None:
+        self.timers.answered(msg.request_id, True, msg.consumed)
+
     def receiveMsg_RequestFailed(self, msg: m.RequestFailed, sender: Any) -> None:
+        if self.timers.answered(msg.request_id, False, False):
+            return
         # A child closed already (close-all closes it too) needs no cancelling.
         quiet = msg.error == "SessionClosed" and msg.request_id.startswith("cancel-")
         level = logging.INFO if quiet else logging.WARNING
@@ -332,12 +344,14 @@ class RunnerActor(GuardedActor):
     def receiveMsg_SessionReady(self, msg: sp.SessionReady, sender: Any) -> None:
         if self.registry is not None:
             self.do(self.registry.session_ready(msg, time.monotonic()))
+        self.timers.news()
 
     def receiveMsg_Appended(self, msg: sp.Appended, sender: Any) -> None:
         if msg.append_counts:
             self.appends.add(msg.append_counts, msg.append_seconds)
         if self.registry is not None:
             self.do(self.registry.appended(msg, time.monotonic()))
+        self.timers.appended(msg.session_id, msg.records)
 
     def receiveMsg_SessionStopping(self, msg: sp.SessionStopping, sender: Any) -> None:
         if self.registry is not None:
@@ -353,6 +367,7 @@ class RunnerActor(GuardedActor):
         if self.members and self.members.child_exited(msg.childAddress, self.registry.entries):
             return
         self.do(self.registry.child_exited(msg.childAddress, time.monotonic()))
+        self.timers.news()
 
     def receiveMsg_ActorSystemConventionUpdate(
         self, msg: ActorSystemConventionUpdate, sender: Any
@@ -387,6 +402,8 @@ class RunnerActor(GuardedActor):
             self.do(self.registry.passivation_due(time.monotonic()))
         elif isinstance(payload, RestartDue):
             self.do(self.registry.restart_due(payload))
+        elif isinstance(payload, TimersDue):
+            self.timers.due()
         elif isinstance(payload, HeartbeatDue) and self.members is not None and not self.exiting:
             self.members.heartbeat()
 
@@ -394,6 +411,7 @@ class RunnerActor(GuardedActor):
         # The system is shutting down (or this Runner is being replaced): children that
         # exit from now on are not restarted.
         self.exiting = True
+        self.timers.close()
         if self.stored is not None:
             self.stored.log.close()
             self.stored = None
