@@ -26,6 +26,7 @@ from ._format import (
     json_line,
     parse_kinds,
     span_tree,
+    status_lines,
     table,
 )
 from ._output import Out, interrupted
@@ -193,22 +194,10 @@ def status(args: argparse.Namespace, out: Out) -> int:
     if args.json:
         out.line(json_line(_status_json(fields, p, fanout)))
         return 0
-    width = max(len(k) for k in fields)
-    for k, v in fields.items():
-        if isinstance(v, dict):
-            v = "  ".join(f"{name} {n}" for name, n in v.items())
-        elif isinstance(v, float):
-            v = f"{v:.0%}"
-        out.line(f"{out.style.paint('bold', k.ljust(width))}  {v}")
-    for title, lines in (("waiting for approval", waiting), ("egress", egress)):
-        if lines:
-            out.line(out.style.paint("bold", title))
-            for line in lines:
-                out.line("  " + line)
+    sections = {"waiting for approval": waiting, "egress": egress}
     if fanout:
-        out.line(out.style.paint("bold", "fanout"))
-        for line in fanout_tree(sid, fanout, out.style):
-            out.line("  " + line)
+        sections["fanout"] = fanout_tree(sid, fanout, out.style)
+    status_lines(out, fields, sections)
     return 0
 
 
