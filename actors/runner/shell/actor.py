@@ -36,7 +36,7 @@ from ...messages import Ping, Pong, RunnerConfig, SessionPid
 from ...placement import HOST
 from ...session import protocol as sp
 from ...session.shell.actor import SessionActor
-from .. import spine_path, spine_spec
+from .. import spine_spec
 from ..protocol import (
     HeartbeatDue,
     HeartbeatReply,
@@ -50,6 +50,7 @@ from ..protocol import (
 )
 from ..rules import actions as a
 from ..rules.registry import Registry
+from .configs import runner_stats, session_config
 from .membership import Members
 from .publishing import ProjectionWakes
 from .sinks import SinkRouter
@@ -113,19 +114,10 @@ class RunnerActor(GuardedActor):
 
     def receiveMsg_GetRunnerStats(self, msg: m.GetRunnerStats, sender: Any) -> None:
         counters = self.registry.stats() if self.registry is not None else {}
-        counters.update(self.sinks.stats())
-        counters.update(self.spares.stats())
-        counters.update(self.timers.stats())
-        stats = m.RunnerStats(
-            request_id=msg.request_id,
-            counters=counters,
-            queues=self.registry.queues() if self.registry is not None else {},
-            sinks=self.sinks.pending(),
-            append_bounds=self.appends.bounds,
-            append_counts=tuple(self.appends.counts),
-            append_seconds=self.appends.sum,
-        )
-        self.send(sender, stats)
+        for part in (self.sinks, self.spares, self.timers):
+            counters.update(part.stats())
+        queues = self.registry.queues() if self.registry is not None else {}
+        self.send(sender, runner_stats(msg.request_id, counters, queues, self.sinks, self.appends))
 
     def receiveMsg_GetHostTable(self, msg: m.GetHostTable, sender: Any) -> None:
         rows = self.members.table.rows() if self.members is not None else []
@@ -194,20 +186,7 @@ class RunnerActor(GuardedActor):
             address = self.createActor(SessionActor, targetActorRequirements={HOST: member.name})
             data_dir = member.data_dir or cfg.data_dir
         registry.bind(action.session_id, action.incarnation, address)
-        config = sp.SessionConfig(
-            session_id=action.session_id,
-            db_path=spine_path(data_dir),
-            spine=spine_spec(cfg.data_dir, cfg.spine).url,
-            incarnation=action.incarnation,
-            interceptors=cfg.interceptors,
-            factory=cfg.factory,
-            busy_policy=cfg.busy_policy,
-            create=action.create,
-            metadata=action.metadata,
-            auto_seal=cfg.auto_seal,
-            prices=cfg.prices,
-        )
-        self.send(address, config)
+        self.send(address, session_config(cfg, action, data_dir))
 
     # -- registry requests: what the registry needs is loaded from the log first -------
 
