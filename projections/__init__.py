@@ -18,6 +18,7 @@ from ._context import (
     ContextSettings,
     context_settings,
 )
+from ._due import DUE_KINDS, DueIndex
 from ._errors import CheckpointError, FoldError, ProjectionError
 from ._index import (
     CLOSED,
@@ -151,6 +152,7 @@ __all__ = [
     "DEFAULT_POLL_FLOOR",
     "DEFAULT_REBUILD_COMMIT",
     "DEFAULT_WINDOW",
+    "DUE_KINDS",
     "EDITS",
     "HANDLERS",
     "LATENCY_BUCKETS",
@@ -180,6 +182,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointStore",
     "ContextSettings",
+    "DueIndex",
     "EgressEntry",
     "Fail",
     "FailureInfo",

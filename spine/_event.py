@@ -80,6 +80,17 @@ class Kind(enum.StrEnum):
     #: A fork's first event: its parent, the seq it forked at and the parent's Merkle
     #: root up to it (``extra``); the parent's prefix is read by reference.
     SESSION_FORKED = "session.forked"
+    #: Timers in the session's own log: set (``extra``: timer, text, due, cron, tz,
+    #: policy, grace), cancelled (timer), fired (timer, due, late, missed, next, skipped).
+    TIMER_SET = "timer.set"
+    TIMER_CANCELLED = "timer.cancelled"
+    TIMER_FIRED = "timer.fired"
+    #: The operator's price table in force from here on (``extra``: version, models).
+    PRICES = "budget.prices"
+    #: A human raised the session's cost budget (``extra``: amount) or stopped it.
+    BUDGET_RAISED = "budget.raised"
+    #: The session waits for a human (``reason`` budget, ``call`` the waiting action).
+    PAUSED = "session.paused"
     # Notices are pushed live to sinks and never stored.
     NOTICE = "notice"
 

@@ -220,15 +220,26 @@ class GoalTokens:
 
 @attrs.frozen
 class CostBudget:
-    """Nothing runs once the session's spending, priced by its price table, reaches
-    ``governance.max_cost`` (no price table: no cost budget)."""
+    """Nothing runs once the session's spending reaches ``governance.max_cost`` (plus the
+    raises granted), or would pass it with the action's reserved cost (no price table: no
+    cost budget).
+
+    Priced by the operator's table, a model call over the budget waits for a human
+    (approvals on): the session pauses and asks to raise the budget or stop. Priced by the
+    session's own ``governance.price.*`` keys, it is refused."""
 
     def check(self, ask: Ask) -> Ruling | None:
-        p = ask.policy
+        p, s = ask.policy, ask.spent
         if p.max_cost is None:
             return None
-        cost = p.cost(ask.spent)
-        return _spent_out() if cost is not None and cost >= p.max_cost else None
+        cost = s.cost if s.cost is not None else p.cost(s)
+        limit = p.max_cost + s.raised
+        if cost is None or (cost < limit and (s.reserve <= 0 or cost + s.reserve <= limit)):
+            return None
+        why = f"cost budget {limit:g}: spent {cost:.6g}, the call may cost {s.reserve:.6g}"
+        if s.cost is not None and ask.action == "model" and p.approvals:
+            return Ruling(Verdict.PENDING, Fault.BUDGET_EXCEEDED, why)
+        return _spent_out(why if s.cost is not None else "")
 
 
 @attrs.frozen

@@ -167,3 +167,9 @@ class Spent:
     #: Children this session has spawned, and its own delegation depth (root: 0).
     children: int = 0
     depth: int = 0
+    #: Money spent under the operator's price table (None: no table), the raises of the
+    #: cost budget a human granted, and what the action asked about may cost at most (a
+    #: model call: its output cap at the output price), reserved before it runs.
+    cost: float | None = None
+    raised: float = 0.0
+    reserve: float = 0.0

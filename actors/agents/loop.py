@@ -202,6 +202,7 @@ class ModelAgent:
             egress_allow=turn.egress_allow,
             delegate=getattr(out, "delegate", None),
             recall=getattr(out, "recall", None),
+            schedule=getattr(out, "schedule", None),
             session_id=turn.session_id,
         )
         flusher = Flusher(out, self.flush_interval)

@@ -61,6 +61,9 @@ class ToolContext:
     session_id: str = ""
     #: The text of this session's stored event ``seq`` (None where no log is at hand).
     recall: Callable[[int], str] | None = None
+    #: Set a timer in the session ``(tool_use_id, args)``: what was set, as text (raises
+    #: `ToolError` for a timer that cannot be set). None where no session runs the turn.
+    schedule: Callable[[str, Mapping[str, Any]], str] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -308,6 +311,40 @@ SPAWN = Tool(
 )
 
 
+def _schedule(args: Mapping[str, Any], ctx: ToolContext) -> str:
+    if ctx.schedule is None:
+        raise ToolError("scheduling needs a session to run the turn")
+    return ctx.schedule(ctx.tool_use_id, args)
+
+
+#: Capability ``schedule``: the session's own timers, each firing a message to it later.
+SCHEDULE = Tool(
+    name="schedule",
+    description=(
+        "Have a message delivered to this conversation later: after_seconds from now, or "
+        "on every time a five-field cron expression names (in tz, an IANA time zone). "
+        "Use it for reminders and recurring work."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "text": {"type": "string", "description": "the message to deliver"},
+            "after_seconds": {"type": "number", "minimum": 0},
+            "cron": {"type": "string"},
+            "tz": {"type": "string"},
+        },
+        "required": ["text"],
+        "additionalProperties": False,
+    },
+    fn=_schedule,
+    requirement=Requirement(capabilities=frozenset({"schedule"})),
+    context=True,
+    # The timer's id and the append's key come from the turn and the call: a call run
+    # again after a crash sets the same timer, once.
+    idempotent=True,
+)
+
+
 def _finish(args: Mapping[str, Any]) -> str:
     answer = args.get("answer")
     if not isinstance(answer, str) or not answer.strip():
@@ -377,4 +414,4 @@ RECALL = Tool(
 
 
 def builtin_tools() -> ToolRegistry:
-    return ToolRegistry.of([CLOCK, CALCULATOR, HTTP_GET, SPAWN])
+    return ToolRegistry.of([CLOCK, CALCULATOR, HTTP_GET, SPAWN, SCHEDULE])

@@ -1,21 +1,17 @@
 """`vertebra chat`: an interactive conversation with one session of the running daemon.
 
-One thread reads a line (readline gives line editing and a history kept in the data
-directory), sends it, then follows the session's subscription until the turn ends,
-printing stored events as they are written and the text deltas the daemon pushes live
-(a sink) as they stream. While it waits at the prompt a watcher thread takes the
-subscription over and prints what other clients send and the answers they get, live,
-above the prompt (which is drawn again with what was typed so far); an action waiting
-for approval is held for the reading thread, which asks about it once the line is read.
-The subscription is opened once and has one reader at a time, so every stored event is
-shown exactly once.
+One thread reads a line (readline: line editing, a history in the data directory), sends
+it, then follows the session's subscription until the turn ends, printing stored events as
+written and the text deltas the daemon pushes live (a sink) as they stream. At the prompt a
+watcher thread takes the subscription over and prints what other clients send and the
+answers they get above the prompt (drawn again with what was typed); an action waiting for
+approval is held for the reading thread, which asks about it once the line is read. The
+subscription has one reader at a time, so every stored event is shown exactly once.
 
-Ctrl-C while a turn runs interrupts it (a second one stops waiting for it); Ctrl-C at the
-prompt asks for a second to leave; Ctrl-D leaves. Slash commands are plain messages: the
-session's interceptors answer them with notices.
-
-Approvals: an action waiting for a human (``action.pending``) arrives through the same
-subscription; `Chat.on_event` asks about it inline and answers, then the turn goes on.
+Ctrl-C in a turn interrupts it (a second stops waiting); at the prompt it asks for a second
+to leave; Ctrl-D leaves. Slash commands are messages the session's interceptors answer.
+Approvals (``action.pending``) arrive through the same subscription; `Chat.on_event` asks
+inline (a pause for the cost budget: by how much to raise it), then the turn goes on.
 """
 
 from __future__ import annotations
@@ -35,6 +31,7 @@ from ..errors import ActorsError, SessionClosed, SessionNotFound
 from ..host import Host
 from ._daemon import EXIT_UNKNOWN_SESSION, CliError
 from ._format import QUIET_KINDS, Style, detail, event_line
+from ._timer_commands import chat_decision
 
 ASSISTANT_DELTA = "assistant.delta"
 TURN_ENDS = (Kind.TURN_COMPLETED, Kind.TURN_CANCELLED)
@@ -350,9 +347,8 @@ class Chat:
             self.say(line)
 
     def on_event(self, ev: Event) -> None:
-        """Every stored event of the session passes here before it is shown: an action
-        waiting for approval is asked about inline (y approves; anything else, Ctrl-C or
-        the end of input rejects)."""
+        """Every stored event passes here before it is shown: an action waiting for approval
+        is asked about inline (y, or a budget raise, approves; anything else rejects)."""
         if ev.kind != Kind.ACTION_PENDING:
             return
         if ev.call not in {p.call for p in self.host.pending(self.sid)}:
@@ -361,16 +357,20 @@ class Chat:
         if self._streamed:
             self.write("\n")
             self._streamed = ""
-        self.say(
-            self.style.paint("yellow", f"approval needed: action {ev.call}: {ev.action} {ev.input}")
-        )
+        budget = ev.fault == "budget_exceeded"
+        what = ev.error if budget else f"{ev.action} {ev.input}"
+        self.say(self.style.paint("yellow", f"approval needed: action {ev.call}: {what}"))
         try:
-            answer = self.read_line(self.style.prompt("approve? [y/N] "))
+            answer = self.read_line(
+                self.style.prompt("raise the budget by [stop] " if budget else "approve? [y/N] ")
+            )
         except (EOFError, KeyboardInterrupt):
             answer = ""
+        approve, raise_by = chat_decision(answer, budget)
+        note = "approved from the chat"
         try:
-            if answer.strip().lower() in ("y", "yes"):
-                self.host.approve(self.sid, ev.call, note="approved from the chat")
+            if approve:
+                self.host.approve(self.sid, ev.call, note=note, raise_by=raise_by)
                 self.say(self.style.paint("green", f"action {ev.call} approved"))
             else:
                 self.host.reject(self.sid, ev.call, reason="rejected from the chat")

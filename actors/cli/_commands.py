@@ -90,6 +90,17 @@ from ._session_commands import (
     wait,
     wait_args,
 )
+from ._timer_commands import (
+    approve_args,
+    budget,
+    budget_args,
+    schedule,
+    schedule_args,
+    timers,
+    timers_args,
+    unschedule,
+    unschedule_args,
+)
 
 COMMANDS: tuple[Command, ...] = (
     Command(
@@ -116,8 +127,12 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "approve",
         "approve a waiting action: it runs once, even after a restart",
-        ("vertebra approve chat-1 17", "vertebra approve chat-1 17 --note 'looks right'"),
-        decide_args,
+        (
+            "vertebra approve chat-1 17",
+            "vertebra approve chat-1 17 --note 'looks right'",
+            "vertebra approve chat-1 17 --raise 5  # a call paused for the cost budget",
+        ),
+        approve_args,
         approve,
     ),
     Command(
@@ -126,6 +141,37 @@ COMMANDS: tuple[Command, ...] = (
         ("vertebra reject chat-1 17 --note 'not in production'",),
         decide_args,
         reject,
+    ),
+    Command(
+        "timers",
+        "list a session's timers and schedules, next due first (no daemon needed)",
+        ("vertebra timers chat-1", "vertebra timers chat-1 --json"),
+        timers_args,
+        timers,
+    ),
+    Command(
+        "schedule",
+        "set a timer: its firings reach the session as messages (cron, +10m, or an ISO time)",
+        (
+            "vertebra schedule chat-1 '0 9 * * 1-5' 'daily report' --tz Europe/Paris",
+            "vertebra schedule chat-1 +10m 'check the build'",
+        ),
+        schedule_args,
+        schedule,
+    ),
+    Command(
+        "unschedule",
+        "cancel a timer",
+        ("vertebra unschedule chat-1 t-1a2b3c4d5e6f",),
+        unschedule_args,
+        unschedule,
+    ),
+    Command(
+        "budget",
+        "what a session spent under the operator's prices, its budget, a pause for it",
+        ("vertebra budget chat-1", "vertebra budget --tenants"),
+        budget_args,
+        budget,
     ),
     Command(
         "chat",

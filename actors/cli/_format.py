@@ -331,3 +331,19 @@ def context_fields(log: Any, sid: str) -> dict[str, Any]:
     if last:
         report["lastCompaction"] = f"seq {last['seq']} (events {last['fromSeq']}-{last['toSeq']})"
     return report
+
+
+def status_lines(out: Any, fields: dict[str, Any], sections: dict[str, list[str]]) -> None:
+    """``status`` as text: aligned fields, then each non-empty section's lines."""
+    width = max(len(k) for k in fields)
+    for k, v in fields.items():
+        if isinstance(v, dict):
+            v = "  ".join(f"{name} {n}" for name, n in v.items())
+        elif isinstance(v, float):
+            v = f"{v:.0%}"
+        out.line(f"{out.style.paint('bold', k.ljust(width))}  {v}")
+    for title, lines in sections.items():
+        if lines:
+            out.line(out.style.paint("bold", title))
+            for line in lines:
+                out.line("  " + line)

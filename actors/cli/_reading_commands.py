@@ -26,6 +26,7 @@ from ._format import (
     json_line,
     parse_kinds,
     span_tree,
+    status_lines,
     table,
 )
 from ._output import Out, interrupted
@@ -163,15 +164,18 @@ def status(args: argparse.Namespace, out: Out) -> int:
     sid = session_id(args.session)
     from projections import cache_hit_rate, project_stored
 
+    from ._timer_commands import time_and_money
+
     with open_spine(args) as log:
         # Folded from the stored rows: a row that does not decode makes the session
         # failed, naming its seq, instead of failing the command.
         count = log.last_seq(sid)
         p = project_stored(log, sid)
         context = context_fields(log, sid) if count else {}
+        ledger = time_and_money(log, sid) if count else {}
     if not count:
         raise unknown_session(sid)
-    fields: dict[str, Any] = {"session": sid, "events": count}
+    fields: dict[str, Any] = {"session": sid, "events": count, **ledger}
     for k in ("objective", "result", "turns", "record", "terminal", "error"):
         if hasattr(p, k):
             fields[k] = getattr(p, k)
@@ -190,22 +194,10 @@ def status(args: argparse.Namespace, out: Out) -> int:
     if args.json:
         out.line(json_line(_status_json(fields, p, fanout)))
         return 0
-    width = max(len(k) for k in fields)
-    for k, v in fields.items():
-        if isinstance(v, dict):
-            v = "  ".join(f"{name} {n}" for name, n in v.items())
-        elif isinstance(v, float):
-            v = f"{v:.0%}"
-        out.line(f"{out.style.paint('bold', k.ljust(width))}  {v}")
-    for title, lines in (("waiting for approval", waiting), ("egress", egress)):
-        if lines:
-            out.line(out.style.paint("bold", title))
-            for line in lines:
-                out.line("  " + line)
+    sections = {"waiting for approval": waiting, "egress": egress}
     if fanout:
-        out.line(out.style.paint("bold", "fanout"))
-        for line in fanout_tree(sid, fanout, out.style):
-            out.line("  " + line)
+        sections["fanout"] = fanout_tree(sid, fanout, out.style)
+    status_lines(out, fields, sections)
     return 0
 
 

@@ -174,11 +174,32 @@ def _leader_bind(args: argparse.Namespace) -> str:
         raise CliError(str(exc), EXIT_USAGE) from None
 
 
+def _prices(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The operator's price table of ``--prices``, checked; None without one."""
+    path = getattr(args, "prices", None)
+    if not path:
+        return None
+    import orjson
+
+    from ..session.rules.spend import PriceError, check_prices
+
+    try:
+        with open(path, "rb") as f:
+            return check_prices(orjson.loads(f.read()))
+    except OSError as exc:
+        raise CliError(f"--prices {path}: {exc.strerror}", EXIT_USAGE) from None
+    except orjson.JSONDecodeError as exc:
+        raise CliError(f"--prices {path} is not JSON: {exc}", EXIT_USAGE) from None
+    except PriceError as exc:
+        raise CliError(f"--prices {path}: {exc}", EXIT_USAGE) from None
+
+
 def _start_host(
     args: argparse.Namespace, seal_policy: SealPolicy, spine: str | None, bind: str | None
 ) -> Host:
     from ..host import Host
 
+    prices = _prices(args)
     factory = _factory(args)
     try:
         return Host(
@@ -190,6 +211,7 @@ def _start_host(
             auto_seal=seal_policy,
             convention_bind=bind,
             durability=args.durability,
+            prices=prices,
         )
     except (CliError, KeyboardInterrupt):
         raise

@@ -47,6 +47,13 @@ def _daemon_options(p: argparse.ArgumentParser) -> None:
         help="and within S seconds of the first unsealed event "
         f"(default {SEAL_INTERVAL:g}; 0: not by time)",
     )
+    p.add_argument(
+        "--prices",
+        metavar="FILE",
+        default=None,
+        help="the operator's price table (JSON: version, currency, models) that prices "
+        "every session's spending against governance.max_cost",
+    )
     p.add_argument("--quiet", action="store_true", help="do not print events")
     p.add_argument(
         "--providers",

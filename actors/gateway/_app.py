@@ -28,6 +28,7 @@ from . import _conversation_routes as conversation
 from . import _session_routes as sessions
 from . import _stream_routes as streams
 from . import _telemetry_routes as telemetry
+from . import _timer_routes as timers
 from . import _token_routes as tokens
 from ._gateway import Gateway
 from ._replies import error_response
@@ -51,6 +52,10 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("PATCH", "/v1/sessions/{id}/metadata", "write", sessions.set_metadata),
     RouteSpec("GET", "/v1/sessions/{id}/approvals", "read", sessions.approvals),
     RouteSpec("POST", "/v1/sessions/{id}/approvals/{call}", "write", sessions.decide),
+    RouteSpec("GET", "/v1/sessions/{id}/timers", "read", timers.list_timers),
+    RouteSpec("POST", "/v1/sessions/{id}/timers", "write", timers.set_timer),
+    RouteSpec("DELETE", "/v1/sessions/{id}/timers/{timer}", "write", timers.cancel_timer),
+    RouteSpec("GET", "/v1/sessions/{id}/budget", "read", timers.budget),
     RouteSpec("GET", "/v1/sessions/{id}/status", "read", streams.status),
     RouteSpec("GET", "/v1/sessions/{id}/context", "read", streams.context),
     RouteSpec("GET", "/v1/sessions/{id}/history", "read", streams.history),

@@ -250,7 +250,8 @@ async def approvals(gw: Gateway, request: Request) -> Response:
 
 
 async def decide(gw: Gateway, request: Request) -> Response:
-    """Approve or reject a waiting action: ``{"decision": "approve"|"reject", "note": ...}``.
+    """Approve or reject a waiting action: ``{"decision": "approve"|"reject", "note": ...}``
+    (``"raise": AMOUNT`` with an approval raises the cost budget a paused call waits on).
     Deciding again the same way answers ``duplicate: true``; a contrary or unknown
     decision is 422."""
     sid = session_id(request)
@@ -262,7 +263,12 @@ async def decide(gw: Gateway, request: Request) -> Response:
     if decision not in ("approve", "reject"):
         raise HttpError(422, "invalid_field", '\'decision\' must be "approve" or "reject"')
     note = field(body, "note", str, "")
+    raise_by = field(body, "raise", (int, float), 0)
+    if isinstance(raise_by, bool) or raise_by < 0 or (raise_by and decision != "approve"):
+        raise HttpError(422, "invalid_field", "'raise' is a non-negative number, with approve")
     await known(gw, sid)
-    fn = gw.host.approve if decision == "approve" else gw.host.reject
-    ack = await call(fn, sid, int(raw), note)
+    if decision == "approve":
+        ack = await call(gw.host.approve, sid, int(raw), note, raise_by=float(raise_by))
+    else:
+        ack = await call(gw.host.reject, sid, int(raw), note)
     return json_response(ack_json(ack))

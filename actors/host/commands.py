@@ -151,13 +151,20 @@ class SessionCommands:
         return self._request(msg)  # type: ignore[no-any-return]
 
     def approve(
-        self, session_id: str, call: int, note: str = "", *, key: str | None = None
+        self,
+        session_id: str,
+        call: int,
+        note: str = "",
+        *,
+        key: str | None = None,
+        raise_by: float = 0.0,
     ) -> m.Ack:
         """Approve the governed action ``call`` that waits for a human (see `pending`): it
         runs once, even if the session restarted while waiting. Approving it again is
         acknowledged as a duplicate; an unknown or already rejected call is
-        `InvalidRequest`."""
-        return self._decide(session_id, call, True, note, key)
+        `InvalidRequest`. A call paused for the cost budget is approved with ``raise_by``:
+        the budget grows by that much and the same turn goes on."""
+        return self._decide(session_id, call, True, note, key, raise_by)
 
     def reject(
         self, session_id: str, call: int, reason: str = "", *, key: str | None = None
@@ -167,12 +174,20 @@ class SessionCommands:
         return self._decide(session_id, call, False, reason, key)
 
     def _decide(
-        self, session_id: str, call: int, approve: bool, note: str, key: str | None
+        self,
+        session_id: str,
+        call: int,
+        approve: bool,
+        note: str,
+        key: str | None,
+        raise_by: float = 0.0,
     ) -> m.Ack:
         if not isinstance(call, int) or isinstance(call, bool) or call <= 0:
             raise InvalidRequest(f"call must be a positive integer, got {call!r}")
         if not isinstance(note, str):
             raise InvalidRequest("the note must be a string")
+        if isinstance(raise_by, bool) or not isinstance(raise_by, int | float) or raise_by < 0:
+            raise InvalidRequest(f"raise_by must be a non-negative amount, got {raise_by!r}")
         msg = m.DecideAction(
             request_id=request_id(),
             session_id=session_id,
@@ -180,6 +195,7 @@ class SessionCommands:
             call=call,
             approve=approve,
             note=note,
+            raise_by=float(raise_by),
         )
         return self._request(msg)  # type: ignore[no-any-return]
 

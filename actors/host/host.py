@@ -16,7 +16,7 @@ import contextlib
 import os
 import socket
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -32,12 +32,14 @@ from ..messages import Ping, Pong, RunnerConfig, SessionPid
 from ..policy import BusyPolicy, RestartPolicy, SealPolicy
 from ..runner import spine_spec
 from ..runner.protocol import StopSpares
+from ..session.rules.spend import check_prices
 from .commands import SessionCommands
 from .conversation import ConversationCommands
 from .reading import SessionReading, pending_actions
 from .replies import request_id
 from .runtime import Runtime
 from .sinks import SinkFn, Sinks
+from .timers import SessionTimers
 from .transport import MultiprocTransport, SimpleTransport, Transport, reap_system
 
 __all__ = ["BASES", "SYSTEM_SESSIONS", "Host", "pending_actions"]
@@ -97,7 +99,7 @@ def _durable(data_dir: str | os.PathLike[str], spine: str | None, durability: st
     return spine_spec(os.path.abspath(os.fspath(data_dir)), spine or "").durable(durability).url
 
 
-class Host(SessionCommands, ConversationCommands, SessionReading):
+class Host(SessionCommands, ConversationCommands, SessionReading, SessionTimers):
     """An embedded vertebra runtime over a data directory.
 
     ``base`` is ``"multiprocTCPBase"`` (each session its own process: fault-isolated) or
@@ -135,6 +137,7 @@ class Host(SessionCommands, ConversationCommands, SessionReading):
         convention_bind: str | None = None,
         spare_sessions: int = 3,
         durability: str = "normal",
+        prices: Mapping[str, Any] | None = None,
     ) -> None:
         _check_base(base, attach, admin_port, convention_bind is not None)
         cfg = RunnerConfig(
@@ -150,7 +153,19 @@ class Host(SessionCommands, ConversationCommands, SessionReading):
             cluster=convention_bind is not None,
             # Everything runs in this process there: no process start to save.
             spare_sessions=0 if base == "simpleSystemBase" else spare_sessions,
+            prices=check_prices(prices) if prices else {},
         )
+        self._init(cfg, convention_bind, base, timeout, attach, admin_port)
+
+    def _init(
+        self,
+        cfg: RunnerConfig,
+        convention_bind: str | None,
+        base: str,
+        timeout: float,
+        attach: bool,
+        admin_port: int | None,
+    ) -> None:
         #: A convention leader's one listening address (None: a single loopback host).
         self.convention_bind = convention_bind
         self.data_dir = cfg.data_dir

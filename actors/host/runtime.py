@@ -49,6 +49,8 @@ IDEMPOTENT: tuple[type, ...] = (
     m.SwitchBranch,
     m.DecideAction,
     m.SubmitGoal,
+    m.SetTimer,
+    m.CancelTimer,
     m.ResumeGoal,
     m.GetSession,
     m.RegisterSession,

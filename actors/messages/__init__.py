@@ -67,6 +67,7 @@ from .streams import (
     SubscribeReply,
     Unsubscribe,
 )
+from .timers import CancelTimer, FireTimers, SetTimer
 
 #: The messages a host sends into the runtime: each is checked field by field where it
 #: arrives (`actors.validation`), since an unpickled message never ran its converters.
@@ -99,6 +100,9 @@ REQUESTS: tuple[type, ...] = (
     ReviveSession,
     SealSession,
     VerifySession,
+    SetTimer,
+    CancelTimer,
+    FireTimers,
 )
 
 #: Every public message: the requests, then what the runtime sends back or pushes.
@@ -139,12 +143,14 @@ __all__ = [
     "REQUESTS",
     "Ack",
     "AddSink",
+    "CancelTimer",
     "CloseAll",
     "CloseSession",
     "CreateSession",
     "DecideAction",
     "Done",
     "EventBatch",
+    "FireTimers",
     "GetHostTable",
     "GetRunner",
     "GetRunnerStats",
@@ -170,6 +176,7 @@ __all__ = [
     "SessionPid",
     "SessionReply",
     "SetMetadata",
+    "SetTimer",
     "SinkAck",
     "SinkBatch",
     "SinkReply",

@@ -75,6 +75,8 @@ class DecideAction:
     call: int
     approve: bool
     note: str = ""
+    #: With an approval of a call paused for its cost budget: raise the budget by this.
+    raise_by: float = 0.0
 
 
 @attrs.frozen(kw_only=True)

@@ -41,6 +41,8 @@ class RunnerConfig:
     # each use. Three: a new session whose first response spawns two children needs three
     # within a few milliseconds, long before a refill (a spare costs about 6 MB of its own).
     spare_sessions: int = 3
+    # The operator's price table (``vertebra serve --prices``), empty: spending unpriced.
+    prices: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_map)
 
 
 @attrs.frozen(kw_only=True)

@@ -54,6 +54,11 @@ class ProjectionWakeDue:
 
 
 @attrs.frozen
+class TimersDue:
+    """Timer payload: a session timer is due (see `DueTimers`)."""
+
+
+@attrs.frozen
 class HeartbeatDue:
     """Timer payload: time to ping every member's agent and to find the silent ones."""
 

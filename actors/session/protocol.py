@@ -31,6 +31,8 @@ class SessionConfig:
     spine: str = ""
     # When the session seals itself (a session's metadata may override it).
     auto_seal: SealPolicy = attrs.field(factory=SealPolicy)
+    # The operator's price table (`actors.session.rules.spend`), empty: none.
+    prices: Mapping[str, Any] = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)

@@ -36,7 +36,7 @@ from ...messages import Ping, Pong, RunnerConfig, SessionPid
 from ...placement import HOST
 from ...session import protocol as sp
 from ...session.shell.actor import SessionActor
-from .. import spine_path, spine_spec
+from .. import spine_spec
 from ..protocol import (
     HeartbeatDue,
     HeartbeatReply,
@@ -45,15 +45,18 @@ from ..protocol import (
     RestartDue,
     SparesDue,
     StopSpares,
+    TimersDue,
     UseProjection,
 )
 from ..rules import actions as a
 from ..rules.registry import Registry
+from .configs import runner_stats, session_config
 from .membership import Members
 from .publishing import ProjectionWakes
 from .sinks import SinkRouter
 from .spares import Spares
 from .stored import StoredWriter
+from .timers import DueTimers
 
 
 def _log() -> logging.Logger:
@@ -81,6 +84,7 @@ class RunnerActor(GuardedActor):
         self.spares = Spares(self)
         self.sinks = SinkRouter(self.send)
         self.wakes = ProjectionWakes(self)
+        self.timers = DueTimers(self)
 
     # -- configuration -----------------------------------------------------------------
 
@@ -98,6 +102,7 @@ class RunnerActor(GuardedActor):
             if cfg.cluster:
                 self.members = Members(self)
             self.spares.refill(cfg)
+            self.timers.start(spine, cfg.data_dir)
         self.send(sender, m.Done(request_id="config"))
 
     def receiveMsg_StopSpares(self, msg: StopSpares, sender: Any) -> None:
@@ -109,18 +114,10 @@ class RunnerActor(GuardedActor):
 
     def receiveMsg_GetRunnerStats(self, msg: m.GetRunnerStats, sender: Any) -> None:
         counters = self.registry.stats() if self.registry is not None else {}
-        counters.update(self.sinks.stats())
-        counters.update(self.spares.stats())
-        stats = m.RunnerStats(
-            request_id=msg.request_id,
-            counters=counters,
-            queues=self.registry.queues() if self.registry is not None else {},
-            sinks=self.sinks.pending(),
-            append_bounds=self.appends.bounds,
-            append_counts=tuple(self.appends.counts),
-            append_seconds=self.appends.sum,
-        )
-        self.send(sender, stats)
+        for part in (self.sinks, self.spares, self.timers):
+            counters.update(part.stats())
+        queues = self.registry.queues() if self.registry is not None else {}
+        self.send(sender, runner_stats(msg.request_id, counters, queues, self.sinks, self.appends))
 
     def receiveMsg_GetHostTable(self, msg: m.GetHostTable, sender: Any) -> None:
         rows = self.members.table.rows() if self.members is not None else []
@@ -189,19 +186,7 @@ class RunnerActor(GuardedActor):
             address = self.createActor(SessionActor, targetActorRequirements={HOST: member.name})
             data_dir = member.data_dir or cfg.data_dir
         registry.bind(action.session_id, action.incarnation, address)
-        config = sp.SessionConfig(
-            session_id=action.session_id,
-            db_path=spine_path(data_dir),
-            spine=spine_spec(cfg.data_dir, cfg.spine).url,
-            incarnation=action.incarnation,
-            interceptors=cfg.interceptors,
-            factory=cfg.factory,
-            busy_policy=cfg.busy_policy,
-            create=action.create,
-            metadata=action.metadata,
-            auto_seal=cfg.auto_seal,
-        )
-        self.send(address, config)
+        self.send(address, session_config(cfg, action, data_dir))
 
     # -- registry requests: what the registry needs is loaded from the log first -------
 
@@ -278,6 +263,8 @@ class RunnerActor(GuardedActor):
     receiveMsg_SetMetadata = _route_request
     receiveMsg_DecideAction = _route_request
     receiveMsg_SubmitGoal = _route_request
+    receiveMsg_SetTimer = _route_request
+    receiveMsg_CancelTimer = _route_request
     receiveMsg_ResumeGoal = _route_request
     receiveMsg_SwitchSession = _route_request
     receiveMsg_SwitchBranch = _route_request
@@ -317,10 +304,14 @@ class RunnerActor(GuardedActor):
         cancellation of children, pings) need no handling."""
 
     receiveMsg_Done = _replied
-    receiveMsg_Ack = _replied
     receiveMsg_Pong = _replied
 
+    def receiveMsg_Ack(self, msg: m.Ack, sender: Any) -> None:
+        self.timers.answered(msg.request_id, True, msg.consumed)
+
     def receiveMsg_RequestFailed(self, msg: m.RequestFailed, sender: Any) -> None:
+        if self.timers.answered(msg.request_id, False, False):
+            return
         # A child closed already (close-all closes it too) needs no cancelling.
         quiet = msg.error == "SessionClosed" and msg.request_id.startswith("cancel-")
         level = logging.INFO if quiet else logging.WARNING
@@ -332,12 +323,14 @@ class RunnerActor(GuardedActor):
     def receiveMsg_SessionReady(self, msg: sp.SessionReady, sender: Any) -> None:
         if self.registry is not None:
             self.do(self.registry.session_ready(msg, time.monotonic()))
+        self.timers.news()
 
     def receiveMsg_Appended(self, msg: sp.Appended, sender: Any) -> None:
         if msg.append_counts:
             self.appends.add(msg.append_counts, msg.append_seconds)
         if self.registry is not None:
             self.do(self.registry.appended(msg, time.monotonic()))
+        self.timers.appended(msg.session_id, msg.records)
 
     def receiveMsg_SessionStopping(self, msg: sp.SessionStopping, sender: Any) -> None:
         if self.registry is not None:
@@ -353,6 +346,7 @@ class RunnerActor(GuardedActor):
         if self.members and self.members.child_exited(msg.childAddress, self.registry.entries):
             return
         self.do(self.registry.child_exited(msg.childAddress, time.monotonic()))
+        self.timers.news()
 
     def receiveMsg_ActorSystemConventionUpdate(
         self, msg: ActorSystemConventionUpdate, sender: Any
@@ -387,6 +381,8 @@ class RunnerActor(GuardedActor):
             self.do(self.registry.passivation_due(time.monotonic()))
         elif isinstance(payload, RestartDue):
             self.do(self.registry.restart_due(payload))
+        elif isinstance(payload, TimersDue):
+            self.timers.due()
         elif isinstance(payload, HeartbeatDue) and self.members is not None and not self.exiting:
             self.members.heartbeat()
 
@@ -394,6 +390,7 @@ class RunnerActor(GuardedActor):
         # The system is shutting down (or this Runner is being replaced): children that
         # exit from now on are not restarted.
         self.exiting = True
+        self.timers.close()
         if self.stored is not None:
             self.stored.log.close()
             self.stored = None

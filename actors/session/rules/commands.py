@@ -18,6 +18,9 @@ from ...policy import BusyPolicy
 from ...spec import AgentSpec, TurnInput
 from ...terse import terse_module
 from .state import SessionState
+from .timer_commands import CancelTimer as CancelTimer
+from .timer_commands import FireDue as FireDue
+from .timer_commands import SetTimer as SetTimer
 
 #: Kind of the live item that carries streamed model text.
 ASSISTANT_DELTA = "assistant.delta"
@@ -43,6 +46,8 @@ class Session:
     busy_policy: BusyPolicy = BusyPolicy.ENQUEUE
     running: Running | None = None
     stopping: bool = False
+    #: The operator's price table this incarnation was given (`spend.check_prices`).
+    prices: Mapping[str, Any] | None = None
 
     @property
     def session_id(self) -> str:
@@ -201,6 +206,8 @@ class Decide:
     call: int
     approve: bool
     note: str = ""
+    #: Raise the session's cost budget by this much (a pause for budget waits on it).
+    raise_by: float = 0.0
 
 
 @attrs.frozen(kw_only=True)
@@ -273,6 +280,9 @@ Command = (
     | Finished
     | Govern
     | Decide
+    | SetTimer
+    | CancelTimer
+    | FireDue
     | Submit
     | Resume
     | Spawn

@@ -21,9 +21,10 @@ from ... import messages as m
 from ...interceptors import Ingress, NoticeItem
 from ...policy import BusyPolicy
 from ..protocol import SessionReady
-from . import branching, goals
+from . import branching, goals, timers
 from .changes import changes_of
 from .commands import (
+    CancelTimer,
     Close,
     CloseStored,
     Command,
@@ -33,6 +34,7 @@ from .commands import (
     EndSubscriptions,
     FailStored,
     Finished,
+    FireDue,
     Govern,
     Intercepted,
     Live,
@@ -46,6 +48,7 @@ from .commands import (
     Sealed,
     SealStream,
     Session,
+    SetTimer,
     Settle,
     Spawn,
     StartFailed,
@@ -59,6 +62,7 @@ from .records import seal, sealed, verified, verify
 from .recovery import recovery_events
 from .refusals import failed, refusal
 from .replace import replace
+from .spend import needs_prices, prices_event
 from .state import QUEUEING_KINDS, fold
 from .stored import close_stored, fail_stored, revive_stored
 from .turns import cancel, done_event, finished, progress, settle, start_failed
@@ -122,6 +126,9 @@ def _open(s: Session, cmd: Open) -> Decision:
             events.append(Event(kind=Kind.PROPERTIES, properties=dict(cmd.metadata)))
         events.extend(then)
     events.extend(recovery_events(st, first_seq=st.last_seq + len(events) + 1))
+    if needs_prices(st.spend, s.prices) and (st.last_seq or events):
+        assert s.prices is not None
+        events.append(prices_event(s.prices))  # priced from here on as the operator says
     metadata = dict(st.metadata)
     if cmd.create and not already:
         metadata.update(cmd.metadata)
@@ -366,7 +373,7 @@ def _close(s: Session, cmd: Close) -> Decision:
         return Decision(state=s, reply=refused)
     events, effects = cancel(paused(s), "closed", s.stored)
     gone, stop = goals.cancel_children(s.stored)
-    events = [*gone, *events, *goals.cancelled(s.stored)]
+    events = [*gone, *events, *goals.cancelled(s.stored), *timers.ended(s.stored)]
     effects = (*effects, *stop)
     events.append(Event(kind=Kind.LIFECYCLE, phase=Phase.CLOSED))
     return Decision(
@@ -394,6 +401,9 @@ _HANDLERS: dict[type, Callable[[Session, Any], Decision]] = {
     Govern: govern,
     Decide: decide_action,
     Submit: goals.submit,
+    SetTimer: timers.set_timer,
+    CancelTimer: timers.cancel_timer,
+    FireDue: lambda s, c: timers.fire(s, c, branching.busy_policy(s)),
     Resume: goals.resume,
     Spawn: goals.spawn,
     StartFailed: start_failed,

@@ -12,7 +12,8 @@ from typing import Any
 
 import attrs
 
-from spine import Event, Kind
+from projections import MODEL_MAX_OUTPUT_TOKENS, MODEL_NAME
+from spine import Event, Kind, Usage
 
 from ... import messages as m
 from ...agents.egress_rules import EgressDecision, destination, precheck
@@ -24,6 +25,7 @@ from .goals import goal_budget
 from .intents import ARGS, IDEMPOTENT, KEY, RETRY, args_hash, effect_key
 from .recovery import unfinished
 from .refusals import failed
+from .spend import price
 from .state import PendingAction, SessionState, action_key, depth_of
 from .views import context_of, history_before
 
@@ -48,9 +50,19 @@ def _started(base: dict[str, Any], key: str, idempotent: bool) -> Event:
     return Event(kind=Kind.ACTION_STARTED, extra=extra, **base)
 
 
-def _spent(st: SessionState, run: Running) -> Spent:
+def _spent(st: SessionState, run: Running, action: str) -> Spent:
     used = st.usage + run.usage if run.usage is not None else st.usage
+    model = st.metadata.get(MODEL_NAME, "")
+    spend = st.spend.charged(run.usage, model)
+    rates = spend.rates(model)
+    cap = st.metadata.get(MODEL_MAX_OUTPUT_TOKENS, "")
+    reserve = 0.0
+    if rates is not None and action == "model" and cap.isdigit():
+        reserve = price(Usage(output_tokens=int(cap)), rates)
     return Spent(
+        cost=spend.cost if spend.priced else None,
+        raised=spend.raised,
+        reserve=reserve,
         tokens=used.input_tokens + used.output_tokens,
         tool_calls=st.tool_calls,
         turns=run.turn,
@@ -81,6 +93,11 @@ def govern(s: Session, cmd: Govern) -> Decision:
     }
     if verdict == Verdict.ADMIT and cmd.action == "model":
         return _model_admitted(s, cmd, base, call)
+    if verdict == Verdict.PENDING and fault == Fault.BUDGET_EXCEEDED:
+        # The budget would be passed: the session pauses, its turn intact, and asks.
+        ev = Event(kind=Kind.ACTION_PENDING, fault=fault, error=err, input=cmd.input, **base)
+        why = Event(kind=Kind.PAUSED, reason="budget", call=call, turn=run.turn, error=err)
+        return Decision(state=s, events=(ev, why))
     if verdict == Verdict.ADMIT:
         # The admission and the intent in one append: the tool runs once it is durable.
         key = effect_key(st.session_id, run.turn, call)
@@ -141,7 +158,7 @@ def _judged(
         policy=policy,
         action=cmd.action,
         need=cmd.need,
-        spent=_spent(st, run),
+        spent=_spent(st, run, cmd.action),
         egress_refused=refused is not None,
         goal=goal_budget(st, run, cmd.now),
     )
@@ -155,7 +172,12 @@ def _judged(
 def _turn_budgets(st: SessionState, run: Running, policy: Policy, now: float) -> Ruling | None:
     """The refusal a model call would get now from the budgets (turns, tokens, cost, the
     goal's wall time), or None: what any effect of a resumed turn is held to first."""
-    ask = Ask(policy=policy, action="model", spent=_spent(st, run), goal=goal_budget(st, run, now))
+    ask = Ask(
+        policy=policy,
+        action="model",
+        spent=_spent(st, run, "model"),
+        goal=goal_budget(st, run, now),
+    )
     r = rule(ask)
     return r if r.verdict == Verdict.REJECT else None
 
@@ -255,6 +277,9 @@ def decide_action(s: Session, cmd: Decide) -> Decision:
         was = "approved" if before else "rejected"
         text = f"action {cmd.call} was already {was}"
         return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", text))
+    if not 0.0 <= cmd.raise_by < float("inf"):
+        text = f"a budget raise must be a non-negative amount, got {cmd.raise_by!r}"
+        return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", text))
     pending = st.pending_actions.get(cmd.call)
     if pending is None:
         text = f"no action {cmd.call} waits for approval in session {s.session_id}"
@@ -263,7 +288,7 @@ def decide_action(s: Session, cmd: Decide) -> Decision:
     events = _decided(st, pending, cmd, key)
     run = s.running
     live = run is not None and run.turn == pending.turn
-    if live and cmd.approve:
+    if live and cmd.approve and pending.action != "model":
         # The worker waits for this answer and runs the call at once: its intent too.
         events = (*events, attrs.evolve(events[-1], kind=Kind.ACTION_STARTED, extra={KEY: key}))
     ack = attrs.evolve(ack, seq=st.last_seq + len(events))
@@ -295,7 +320,8 @@ def decide_action(s: Session, cmd: Decide) -> Decision:
 
 def _decided(st: SessionState, pending: PendingAction, cmd: Decide, key: str) -> tuple[Event, ...]:
     """The human's decision on a waiting action and the verdict it gives, as events: an
-    approval admits this call with these arguments, under ``key``, once."""
+    approval admits this call with these arguments, under ``key``, once (after raising the
+    cost budget when it says so)."""
     try:
         trust = Policy.from_metadata(st.metadata).trust
     except PolicyError:
@@ -305,10 +331,16 @@ def _decided(st: SessionState, pending: PendingAction, cmd: Decide, key: str) ->
         "action": pending.action,
         "call": cmd.call,
         "trust": trust,
-        "tool": pending.action,
+        "tool": pending.action if pending.action != "model" else "",
         "tool_use_id": pending.tool_use_id,
     }
+    raised = (
+        (Event(kind=Kind.BUDGET_RAISED, call=cmd.call, extra={"amount": cmd.raise_by}),)
+        if cmd.approve and cmd.raise_by > 0
+        else ()
+    )
     return (
+        *raised,
         Event(kind=Kind.ACTION_APPROVAL, allowed=cmd.approve, reason=cmd.note, **base),
         Event(kind=Kind.ACTION_ADMITTED, extra={KEY: key, ARGS: args_hash(pending.input)}, **base)
         if cmd.approve

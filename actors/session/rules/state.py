@@ -16,9 +16,10 @@ from . import intents as ledger
 from .context import CONTEXT_HANDLERS, ContextState, calibrated
 from .intents import Intent
 from .replace import replace
+from .timespend import TIMESPEND_FOLD, Spend, Timer
 
 #: Version of `SessionState`'s shape and module (pickles name it); others are ignored.
-SNAPSHOT_VERSION = 10
+SNAPSHOT_VERSION = 11
 
 
 @attrs.frozen(kw_only=True)
@@ -52,11 +53,9 @@ MAX_FAILURES = 3
 
 @attrs.frozen(kw_only=True)
 class GoalRun:
-    """The session's goal run, opened by a ``session.started`` that names a goal.
-
-    The budget counts from the run's start (``base_*`` is what the session had spent
-    then); ``outcome`` is "" while the run is in flight, else converged or stalled.
-    """
+    """The session's goal run, opened by a ``session.started`` that names a goal. The
+    budget counts from the run's start (``base_*``: what the session had spent then);
+    ``outcome`` is "" while the run is in flight, else converged or stalled."""
 
     id: str
     objective: str = ""
@@ -127,6 +126,9 @@ class SessionState:
     nodes: Mapping[int, int] = attrs.field(factory=dict)
     leaf: int = 0
     stash: Mapping[int, tuple[tuple[str, str, int], ...]] = attrs.field(factory=dict)
+    #: Timers set and not ended, by id (`timerbook`); what it spent (`spend`).
+    timers: Mapping[str, Timer] = attrs.field(factory=dict)
+    spend: Spend = attrs.field(factory=Spend)
 
     @property
     def running_goal(self) -> GoalRun | None:
@@ -213,7 +215,8 @@ def _turn_ended(state: SessionState, ev: Event, seq: int) -> Changes:
     if ev.text:
         # Partial text of a cut-off or failed turn was said all the same.
         hist = _push(hist, ("assistant", ev.text, seq))
-    changes: Changes = {"open_turn": None, "usage": usage, "history": hist}
+    spend = state.spend.charged(ev.usage, state.metadata.get("ore.model.name", ""))
+    changes: Changes = {"open_turn": None, "usage": usage, "history": hist, "spend": spend}
     if state.turn_actions:
         changes["turn_actions"] = {}
     if state.pending_actions:
@@ -356,6 +359,7 @@ def _lifecycle(state: SessionState, ev: Event, seq: int) -> Changes:
 
 
 _HANDLERS: dict[str, Callable[[SessionState, Event, int], Changes]] = {
+    **TIMESPEND_FOLD,
     Kind.PROPERTIES: _meta,
     Kind.USER_MESSAGE: _user,
     Kind.TURN_STARTED: _turn_started,

@@ -10,7 +10,7 @@ import attrs
 from spine import Event, Kind, Phase
 
 from ... import messages as m
-from . import goals
+from . import goals, timers
 from .commands import CloseStored, Decision, FailStored, ReviveStored, Session
 from .recovery import recovery_events
 from .refusals import failed
@@ -23,7 +23,7 @@ def close_stored(s: Session, cmd: CloseStored) -> Decision:
     if st.terminal:
         return Decision(state=s)
     gone, stop = goals.cancel_children(st)
-    events = [*gone, *recovery_events(st, "closed"), *goals.cancelled(st)]
+    events = [*gone, *recovery_events(st, "closed"), *goals.cancelled(st), *timers.ended(st)]
     events.append(Event(kind=Kind.LIFECYCLE, phase=Phase.CLOSED))
     return Decision(state=attrs.evolve(s, stopping=True), events=tuple(events), effects=stop)
 

@@ -9,7 +9,19 @@ from spine import Kind
 
 from ... import messages as m
 from ...interceptors import Ingress
-from .commands import Close, Command, Decide, Receive, Resume, SealStream, Submit, VerifyStream
+from .commands import (
+    CancelTimer,
+    Close,
+    Command,
+    Decide,
+    FireDue,
+    Receive,
+    Resume,
+    SealStream,
+    SetTimer,
+    Submit,
+    VerifyStream,
+)
 from .state import SessionState
 
 
@@ -55,7 +67,10 @@ def command_of(msg: Any) -> Command | None:
             call=msg.call,
             approve=msg.approve,
             note=msg.note,
+            raise_by=msg.raise_by,
         )
+    if isinstance(msg, m.SetTimer | m.CancelTimer | m.FireTimers):
+        return _timer_command(msg)
     if isinstance(msg, m.SubmitGoal):
         return Submit(
             request_id=msg.request_id,
@@ -70,6 +85,25 @@ def command_of(msg: Any) -> Command | None:
     if isinstance(msg, m.VerifySession):
         return VerifyStream(request_id=msg.request_id)
     return None
+
+
+def _timer_command(msg: m.SetTimer | m.CancelTimer | m.FireTimers) -> Command:
+    if isinstance(msg, m.CancelTimer):
+        return CancelTimer(request_id=msg.request_id, key=msg.key, timer_id=msg.timer_id)
+    if isinstance(msg, m.FireTimers):
+        return FireDue(request_id=msg.request_id)
+    return SetTimer(
+        request_id=msg.request_id,
+        key=msg.key,
+        timer_id=msg.timer_id,
+        text=msg.text,
+        at=msg.at,
+        after=msg.after,
+        cron=msg.cron,
+        tz=msg.tz,
+        policy=msg.policy,
+        grace=msg.grace,
+    )
 
 
 def session_info(stored: SessionState, restarts: int) -> m.SessionInfo:

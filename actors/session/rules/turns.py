@@ -82,10 +82,11 @@ def settle(s: Session, cmd: Settle) -> Decision:
         return Decision(state=s, events=_cannot_start(st, n, started, exc))
     call = 0
     admitted: tuple[Event, ...] = ()
-    if st.running_goal is None:
+    if st.running_goal is None and (policy.max_cost is None or not st.spend.priced):
         # The turn's first model call passes the gate here, in the turn's own append: no
         # round trip from the worker and no commit of its own (later calls ask the
-        # session). A goal run's turns ask, since its budget counts wall time.
+        # session). A goal run's turns ask, since its budget counts wall time, and so do
+        # turns under a priced cost budget, which may pause to ask a human.
         admitted = _first_model_call(st, n, policy)
         if admitted[0].kind != Kind.ACTION_ADMITTED:
             return Decision(state=s, events=(started, *admitted))

@@ -182,14 +182,16 @@ class SessionActor(GuardedActor):
             self.send(routed.reply_to, failed)
 
     def _from_worker(
-        self, msg: c.Progress | c.Govern | c.Spawn | RecordPoison, sender: Any
+        self, msg: c.Progress | c.Govern | c.Spawn | c.SetTimer | RecordPoison, sender: Any
     ) -> None:
-        if self.live is not None:
+        # A `SetTimer` comes bare from the turn's worker (the protocol's arrives `Routed`).
+        if self.live is not None and not isinstance(msg, m.SetTimer):
             self.live.worker_said(msg)
 
     receiveMsg_Progress = _from_worker
     receiveMsg_Govern = _from_worker
     receiveMsg_Spawn = _from_worker
+    receiveMsg_SetTimer = _from_worker
     receiveMsg_RecordPoison = _from_worker
 
     def receiveMsg_Finished(self, msg: c.Finished, sender: Any) -> None:

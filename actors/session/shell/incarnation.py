@@ -89,7 +89,9 @@ class Incarnation:
             self.log.close()
             self.snapshots.close()
             raise
-        self.state = c.Session(stored=stored, busy_policy=cfg.busy_policy)
+        self.state = c.Session(
+            stored=stored, busy_policy=cfg.busy_policy, prices=cfg.prices or None
+        )
         self.subs = Subscriptions(sid, self.log, actor.send)
         self.outbox = Outbox(sid, cfg.incarnation)
         self.sealer = AutoSealer(cfg.auto_seal, sid, self.log, self.signing_key)
@@ -194,8 +196,10 @@ class Incarnation:
             command = command_of(msg)
             if isinstance(command, c.Receive):
                 command = self._with_stored(command)
-            elif isinstance(command, c.Submit):
+            elif isinstance(command, c.Submit | c.SetTimer):
                 command = attrs.evolve(command, now=time.time(), stored=self._stored(command.key))
+            elif isinstance(command, c.FireDue):
+                command = attrs.evolve(command, now=time.time())
             if command is None:
                 text = f"a session does not take {type(msg).__name__}"
                 self.reply(reply_to, self.failure(msg.request_id, "InvalidRequest", text))
@@ -225,12 +229,16 @@ class Incarnation:
 
     # -- from the worker and the Runner ------------------------------------------------------
 
-    def worker_said(self, msg: c.Progress | c.Govern | c.Spawn | RecordPoison) -> None:
+    def worker_said(self, msg: c.Progress | c.Govern | c.Spawn | c.SetTimer | RecordPoison) -> None:
         if isinstance(msg, c.Govern):
             # The decider has no clock: a goal's wall-time budget is checked against this.
             msg = attrs.evolve(msg, now=time.time())
         if isinstance(msg, RecordPoison):
             self.run(c.Poisoned(key=msg.key, detail=msg.detail), None)
+        elif isinstance(msg, c.SetTimer):
+            # The turn's ``schedule`` tool: keyed by its call, so a resumed turn sets it once.
+            self.run(attrs.evolve(msg, now=time.time(), stored=self._stored(msg.key)), None)
+            self.settle()
         else:
             self.run(msg, None)
 

@@ -71,8 +71,11 @@ class SessionKit:
         session_id: str = "s1",
         busy_policy: BusyPolicy = BusyPolicy.ENQUEUE,
         interceptors: Sequence[Interceptor] | None = None,
+        prices: Mapping[str, Any] | None = None,
     ) -> None:
         self.session_id = session_id
+        #: The operator's price table the kit's incarnations are given.
+        self.prices = prices
         self.log = MemoryLog()
         given = list(events)
         if given:
@@ -108,7 +111,7 @@ class SessionKit:
 
     def _fold(self) -> c.Session:
         stored = fold(SessionState(session_id=self.session_id), self.events)
-        return c.Session(stored=stored, busy_policy=self.busy_policy)
+        return c.Session(stored=stored, busy_policy=self.busy_policy, prices=self.prices)
 
     @property
     def events(self) -> list[Event]:

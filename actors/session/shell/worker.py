@@ -11,20 +11,21 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
-from spine import Event, Kind, Log, Record, StreamSubscription, Usage, history, subscribe
-from spine.seal import merkle_root, row_leaf_hash
+from spine import Event, Kind, Log, StreamSubscription, Usage, history, subscribe
 
 from ...agents import Agent, TurnInput
 from ...agents.egress import destination, literal, resolve
 from ...agents.governance import Requirement
 from ...agents.tools import ToolError
-from ..rules.commands import Finished, Govern, Progress, Spawn
+from ..rules.commands import Finished, Govern, Progress, SetTimer, Spawn
+from ..rules.timerbook import TimerError, iso, plan
 from . import turn_threads
+from .recall import recalled, rooted
 
 #: Seconds between checks that the turn was not cancelled while waiting for a child.
 _POLL = 0.25
@@ -51,17 +52,6 @@ def mirror(ev: Event, child: str) -> Event:
     grandchild's events keep their own goal), numbered by the parent's log; its turn and
     call stay the child's own."""
     return attrs.evolve(ev, seq=0, goal=ev.goal or child)
-
-
-def _records(log: Log, stream: str, first: int, last: int) -> Iterator[Record]:
-    """Stored records ``first..last`` of ``stream``, read in pages."""
-    after = first - 1
-    while after < last:
-        page = log.read(stream, after, min(1000, last - after))
-        if not page:
-            return
-        yield from page
-        after = page[-1].seq
 
 
 #: Seconds a turn must have run before its first words are handed back at once.
@@ -217,6 +207,26 @@ class TurnWorker:
             self._unfollow()
         return (f"child {child} stalled: {result}" if failed else result), failed
 
+    def schedule(self, tool_use_id: str, args: Mapping[str, Any]) -> str:
+        """The ``schedule`` tool: the timer is checked here and set by the session, keyed
+        by the call (a resumed turn that runs the call again sets it once)."""
+        after = args.get("after_seconds")
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int | float)):
+            raise ToolError("after_seconds must be a number")
+        tid = f"m-{self.turn}-{tool_use_id}"[:128]
+        spec: dict[str, Any] = {
+            "text": args.get("text"),
+            "after": None if after is None else float(after),
+            "cron": str(args.get("cron") or ""),
+            "tz": str(args.get("tz") or ""),
+        }
+        try:
+            t = plan(timer_id=tid, now=time.time(), **spec)
+        except TimerError as exc:
+            raise ToolError(str(exc)) from None
+        self._send(SetTimer(request_id="", key=f"tool-{tid}", timer_id=tid, **spec))
+        return f"timer {tid} set: first firing at {iso(t.due)}"
+
     def _follow(self) -> Log:
         assert self._open_log is not None
         with self._follow_lock:
@@ -250,35 +260,19 @@ class TurnWorker:
             self._events.append(event)
 
     def _recall(self, seq: int) -> str:
-        """What stored event ``seq`` of this session holds: a result, a text, else its
-        JSON (runs on a tool's thread)."""
+        """What stored event ``seq`` of this session holds (runs on a tool's thread)."""
         log = self._follow()
         try:
-            page = log.read(self.session_id, seq - 1, 1)
+            return recalled(log, self.session_id, seq)
         finally:
             self._unfollow()
-        if not page or page[0].seq != seq:
-            raise ToolError(f"this session has no event {seq}")
-        ev = page[0].event()
-        return ev.result or ev.text or page[0].payload.decode()
 
     def _rooted(self, ev: Event) -> Event:
-        """A compaction with the Merkle root of the events it covers (the seals' leaves),
-        so that a sealed record proves exactly which events the summary stands for."""
-        first, last = ev.extra.get("fromSeq"), ev.extra.get("toSeq")
-        if not isinstance(first, int) or not isinstance(last, int) or first > last:
-            return ev
         log = self._follow()
         try:
-            rows = list(_records(log, self.session_id, first, last))
-        except Exception:  # the summary stands without its root
-            return ev
+            return rooted(log, self.session_id, ev)
         finally:
             self._unfollow()
-        if len(rows) != last - first + 1:
-            return ev
-        root = merkle_root([row_leaf_hash(r.payload, r.version) for r in rows])
-        return attrs.evolve(ev, extra={**ev.extra, "root": root.hex(), "count": len(rows)})
 
     def _take_events(self, more: tuple[Event, ...] = ()) -> tuple[Event, ...]:
         with self._events_lock:

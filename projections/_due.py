@@ -1,0 +1,144 @@
+"""`DueIndex`: when every session's timers are due next, folded from the log and
+checkpointed, so the Runner wakes the right sessions at the right time without polling
+any of them and without a process per waiting session.
+
+The fold reads only the ``timer.*`` kinds (`read_all` with a kind filter from the
+checkpointed position): a ``timer.set`` puts a timer in, a ``timer.fired`` moves it to its
+next time (or takes it out), a ``timer.cancelled`` takes it out. Each session is the only
+writer of its timers, so the index only ever lags the truth; a session asked to fire
+decides for itself what is due.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator
+
+from sortedcontainers import SortedList
+
+from spine import Kind, Log, Record
+
+#: The kinds the index folds.
+DUE_KINDS = (Kind.TIMER_SET, Kind.TIMER_CANCELLED, Kind.TIMER_FIRED)
+#: Rows read per page while catching up.
+PAGE = 1000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS position (id INTEGER PRIMARY KEY CHECK (id = 0), position INTEGER);
+CREATE TABLE IF NOT EXISTS due (
+    stream TEXT NOT NULL, timer TEXT NOT NULL, due REAL NOT NULL, PRIMARY KEY (stream, timer)
+);
+"""
+
+
+class DueIndex:
+    """Every set timer's next due time; ``catch_up`` folds what the log added since."""
+
+    def __init__(self, log: Log, path: str | os.PathLike[str]) -> None:
+        self._log = log
+        self._db = sqlite3.connect(os.fspath(path), isolation_level=None, check_same_thread=False)
+        # A checkpoint the log can rebuild: WAL keeps it whole across a crash, and NORMAL
+        # spares each catch-up a sync.
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        row = self._db.execute("SELECT position FROM position WHERE id = 0").fetchone()
+        self.position = int(row[0]) if row else 0
+        self._due: dict[tuple[str, str], float] = {}
+        self._order: SortedList = SortedList()
+        for stream, timer, due in self._db.execute("SELECT stream, timer, due FROM due"):
+            self._put(stream, timer, float(due))
+
+    def _put(self, stream: str, timer: str, due: float | None) -> None:
+        old = self._due.pop((stream, timer), None)
+        if old is not None:
+            self._order.discard((old, stream, timer))
+        if due is not None:
+            self._due[(stream, timer)] = due
+            self._order.add((due, stream, timer))
+
+    def fold(self, records: Iterable[Record]) -> dict[tuple[str, str], float | None]:
+        """Fold ``records`` (in position order); returns what changed."""
+        changed: dict[tuple[str, str], float | None] = {}
+        for r in records:
+            ev = r.event()
+            timer = ev.extra.get("timer")
+            if not isinstance(timer, str):
+                continue
+            due: float | None = None
+            if r.kind == Kind.TIMER_SET:
+                due = float(ev.extra.get("due", 0.0))
+            elif r.kind == Kind.TIMER_FIRED:
+                nxt = ev.extra.get("next")
+                due = None if nxt is None else float(nxt)
+            self._put(r.stream, timer, due)
+            changed[(r.stream, timer)] = due
+        return changed
+
+    def catch_up(self) -> set[str]:
+        """Fold every timer event stored after the checkpoint; returns the sessions whose
+        timers changed. The new position and the changed timers are committed together."""
+        top = self._log.last_position()
+        if top <= self.position:
+            return set()
+        changed: dict[tuple[str, str], float | None] = {}
+        position = self.position
+        while True:
+            page = self._log.read_all(position, PAGE, kinds=DUE_KINDS)
+            changed.update(self.fold(page))
+            if page:
+                position = page[-1].position
+            if len(page) < PAGE:
+                # Every row at or below ``top`` was committed before it was read.
+                position = max(position, top)
+                break
+        self._commit(position, changed)
+        return {stream for stream, _ in changed}
+
+    def _commit(self, position: int, changed: dict[tuple[str, str], float | None]) -> None:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for (stream, timer), due in changed.items():
+                if due is None:
+                    db.execute("DELETE FROM due WHERE stream = ? AND timer = ?", (stream, timer))
+                else:
+                    db.execute(
+                        "INSERT OR REPLACE INTO due (stream, timer, due) VALUES (?, ?, ?)",
+                        (stream, timer, due),
+                    )
+            db.execute("INSERT OR REPLACE INTO position (id, position) VALUES (0, ?)", (position,))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self.position = position
+
+    def next_due(self) -> float | None:
+        """The earliest due time of any timer, None if none is set."""
+        return self._order[0][0] if self._order else None
+
+    def due(self, now: float) -> list[str]:
+        """The sessions with a timer due at ``now``, earliest first, each once."""
+        out: list[str] = []
+        for due, stream, _ in self._order:
+            if due > now:
+                break
+            if stream not in out:
+                out.append(stream)
+        return out
+
+    def entries(self) -> Iterator[tuple[float, str]]:
+        """Every timer's (due time, session), earliest first."""
+        for due, stream, _ in self._order:
+            yield due, stream
+
+    def timers(self, stream: str) -> dict[str, float]:
+        return {t: d for (s, t), d in self._due.items() if s == stream}
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,57 @@
+"""The index of due times over a real SQLite log: it folds only timer events, keeps the
+earliest first, checkpoints where it got to, and a reopened index goes on from there."""
+
+from __future__ import annotations
+
+import pathlib
+
+from projections import DueIndex
+from spine import Event, Kind, SqliteLog
+
+
+def _set(tid: str, due: float) -> Event:
+    return Event(kind=Kind.TIMER_SET, text="x", extra={"timer": tid, "due": due})
+
+
+def _fired(tid: str, due: float, nxt: float | None) -> Event:
+    return Event(kind=Kind.TIMER_FIRED, extra={"timer": tid, "due": due, "next": nxt})
+
+
+def test_the_index_folds_timer_events_and_survives_a_reopen(tmp_path: pathlib.Path) -> None:
+    log = SqliteLog(tmp_path / "spine.db")
+    try:
+        idx = DueIndex(log, tmp_path / "timers.db")
+        log.append("a", [_set("t1", 50.0), Event(kind=Kind.USER_MESSAGE, text="hi")])
+        log.append("b", [_set("t1", 20.0), _set("t2", 70.0)])
+        assert idx.catch_up() == {"a", "b"}
+        assert idx.next_due() == 20.0 and idx.due(49.0) == ["b"] and idx.due(60.0) == ["b", "a"]
+        assert idx.catch_up() == set()  # nothing new: no read of the log's timer kinds
+        log.append("b", [_fired("t1", 20.0, 80.0)])
+        log.append("a", [Event(kind=Kind.TIMER_CANCELLED, extra={"timer": "t1"})])
+        idx.catch_up()
+        assert idx.timers("b") == {"t1": 80.0, "t2": 70.0} and idx.timers("a") == {}
+        assert idx.next_due() == 70.0
+        position = idx.position
+        idx.close()
+        again = DueIndex(log, tmp_path / "timers.db")
+        assert again.position == position == log.last_position()
+        assert again.timers("b") == {"t1": 80.0, "t2": 70.0} and len(again) == 2
+        log.append("b", [_fired("t2", 70.0, None)])
+        assert again.catch_up() == {"b"} and again.timers("b") == {"t1": 80.0}
+        again.close()
+    finally:
+        log.close()
+
+
+def test_a_long_backlog_is_folded_page_by_page(tmp_path: pathlib.Path) -> None:
+    log = SqliteLog(tmp_path / "spine.db")
+    try:
+        for i in range(25):
+            log.append(f"s{i}", [_set(f"t{j}", float(i * 100 + j)) for j in range(100)])
+        idx = DueIndex(log, tmp_path / "timers.db")
+        idx.catch_up()
+        assert len(idx) == 2500 and idx.next_due() == 0.0
+        assert idx.due(150.0) == ["s0", "s1"]
+        idx.close()
+    finally:
+        log.close()
