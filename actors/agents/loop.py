@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
-import threading
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -32,6 +30,7 @@ from .context import (
 )
 from .governance import Fault, Requirement, Verdict
 from .model_call import Flusher, UsageTally, completed, drain_now, stream_reply
+from .provider_loop import provider_loop
 from .tool_run import run_tool
 from .toolnames import WireNames
 from .tools import FINISH, RECALL, ToolContext, ToolRegistry
@@ -60,33 +59,6 @@ class Provider(Protocol):
     Cancelled by cancelling the task that iterates it."""
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]: ...
-
-
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_lock = threading.Lock()
-
-
-def _forgotten_in_child() -> None:
-    # A forked process (Thespian forks every actor) inherits the loop object but not the
-    # thread that runs it: start afresh there, or a turn would wait on a loop nobody runs.
-    global _loop, _loop_lock
-    _loop = None
-    _loop_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forgotten_in_child)
-
-
-def provider_loop() -> asyncio.AbstractEventLoop:
-    """This process's provider loop (started on first use, lives as long as the process)."""
-    global _loop
-    with _loop_lock:
-        if _loop is None or _loop.is_closed():
-            loop = asyncio.new_event_loop()
-            t = threading.Thread(target=loop.run_forever, name="vertebra-providers", daemon=True)
-            t.start()
-            _loop = loop
-        return _loop
 
 
 def refused_text(fault: str) -> str:

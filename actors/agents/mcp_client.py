@@ -32,6 +32,7 @@ from .base import AgentError
 from .egress import resolve, verdict
 from .mcp_config import McpConfigError, ServerConfig
 from .mcp_results import IDEMPOTENCY_META, hints, idempotency_key, render
+from .provider_loop import provider_loop
 from .tools import Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
 
 __all__ = ["RETRY_AFTER", "Connection", "McpTools", "close_all", "connection"]
@@ -261,8 +262,6 @@ def connection(server: ServerConfig) -> Connection:
 def close_all(timeout: float = 10.0) -> None:
     """Close every connection of this process (its stdio servers exit), from any thread
     but the provider loop's."""
-    from .loop import provider_loop
-
     conns = list(_connections.values())
     _connections.clear()
     if not conns:
