@@ -14,6 +14,8 @@ from spine import InvalidArgumentError, validate_session_id
 from ._gateway import Gateway, call
 from ._replies import HttpError, ack_json, info_json, json_response, session_path
 from ._requests import field, idempotency_key, json_body, session_id, string_map
+from ._session_routes import authorize, within_quota
+from ._tenants import TENANT_KEY
 from ._tokens import Grant
 
 
@@ -21,6 +23,9 @@ def _seq(body: dict[str, Any], name: str, *, required: bool) -> int | None:
     value = body.get(name)
     if value is None and not required:
         return None
+    # JSON has one number type: 3.0 is the integer 3, as JSON Schema's "integer" says.
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise HttpError(422, "invalid_field", f"{name!r} must be a seq of at least 1")
     return value
@@ -91,8 +96,15 @@ async def fork(gw: Gateway, request: Request) -> Response:
         except (ValueError, InvalidArgumentError) as exc:
             raise HttpError(400, "bad_id", str(exc)) from None
     g: Grant = request.state.grant
-    if not g.admin and (new_id is None or not g.may_write(new_id)):
+    # The fork's settings are the caller's say, as a session's own writes are.
+    authorize(g, metadata, {})
+    if g.tenant is not None:
+        await within_quota(gw, g.tenant)
+        metadata = {**metadata, TENANT_KEY: g.tenant}
+    elif not g.admin and (new_id is None or not g.may_write(new_id)):
         raise HttpError(403, "forbidden", "this token may only fork into its own sessions")
     child = await call(gw.host.fork, sid, at, new_id=new_id, metadata=metadata)
+    if g.tenant is not None:
+        gw.tenants.remember(child, g.tenant)
     info = await call(gw.host.get, child)
     return json_response(info_json(info), 201, {"Location": session_path(child)})

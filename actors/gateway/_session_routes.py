@@ -67,36 +67,42 @@ async def create_session(gw: Gateway, request: Request) -> Response:
             raise HttpError(400, "bad_id", str(exc)) from None
     g: Grant = request.state.grant
     if g.tenant is not None:
-        _authorize(g, metadata, {})
+        authorize(g, metadata, {})
         sid = await _create_in_tenant(gw, g.tenant, sid, metadata)
     else:
         if not g.admin and (sid is None or not g.may_write(sid)):
             raise HttpError(403, "forbidden", "this token may only create its own sessions")
-        _authorize(g, metadata, {})
+        authorize(g, metadata, {})
         sid = await call(gw.host.create, sid, metadata, authority=_authority(g))
     info = await call(gw.host.get, sid)
     # A header is Latin-1 on the wire and an id need not be: percent-encode it (RFC 3986).
     return json_response(info_json(info), 201, {"Location": session_path(sid)})
 
 
+async def within_quota(gw: Gateway, tenant: str) -> None:
+    """429 if ``tenant`` holds its quota of live sessions."""
+    limit = gw.quotas.sessions
+    if limit is None:
+        return
+    infos = await call(gw.host.sessions)
+    live = [
+        i
+        for i in infos
+        if i.metadata.get(TENANT_KEY) == tenant and i.state not in ("closed", "failed")
+    ]
+    if len(live) >= limit:
+        raise HttpError(
+            429,
+            "quota_exceeded",
+            f"tenant {tenant!r} holds its {limit} live sessions; close one first",
+        )
+
+
 async def _create_in_tenant(
     gw: Gateway, tenant: str, sid: str | None, metadata: dict[str, Any]
 ) -> str:
     """Create a session of ``tenant`` within its quota of live sessions."""
-    limit = gw.quotas.sessions
-    if limit is not None:
-        infos = await call(gw.host.sessions)
-        live = [
-            i
-            for i in infos
-            if i.metadata.get(TENANT_KEY) == tenant and i.state not in ("closed", "failed")
-        ]
-        if len(live) >= limit:
-            raise HttpError(
-                429,
-                "quota_exceeded",
-                f"tenant {tenant!r} holds its {limit} live sessions; close one first",
-            )
+    await within_quota(gw, tenant)
     # The tenant is the operator's key: the gateway sets it, on the tenant's behalf.
     sid = await call(
         gw.host.create, sid, {**metadata, TENANT_KEY: tenant}, authority=Authority.OPERATOR
@@ -234,7 +240,7 @@ def _authority(g: Grant) -> Authority:
     return Authority.OPERATOR if g.admin else Authority.SESSION
 
 
-def _authorize(g: Grant, changes: Mapping[str, str | None], metadata: Mapping[str, str]) -> None:
+def authorize(g: Grant, changes: Mapping[str, str | None], metadata: Mapping[str, str]) -> None:
     """403 naming the first key ``g`` may not write (`actors.authority`)."""
     problem = refusal(changes, metadata, _authority(g))
     if problem is not None:
@@ -264,7 +270,7 @@ async def decide(gw: Gateway, request: Request) -> Response:
         raise HttpError(422, "invalid_field", '\'decision\' must be "approve" or "reject"')
     note = field(body, "note", str, "")
     raise_by = field(body, "raise", (int, float), 0)
-    if isinstance(raise_by, bool) or raise_by < 0 or (raise_by and decision != "approve"):
+    if isinstance(raise_by, bool) or raise_by < 0 or ("raise" in body and decision != "approve"):
         raise HttpError(422, "invalid_field", "'raise' is a non-negative number, with approve")
     await known(gw, sid)
     if decision == "approve":

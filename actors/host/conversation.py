@@ -33,7 +33,7 @@ from spine import (
 from spine.seal import IMPORT_EVENTS, IMPORT_STREAM, merkle_root, row_leaf_hash
 
 from .. import messages as m
-from ..errors import InvalidRequest, SessionNotFound
+from ..errors import InvalidRequest, SessionAlreadyExists, SessionNotFound
 from ..policy import BusyPolicy
 from ..session.rules.recovery import recovery_events
 from ..session.rules.state import SessionState, fold
@@ -259,7 +259,7 @@ class ConversationCommands:
         try:
             self._log.append(child, events, expected_seq=0)
         except ConflictError:
-            raise InvalidRequest(
+            raise SessionAlreadyExists(
                 f"session {child} already exists: a fork never overwrites a stream",
                 session_id=child,
             ) from None
