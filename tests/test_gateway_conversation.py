@@ -100,4 +100,4 @@ def test_edit_regenerate_branches_switch_and_fork_over_http(http: httpx.Client) 
     parent = _events(http, "tree-1")[: end["seq"]]
     assert _events(http, "tree-1-fork")[: end["seq"]] == parent
     again = http.post("/v1/sessions/tree-1/forks", json={"at": end["seq"], "id": "tree-1-fork"})
-    assert again.status_code == 422
+    assert again.status_code == 409 and again.json()["error"] == "exists"

@@ -16,7 +16,7 @@ import pytest
 from fake_models import FakeModelServer, chunk, tool_delta
 
 from actors.agents import ModelFactory
-from actors.errors import InvalidRequest
+from actors.errors import InvalidRequest, SessionAlreadyExists
 from actors.host import Host
 from projections import project
 from spine import Kind, SqliteLog
@@ -178,7 +178,7 @@ def test_regenerate_edit_branches_switch_fork_and_replay_on_the_scripted_model(
     assert len([e for e in mp.history(sid) if e.kind == Kind.USER_MESSAGE]) == 5
     with pytest.raises(InvalidRequest):
         mp.fork(sid, 10_000)
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(SessionAlreadyExists, match="never overwrites"):
         mp.fork(sid, at, new_id=child)
 
     # Replay on the same scripted model reproduces the answers; another model's differ.
