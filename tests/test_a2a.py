@@ -388,3 +388,29 @@ def test_pauses_and_ends_are_pushed_signed_retried_and_not_sent_again_after_a_re
         run(again())
         wait_for(lambda: len(deliveries()) == 3, 30)
     assert len(receiver.got) == sent + 1, "a settled notification was sent again"
+
+
+def test_a_tenant_works_on_its_own_contexts_and_sees_no_other(gw: GatewayHandle) -> None:
+    """A tenant's token opens contexts of its tenant, lists and reads only its tenant's
+    tasks; another tenant's task is not found, and writing to its context is refused."""
+    acme = create_token(gw.host.data_dir, tenant="acme")
+    globex = create_token(gw.host.data_dir, tenant="globex")
+
+    async def go() -> tuple[pb.Task, Any]:
+        async with Door(gw.url, acme) as a, Door(gw.url, globex) as b:
+            mine = await a.stream(_message("t-acme-1", "plan the release"))
+            task = _task_of(mine)
+            assert _states(mine)[-1] == "TASK_STATE_COMPLETED"
+            with pytest.raises(Exception, match="no task"):
+                await b.client.get_task(pb.GetTaskRequest(id=task.id))
+            with pytest.raises(Exception, match="may not write"):
+                await b.stream(_message("t-globex-1", "hi", context=task.context_id))
+            theirs = await b.client.list_tasks(pb.ListTasksRequest())
+            assert task.id not in [t.id for t in theirs.tasks]
+            return task, await a.client.list_tasks(pb.ListTasksRequest())
+
+    task, listed = run(go())
+    assert task.id in [t.id for t in listed.tasks]
+    with client(gw) as http:
+        meta = http.get(f"/v1/sessions/{task.context_id}").json()["metadata"]
+    assert meta["tenant"] == "acme"

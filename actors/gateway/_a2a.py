@@ -27,8 +27,12 @@ from a2a.utils import errors as ae
 from spine import Log
 
 from .. import errors as e
+from ..authority import Authority
 from ._a2a_map import SEQ, RunFold, parse_task_id
 from ._gateway import Gateway, call
+from ._replies import HttpError
+from ._session_routes import within_quota
+from ._tenants import TENANT_KEY
 from ._tokens import Grant
 
 #: How long a non-streaming ``SendMessage`` or a cancel waits for the run (seconds).
@@ -72,11 +76,20 @@ class VertebraA2A(RequestHandler):
 
     # -- reading a run -----------------------------------------------------------------
 
-    def _task(self, ctx: ServerCallContext, tid: str) -> tuple[str, int]:
+    async def _may(self, ctx: ServerCallContext, sid: str, write: bool = False) -> bool:
+        """Whether the call's token may read (or write) ``sid``: its sessions, or its
+        tenant's."""
+        g = _grant(ctx)
+        tenant = await call(self.gw.tenants.tenant_of, sid) if g.tenant is not None else None
+        return g.may_write(sid, tenant) if write else g.may_read(sid, tenant)
+
+    async def _task(self, ctx: ServerCallContext, tid: str, write: bool = False) -> tuple[str, int]:
         parsed = parse_task_id(tid)
         # Another token's task is not found, never forbidden: ids are not disclosed.
-        if parsed is None or not _grant(ctx).may_read(parsed[0]):
+        if parsed is None or not await self._may(ctx, parsed[0]):
             raise ae.TaskNotFoundError(message=f"no task {tid!r}")
+        if write and not await self._may(ctx, parsed[0], write=True):
+            raise ae.InvalidRequestError(message=f"this token may not write to {parsed[0]!r}")
         return parsed
 
     async def _fold(self, sid: str, start: int, upto: int | None = None) -> RunFold:
@@ -116,9 +129,11 @@ class VertebraA2A(RequestHandler):
         g = _grant(ctx)
         sid = msg.context_id or str(uuid.uuid5(CONTEXTS, msg.message_id))
         if sid and self.gw.log.last_seq(sid):
-            if not g.may_write(sid):
+            if not await self._may(ctx, sid, write=True):
                 raise ae.InvalidRequestError(message=f"this token may not write to {sid!r}")
             return sid
+        if g.tenant is not None:
+            return await self._tenant_context(g.tenant, sid)
         if not g.admin and not g.may_write(sid):
             raise ae.InvalidRequestError(message="this token may only use its own sessions")
         try:
@@ -127,6 +142,20 @@ class VertebraA2A(RequestHandler):
             return sid  # made by the same message a moment ago
         except (e.InvalidRequest, ValueError) as exc:
             raise ae.InvalidParamsError(message=str(exc)) from None
+
+    async def _tenant_context(self, tenant: str, sid: str) -> str:
+        """A new session of ``tenant``, within its quota, as the REST door makes one."""
+        try:
+            await within_quota(self.gw, tenant)
+        except HttpError as exc:
+            raise ae.InvalidRequestError(message=exc.message) from None
+        meta = {TENANT_KEY: tenant}
+        try:
+            await call(self.gw.host.create, sid, meta, authority=Authority.OPERATOR)
+        except e.SessionAlreadyExists:
+            pass  # made by the same message a moment ago
+        self.gw.tenants.remember(sid, tenant)
+        return sid
 
     async def _send(self, params: pb.SendMessageRequest, ctx: ServerCallContext) -> RunFold:
         msg = params.message
@@ -146,9 +175,7 @@ class VertebraA2A(RequestHandler):
 
     async def _answer(self, ctx: ServerCallContext, msg: pb.Message) -> RunFold:
         """A message to a task waiting for input: the approval it waits for."""
-        sid, start = self._task(ctx, msg.task_id)
-        if not _grant(ctx).may_write(sid):
-            raise ae.InvalidRequestError(message=f"this token may not write to {sid!r}")
+        sid, start = await self._task(ctx, msg.task_id, write=True)
         fold = await self._fold(sid, start)
         if not fold.paused:
             raise ae.InvalidParamsError(message=f"task {msg.task_id!r} is not waiting for input")
@@ -185,7 +212,7 @@ class VertebraA2A(RequestHandler):
     async def on_subscribe_to_task(
         self, params: pb.SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Any]:
-        sid, start = self._task(context, params.id)
+        sid, start = await self._task(context, params.id)
         after = _resume_after(context)
         fold = await self._fold(sid, start, upto=after)
         # The task as of the resume point, then every update after it, exactly once.
@@ -194,7 +221,7 @@ class VertebraA2A(RequestHandler):
             yield update
 
     async def on_get_task(self, params: pb.GetTaskRequest, context: ServerCallContext) -> pb.Task:
-        sid, start = self._task(context, params.id)
+        sid, start = await self._task(context, params.id)
         fold = await self._fold(sid, start)
         length = params.history_length if params.HasField("history_length") else None
         return fold.task(length)
@@ -202,9 +229,7 @@ class VertebraA2A(RequestHandler):
     async def on_cancel_task(
         self, params: pb.CancelTaskRequest, context: ServerCallContext
     ) -> pb.Task:
-        sid, start = self._task(context, params.id)
-        if not _grant(context).may_write(sid):
-            raise ae.InvalidRequestError(message=f"this token may not write to {sid!r}")
+        sid, start = await self._task(context, params.id, write=True)
         fold = await self._fold(sid, start)
         if fold.terminal:
             raise ae.TaskNotCancelableError(message=f"task {params.id!r} has ended")
@@ -218,13 +243,12 @@ class VertebraA2A(RequestHandler):
     async def on_list_tasks(
         self, params: pb.ListTasksRequest, context: ServerCallContext
     ) -> pb.ListTasksResponse:
-        g = _grant(context)
         sids = [params.context_id] if params.context_id else None
         if sids is None:
             sids = [i.session_id for i in await call(self.gw.host.sessions)]
         tasks = []
         for sid in sids:
-            if g.may_read(sid):
+            if await self._may(context, sid):
                 tasks += [
                     await self._fold(sid, s) for s in await call(goal_starts, self.gw.log, sid)
                 ]

@@ -18,6 +18,7 @@ from .._version import __version__
 from ._gateway import Gateway
 from ._replies import HttpError, error_response
 from ._routing import _grant
+from ._tenants import retry_after
 
 #: Where the JSON-RPC endpoint is, under the gateway's address.
 RPC_PATH = "/a2a"
@@ -100,9 +101,12 @@ def _guarded(
     @functools.wraps(endpoint)
     async def guarded(request: Request) -> Response:
         try:
-            request.state.grant = _grant(gw, request)
+            g = request.state.grant = _grant(gw, request)
+            if g.tenant is not None and (wait := gw.tenants.take(g.tenant)) > 0:
+                why = f"tenant {g.tenant!r} is over its request rate"
+                raise HttpError(429, "rate_limited", why, {"Retry-After": retry_after(wait)})
         except HttpError as exc:
-            return error_response(exc.status, exc.code, exc.message)
+            return error_response(exc.status, exc.code, exc.message, exc.headers)
         return await endpoint(request)
 
     return guarded
