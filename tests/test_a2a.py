@@ -414,3 +414,30 @@ def test_a_tenant_works_on_its_own_contexts_and_sees_no_other(gw: GatewayHandle)
     with client(gw) as http:
         meta = http.get(f"/v1/sessions/{task.context_id}").json()["metadata"]
     assert meta["tenant"] == "acme"
+
+
+def test_the_a2a_task_says_what_the_rest_stream_says(gw: GatewayHandle) -> None:
+    """One goal run observed through both doors: the task's history is the run's user
+    and assistant messages of the REST stream, in order, and its answer the converged
+    text."""
+
+    async def go() -> pb.Task:
+        async with Door(gw.url, gw.token) as door:
+            done = await door.stream(_message("same-1", "!tool clock {}"))
+            return await door.client.get_task(pb.GetTaskRequest(id=_task_of(done).id))
+
+    task = run(go())
+    start = int(task.id.rpartition("#")[2])
+    with client(gw) as http:
+        events = http.get(f"/v1/sessions/{task.context_id}/history").json()["events"]
+    said = [
+        ("user" if e["kind"] == "user.message" else "agent", e["text"])
+        for e in events
+        if e["seq"] >= start and e["kind"] in ("user.message", "assistant.message") and e["text"]
+    ]
+    history = [
+        ("user" if m.role == pb.ROLE_USER else "agent", m.parts[0].text) for m in task.history
+    ]
+    assert history == said and len(said) >= 2
+    converged = next(e for e in events if e["kind"] == "session.converged")
+    assert task.artifacts[0].parts[0].text == converged["text"]
