@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pathlib
 import signal
+from collections.abc import Iterator
 
+from actors.agents import ModelFactory
+from actors.host import Host
 from actors.interceptors import Emitter, Ingress, InterceptResult, SessionView
 
 
@@ -104,3 +109,13 @@ class CountingFactory:
         if self.fail:
             raise RuntimeError("no model")
         return ModelFactory().build(spec, session_id)
+
+
+@contextlib.contextmanager
+def model_host(data: pathlib.Path) -> Iterator[Host]:
+    """A multiproc Host whose model factory retries fast, closed after the block."""
+    h = Host(data, base="multiprocTCPBase", timeout=20, factory=ModelFactory(backoff=0.01))
+    try:
+        yield h
+    finally:
+        h.close()

@@ -234,3 +234,21 @@ class Terminal:
             os.waitpid(self.pid, 0)
             self.code = -9
         os.close(self.fd)
+
+
+def ok(out: subprocess.CompletedProcess[str]) -> str:
+    """The command's output; it must have succeeded."""
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@contextlib.contextmanager
+def stopped_after(d: Daemon) -> Iterator[Daemon]:
+    """``d`` for the block; then stopped, and none of its processes left behind."""
+    try:
+        yield d
+    finally:
+        try:
+            d.stop()
+        finally:
+            d.check_no_leftovers()

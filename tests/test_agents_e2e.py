@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from actor_helpers import model_host
 from conftest import wait_for
 from fake_models import FakeModelServer, chunk, tool_delta, usage_chunk
 
-from actors.agents import ModelFactory
 from actors.errors import InvalidRequest
 from actors.host import Host
 from spine import Kind
@@ -35,16 +35,8 @@ def server() -> Iterator[FakeModelServer]:
 
 @pytest.fixture
 def mp(tmp_path: pathlib.Path, no_leftover_processes):  # type: ignore[no-untyped-def]
-    h = Host(
-        tmp_path / "data",
-        base="multiprocTCPBase",
-        timeout=20,
-        factory=ModelFactory(backoff=0.01),
-    )
-    try:
+    with model_host(tmp_path / "data") as h:
         yield h
-    finally:
-        h.close()
 
 
 def _point(h: Host, sid: str, server: FakeModelServer) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cli_support import CLI, Daemon, Terminal, env, run
+from cli_support import CLI, Daemon, Terminal, env, ok, run, stopped_after
 from conftest import wait_for
 
 from actors._version import __version__
@@ -31,31 +31,16 @@ ESC = "\x1b["
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     d = Daemon(tmp_path_factory.mktemp("cli") / "data").start()
-    try:
+    with stopped_after(d):
         yield d
-    finally:
-        try:
-            d.stop()
-        finally:
-            d.check_no_leftovers()
 
 
 @pytest.fixture
 def own_daemon(tmp_path: pathlib.Path) -> Iterator[Daemon]:
     """A daemon of the test's own, for tests that stop or restart it."""
     d = Daemon(tmp_path / "own")
-    try:
+    with stopped_after(d):
         yield d
-    finally:
-        try:
-            d.stop()
-        finally:
-            d.check_no_leftovers()
-
-
-def ok(out: subprocess.CompletedProcess[str]) -> str:
-    assert out.returncode == 0, out.stderr
-    return out.stdout
 
 
 def fails(out: subprocess.CompletedProcess[str], code: int, *words: str) -> str:

@@ -8,7 +8,7 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from cli_support import CLI, Daemon, env, run
+from cli_support import CLI, Daemon, env, ok, run, stopped_after
 from conftest import wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -17,18 +17,8 @@ pytestmark = pytest.mark.timeout(180)
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     d = Daemon(tmp_path_factory.mktemp("cliconv") / "data").start()
-    try:
+    with stopped_after(d):
         yield d
-    finally:
-        try:
-            d.stop()
-        finally:
-            d.check_no_leftovers()
-
-
-def ok(out: subprocess.CompletedProcess[str]) -> str:
-    assert out.returncode == 0, out.stderr
-    return out.stdout
 
 
 def _events(daemon: Daemon, sid: str) -> list[dict[str, object]]:

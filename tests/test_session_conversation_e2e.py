@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from actor_helpers import model_host
 from fake_models import FakeModelServer, chunk, tool_delta
 
-from actors.agents import ModelFactory
 from actors.errors import InvalidRequest, SessionAlreadyExists
 from actors.host import Host
 from projections import project
@@ -27,16 +27,8 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture
 def mp(tmp_path: pathlib.Path, no_leftover_processes):  # type: ignore[no-untyped-def]
-    h = Host(
-        tmp_path / "data",
-        base="multiprocTCPBase",
-        timeout=20,
-        factory=ModelFactory(backoff=0.01),
-    )
-    try:
+    with model_host(tmp_path / "data") as h:
         yield h
-    finally:
-        h.close()
 
 
 class Gated:
