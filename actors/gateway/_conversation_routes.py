@@ -42,7 +42,9 @@ async def edit(gw: Gateway, request: Request) -> Response:
     body = await json_body(request)
     seq = _seq(body, "seq", required=True)
     text = body.get("text")
-    if not isinstance(text, str) or not text.strip():
+    # Non-empty, as the schema says (and as a message's text is checked): what counts as
+    # white space differs between JSON Schema's patterns and Python.
+    if not isinstance(text, str) or not text:
         raise HttpError(422, "invalid_field", "'text' must be a non-empty string")
     ack = await call(gw.host.edit, sid, seq, text, key=_key(request, "http-edit"))
     return json_response(ack_json(ack), 201)
