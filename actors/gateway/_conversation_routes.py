@@ -11,6 +11,7 @@ from starlette.responses import Response
 
 from spine import InvalidArgumentError, validate_session_id
 
+from .. import errors as e
 from ._gateway import Gateway, call
 from ._replies import HttpError, ack_json, info_json, json_response, session_path
 from ._requests import field, idempotency_key, json_body, session_id, string_map
@@ -105,7 +106,13 @@ async def fork(gw: Gateway, request: Request) -> Response:
         metadata = {**metadata, TENANT_KEY: g.tenant}
     elif not g.admin and (new_id is None or not g.may_write(new_id)):
         raise HttpError(403, "forbidden", "this token may only fork into its own sessions")
-    child = await call(gw.host.fork, sid, at, new_id=new_id, metadata=metadata)
+    try:
+        child = await call(gw.host.fork, sid, at, new_id=new_id, metadata=metadata)
+    except e.InvalidRequest as exc:
+        if at is not None and "events, not" in str(exc):
+            # A seq the session has not reached is its state's answer, not a bad field.
+            raise HttpError(409, "beyond_end", str(exc)) from None
+        raise
     if g.tenant is not None:
         gw.tenants.remember(child, g.tenant)
     info = await call(gw.host.get, child)
