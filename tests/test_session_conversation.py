@@ -249,25 +249,51 @@ def test_a_branch_survives_a_restart_and_a_redelivered_regenerate_is_a_duplicate
 # -- fork (the Host's pure steps, over an in-memory log) ---------------------------------
 
 
-def test_a_fork_inside_a_turn_closes_it_in_the_copy_and_its_root_is_the_prefix() -> None:
+def test_a_fork_inside_a_turn_closes_it_in_the_fork_and_its_root_is_the_prefix() -> None:
     from actors.host.conversation import fork_events, fork_root, safe_point
 
     kit = _running()
     kit.send("queued", mode="steer")
-    records = kit.log.read(kit.session_id, 0, None)
+    sid = kit.session_id
+    records = kit.log.read(sid, 0, None)
     at = records[-1].seq
     events = [r.event() for r in records]
-    assert safe_point(events, kit.session_id) < at  # the turn is open at the end
-    out = fork_events(records, kit.session_id, at, {"ore.model.name": "other"})
-    assert out[:at] == events
-    prov = out[at]
+    assert safe_point(events, sid) < at  # the turn is open at the end
+    out = fork_events(kit.log, sid, at, {"ore.model.name": "other"}, root=True)
+    prov = out[0]
     assert prov.properties["fork.seq"] == str(at)
     assert prov.properties["fork.root"] == fork_root(records)
-    closing = [str(e.kind) for e in out[at + 1 :]]
+    closing = [str(e.kind) for e in out[1:]]
     assert "turn.cancelled" in closing and "steer.dropped" in closing
     assert out[-1].properties == {"ore.model.name": "other"}
     cancelled = next(e for e in out if e.kind == Kind.TURN_CANCELLED)
     assert cancelled.reason == "forked"
+    # Stored by reference: the fork reads the prefix, its link, then what closes the turn.
+    kit.log.fork("forked", sid, at, out)
+    mine = kit.log.read_events("forked")
+    assert mine[:at] == events and mine[at].kind == Kind.SESSION_FORKED
+    assert fork_root(kit.log.read("forked", 0, at)) == prov.properties["fork.root"]
+    # The fork folds as the parent at the fork seq; its own rows then close the turn.
+    from actors.session.rules.state import SessionState, fold
+
+    def state(evs: list[Event]) -> SessionState:
+        return fold(SessionState(session_id=sid), evs)
+
+    assert state(mine[:at]) == state(events)
+    assert state(events).open_turn is not None and state(mine).open_turn is None
+    assert not state(mine).steers
+
+
+def test_a_fork_at_a_safe_point_stores_only_its_provenance() -> None:
+    from actors.host.conversation import fork_events
+
+    kit = SessionKit()
+    kit.send("one")
+    kit.finish(text="answer one")
+    at = kit.log.last_seq(kit.session_id)
+    out = fork_events(kit.log, kit.session_id, at, {})
+    assert [e.kind for e in out] == [Kind.PROPERTIES]
+    assert "fork.root" not in out[0].properties
 
 
 # -- steers under any interleaving -------------------------------------------------------

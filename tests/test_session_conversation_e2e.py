@@ -150,12 +150,13 @@ def test_regenerate_edit_branches_switch_fork_and_replay_on_the_scripted_model(
 
     # A fork at the end of the second turn folds to the parent's state there.
     at = mp.wait_turn(sid, two.seq).seq
-    child = mp.fork(sid, at)
+    child = mp.fork(sid, at, root=True)
     parent_events = [e for e in mp.history(sid) if e.seq <= at]
     child_events = mp.history(child)
     assert child_events[:at] == parent_events
     assert project(child_events[:at]) == project(parent_events)
-    prov = child_events[at]
+    link, prov = child_events[at : at + 2]
+    assert link.kind == Kind.SESSION_FORKED and link.extra == {"parent": sid, "at": at}
     assert prov.properties["fork.parent"] == sid and prov.properties["fork.seq"] == str(at)
     log = SqliteLog(tmp_path / "data" / "spine.db")
     try:
@@ -182,7 +183,7 @@ def test_regenerate_edit_branches_switch_fork_and_replay_on_the_scripted_model(
     assert other.turns[0].reply.startswith("[other]")
 
 
-def test_a_fork_on_a_postgres_spine_folds_to_its_parent_and_records_the_root(
+def test_a_fork_on_a_postgres_spine_folds_to_its_parent_by_reference(
     tmp_path: pathlib.Path, pg_url: str, no_leftover_processes: object
 ) -> None:
     h = Host(tmp_path / "data", spine=pg_url, timeout=30)
@@ -196,8 +197,9 @@ def test_a_fork_on_a_postgres_spine_folds_to_its_parent_and_records_the_root(
         copied = h.history(child)
         assert copied[: len(parent)] == parent
         assert project(copied[: len(parent)]) == project(parent)
-        prov = copied[len(parent)]
-        assert prov.properties["fork.parent"] == sid
+        link, prov = copied[len(parent) : len(parent) + 2]
+        assert link.kind == Kind.SESSION_FORKED
+        assert prov.properties["fork.parent"] == sid and "fork.root" not in prov.properties
         again = h.send(child, "three")
         h.wait_turn(child, again.seq)
         from projections import turns

@@ -2,14 +2,14 @@
 turn (`send(..., mode="steer")` is in `SessionCommands`), edit and regenerate on the turn
 tree, list and switch branches, fork a session at any seq, replay it on another model.
 
-A fork copies the parent's events up to the seq (their seqs, times and bytes as stored)
-into a new stream, then one ``session.properties`` event of provenance: the parent, the
-seq, the Merkle root of the parent's prefix (`spine.seal.merkle_root` over the stored
-rows), and the import keys under which the copied seals verify as the parent's. A copy,
-not a reference: the log has no reads across streams, and a prefix read by reference
-would need every reader (replay, subscriptions, projections, seals, SQLite and
-PostgreSQL) to resolve it; the recorded root lets anyone check that the copy's prefix is
-the parent's byte for byte (`fork_root`).
+A fork is by reference (`spine.Log.fork`): the new stream stores one ``session.forked``
+row naming the parent and the seq (under which the parent's seals in the prefix verify as
+the parent's), then one ``session.properties`` event of provenance (the parent and the
+seq, as metadata `Host.info` shows), then, for a fork inside a turn, that turn's end (reason
+``forked``). The prefix is read through the parent's rows by every per-stream read, so a
+fork costs the same at any length. ``root=True`` also records the Merkle root of the
+prefix (`fork_root`), which reads it whole. Forks made by copying, before forks by
+reference, are ordinary streams and read as they always did.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from spine import (
     new_session_id,
     validate_session_id,
 )
-from spine.seal import IMPORT_EVENTS, IMPORT_STREAM, merkle_root, row_leaf_hash
+from spine.seal import merkle_root, row_leaf_hash
 
 from .. import messages as m
 from ..errors import InvalidRequest, SessionAlreadyExists, SessionNotFound
@@ -108,6 +108,25 @@ def _prefix(log: Log, sid: str, at: int) -> list[Record]:
     return out
 
 
+def _tail(log: Log, sid: str, at: int) -> list[Event]:
+    """The events of ``sid`` up to ``at`` from its last ``turn.started`` (all of them if
+    it has none), read backwards in growing windows: a fork needs only the turn it is in."""
+    window = 256
+    while True:
+        start = max(0, at - window)
+        events = [r.event() for r in log.read(sid, start, at - start)]
+        first = _last_start(events)
+        if first >= 0 or start == 0:
+            return events[max(first, 0) :]
+        window *= 4
+
+
+def _last_start(events: list[Event]) -> int:
+    return next(
+        (i for i in range(len(events) - 1, -1, -1) if events[i].kind == Kind.TURN_STARTED), -1
+    )
+
+
 _ENDS = frozenset({Kind.TURN_COMPLETED, Kind.TURN_CANCELLED})
 
 
@@ -143,36 +162,31 @@ def safe_point(events: list[Event], sid: str) -> int:
     return best
 
 
-def _left_open(events: list[Event], sid: str) -> list[Event]:
+def _left_open(log: Log, sid: str, at: int) -> list[Event]:
     """What closes a turn the prefix ends inside (reason ``forked``): the session's own
     recovery, folded from that turn's start only (a whole long stream needs no fold)."""
-    start = next(
-        (i for i in range(len(events) - 1, -1, -1) if events[i].kind == Kind.TURN_STARTED),
-        -1,
-    )
-    if start < 0 or any(e.kind in _ENDS and _own(e, sid) for e in events[start:]):
+    events = _tail(log, sid, at)
+    if not events or events[0].kind != Kind.TURN_STARTED:
         return []
-    meta = [e for e in events[:start] if e.kind == Kind.PROPERTIES]
-    st = fold(SessionState(session_id=sid), [*meta, *events[start:]])
+    if any(e.kind in _ENDS and _own(e, sid) for e in events):
+        return []
+    meta = [
+        e.event() for e in log.read(sid, 0, None, kinds=[Kind.PROPERTIES]) if e.seq < events[0].seq
+    ]
+    st = fold(SessionState(session_id=sid), [*meta, *events])
     return recovery_events(st, "forked")
 
 
 def fork_events(
-    records: list[Record], parent: str, at: int, metadata: Mapping[str, str]
+    log: Log, parent: str, at: int, metadata: Mapping[str, str], *, root: bool = False
 ) -> list[Event]:
-    """What a fork at ``at`` stores: the copied prefix, its provenance, the end of a turn
-    the prefix left open (reason ``forked``), and the new metadata, if any."""
-    # Appended as read: the log numbers them again, 1..at, as they were.
-    events = [r.event() for r in records]
-    prov = {
-        IMPORT_STREAM: parent,
-        IMPORT_EVENTS: str(at),
-        FORK_PARENT: parent,
-        FORK_SEQ: str(at),
-        FORK_ROOT: fork_root(records),
-    }
-    out = [*events, Event(kind=Kind.PROPERTIES, properties=prov)]
-    out.extend(_left_open(events, parent))
+    """What a fork at ``at`` stores after its link: its provenance, the end of a turn the
+    prefix left open (reason ``forked``), and the new metadata, if any."""
+    prov = {FORK_PARENT: parent, FORK_SEQ: str(at)}
+    if root:
+        prov[FORK_ROOT] = fork_root(_prefix(log, parent, at))
+    out = [Event(kind=Kind.PROPERTIES, properties=prov)]
+    out.extend(_left_open(log, parent, at))
     if metadata:
         out.append(Event(kind=Kind.PROPERTIES, properties=dict(metadata)))
     return out
@@ -238,10 +252,12 @@ class ConversationCommands:
         *,
         new_id: str | None = None,
         metadata: Mapping[str, str] | None = None,
+        root: bool = False,
     ) -> str:
         """A new session whose stream starts with ``session_id``'s events up to ``at``
-        (default: its last seq with no turn running and no message waiting), then their
-        provenance; its fold at ``at`` is the parent's. Returns the new id."""
+        (default: its last seq with no turn running and no message waiting, which reads
+        the parent whole), by reference, then their provenance; its fold at ``at`` is the
+        parent's. ``root``: record the prefix's Merkle root too. Returns the new id."""
         child = new_id if new_id is not None else new_session_id()
         try:
             validate_session_id(child)
@@ -255,9 +271,9 @@ class ConversationCommands:
         _positive("at", at)
         if at > last:
             raise InvalidRequest(f"session {session_id} has {last} events, not {at}")
-        events = fork_events(_prefix(self._log, session_id, at), session_id, at, metadata or {})
+        events = fork_events(self._log, session_id, at, metadata or {}, root=root)
         try:
-            self._log.append(child, events, expected_seq=0)
+            self._log.fork(child, session_id, at, events)
         except ConflictError:
             raise SessionAlreadyExists(
                 f"session {child} already exists: a fork never overwrites a stream",
