@@ -37,6 +37,7 @@ from ..errors import InvalidRequest, SessionAlreadyExists, SessionNotFound
 from ..policy import BusyPolicy
 from ..session.rules.recovery import recovery_events
 from ..session.rules.state import SessionState, fold
+from ..spec import REPLAY_OF, REPLAY_TURN
 from .replies import request_id
 
 #: Provenance keys a fork stores (as metadata: `Host.info` shows them).
@@ -59,12 +60,20 @@ class ReplayTurn:
     #: The tool calls each run asked for, as (tool, input JSON), in order.
     parent_calls: tuple[tuple[str, str], ...] = ()
     calls: tuple[tuple[str, str], ...] = ()
+    #: Each tool result as (result, is_error), in order: a replay's are the parent's
+    #: stored ones, or a refusal where the call differs.
+    parent_results: tuple[tuple[str, bool], ...] = ()
+    results: tuple[tuple[str, bool], ...] = ()
     parent_usage: Usage = attrs.field(factory=Usage)
     usage: Usage = attrs.field(factory=Usage)
 
     @property
     def same(self) -> bool:
-        return self.parent_reply == self.reply and self.parent_calls == self.calls
+        return (
+            self.parent_reply == self.reply
+            and self.parent_calls == self.calls
+            and self.parent_results == self.results
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -214,6 +223,9 @@ class ConversationCommands:
             self, session_id: str, after_seq: int = 0, timeout: float = 30.0
         ) -> Event: ...
         def get(self, session_id: str) -> m.SessionInfo: ...
+        def set_metadata(
+            self, session_id: str, properties: Mapping[str, str | None], *, key: str | None = None
+        ) -> m.Ack: ...
 
     def edit(self, session_id: str, seq: int, text: str, *, key: str | None = None) -> m.Ack:
         """Start a new branch from the user message at ``seq``, with ``text`` in its place;
@@ -293,33 +305,51 @@ class ConversationCommands:
     ) -> Replay:
         """Fork before the first user message after ``at`` (default: the first) with
         ``metadata`` (e.g. ``ore.model.*``), re-send the parent's user messages of its
-        active path one turn at a time, and compare the answers."""
+        active path one turn at a time, and compare the answers. No tool runs: each call
+        the new run makes is answered with the result the parent's turn stored for the
+        same call (`TurnInput.recorded`), and a call the parent did not make is refused
+        and shows as the divergence. The fork serves on as usual afterwards."""
         events = self._log.read_events(session_id)
         path = [t for t in thread_from(events).turns() if t.id > (at or 0)]
         if not path:
             raise InvalidRequest(f"session {session_id} has no user message to replay")
-        child = self.fork(session_id, path[0].id - 1, new_id=new_id, metadata=metadata)
+        md = {**(metadata or {}), REPLAY_OF: session_id}
+        child = self.fork(session_id, path[0].id - 1, new_id=new_id, metadata=md)
         done: list[ReplayTurn] = []
-        for t in path:
-            ack = self.send(child, t.text)
-            end = self.wait_turn(child, ack.seq, timeout)
-            now = self._log.read_events(child)
-            mine = thread_from(now).turns()[-1]
-            done.append(
-                ReplayTurn(
-                    parent_seq=t.id,
-                    seq=ack.seq,
-                    text=t.text,
-                    parent_reply=t.reply,
-                    reply=mine.reply,
-                    stop_reason=end.stop_reason or end.reason,
-                    parent_calls=_calls(events, t),
-                    calls=_calls(now, mine),
-                    parent_usage=t.usage,
-                    usage=mine.usage,
-                )
-            )
+        try:
+            for t in path:
+                self.set_metadata(child, {REPLAY_TURN: str(t.id)})
+                done.append(self._replay_turn(child, events, t, timeout))
+        finally:
+            self.set_metadata(child, {REPLAY_OF: None, REPLAY_TURN: None})
         return Replay(session_id=child, at=path[0].id - 1, turns=tuple(done))
+
+    def _replay_turn(self, child: str, events: list[Event], t: Turn, timeout: float) -> ReplayTurn:
+        ack = self.send(child, t.text)
+        end = self.wait_turn(child, ack.seq, timeout)
+        now = self._log.read_events(child)
+        mine = thread_from(now).turns()[-1]
+        return ReplayTurn(
+            parent_seq=t.id,
+            seq=ack.seq,
+            text=t.text,
+            parent_reply=t.reply,
+            reply=mine.reply,
+            stop_reason=end.stop_reason or end.reason,
+            parent_calls=_calls(events, t),
+            calls=_calls(now, mine),
+            parent_results=_results(events, t),
+            results=_results(now, mine),
+            parent_usage=t.usage,
+            usage=mine.usage,
+        )
+
+
+def _results(events: list[Event], turn: Turn) -> tuple[tuple[str, bool], ...]:
+    answers = set(turn.answers)
+    return tuple(
+        (e.result, e.is_error) for e in events if e.seq in answers and e.kind == Kind.TOOL_RESULT
+    )
 
 
 def _positive(name: str, value: object) -> None:
