@@ -327,3 +327,42 @@ def test_a_replay_refuses_a_call_the_parent_never_made_and_reports_it(mp: Host) 
     assert t.calls == (("calculator", '{"expression": "2+3"}'),)
     ((result, is_error),) = t.results
     assert is_error and result.startswith("not run: this is a replay")
+
+
+def test_a_fork_of_a_long_session_restarts_from_its_snapshot_after_a_sigkill(
+    mp: Host, tmp_path: pathlib.Path
+) -> None:
+    """A fork of 1,200 events folds to its parent's state, snapshots itself past its fork
+    seq, and a SIGKILLed fork comes back from that snapshot with its prefix intact; the
+    parent's later events never reach it."""
+    from projections import turns
+    from spine import open_snapshots
+
+    stored: list[Event] = [Event(kind=Kind.LIFECYCLE, phase="opened")]
+    for t in range(1, 241):
+        stored += [
+            Event(kind=Kind.USER_MESSAGE, text=f"q{t}"),
+            Event(kind=Kind.TURN_STARTED, turn=t),
+            Event(kind=Kind.ASSISTANT, turn=t, text=f"a{t}"),
+            Event(kind=Kind.TURN_COMPLETED, turn=t, stop_reason="end_turn"),
+            Event(kind=Kind.LIFECYCLE, phase="done", turn=t),
+        ]
+    mp._log.append("long", stored)
+    at = mp._log.last_seq("long")
+    child = mp.fork("long", at)
+    assert project(mp.history(child)[:at]) == project(mp.history("long"))
+    one = mp.send(child, "mine")
+    mp.wait_turn(child, one.seq)
+    snaps = open_snapshots(str(tmp_path / "data" / "snapshots.db"))
+    try:
+        snap = snaps.load(child)
+        assert snap is not None and snap.seq > at
+    finally:
+        snaps.close()
+    mp._log.append("long", [Event(kind=Kind.USER_MESSAGE, text="the parent's, later")])
+    os.kill(mp.session_pid(child), signal.SIGKILL)
+    two = mp.send(child, "after the kill")
+    mp.wait_turn(child, two.seq)
+    texts = [t.text for t in turns(mp.history(child))]
+    assert texts[:2] == ["q1", "q2"] and texts[-2:] == ["mine", "after the kill"]
+    assert len(texts) == 242 and "the parent's, later" not in texts
