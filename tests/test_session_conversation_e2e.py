@@ -206,6 +206,9 @@ def test_a_fork_on_a_postgres_spine_folds_to_its_parent_by_reference(
         from projections import turns
 
         assert [t.text for t in turns(h.history(child))] == ["one", "three"]
+        # A replay of the fork reads through two references to the parent's rows.
+        again = h.replay(child)
+        assert [t.text for t in again.turns] == ["one", "three"] and again.diverged_at == 0
     finally:
         h.close()
 

@@ -67,6 +67,10 @@ class ForkContract:
         assert texts(log.read("grandchild", 0, None)) == ["p1", "p2", "p3", "p4", "p5", "", "", "g"]
         assert texts(log.read("grandchild", 2, 3)) == ["p3", "p4", "p5"]
         assert len(log.read_events("grandchild")) == 8
+        # A fork of a fork inside that fork's prefix reads the first parent's rows.
+        log.fork("inside", "child", 3, [ev("i")])
+        assert texts(log.read("inside", 0, None)) == ["p1", "p2", "p3", "", "i"]
+        assert [e.seq for e in log.read_events("inside", 2)] == [3, 4, 5]
 
     def test_a_fork_stores_a_small_record_and_the_global_reads_hold_each_row_once(
         self, log: Log
