@@ -667,6 +667,12 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a fast smoke run")
     ap.add_argument("--only-auth", action="store_true", help="only the authenticated frame's cost")
     ap.add_argument(
+        "--only-throughput",
+        type=int,
+        metavar="ROUNDS",
+        help="only the turns/s at 50 sessions, ROUNDS rounds (bench/transport.py runs it)",
+    )
+    ap.add_argument(
         "--only-memory", type=int, metavar="N", help="only the memory of N live sessions"
     )
     ap.add_argument("--probe", choices=("on", "off"), help=argparse.SUPPRESS)
@@ -683,6 +689,9 @@ def main() -> None:
     try:
         if args.only_memory:
             memory(root, sessions=args.only_memory)
+            return
+        if args.only_throughput:
+            throughput(root, sessions=50, rounds=args.only_throughput, seconds=3.0)
             return
         if not args.only_auth:
             latency(root, rounds=2 if q else 10, per_round=20 if q else 100)
