@@ -33,7 +33,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from actors._runtime.kept_poll import KeptPoll
+# Run as a script, this file's folder heads sys.path, and bench/actors.py would shadow the
+# package of the same name: the repository's root goes first instead.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
+
+from actors._runtime.kept_poll import KeptPoll  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LINE = re.compile(r"^\s+(vertebra|echo)\s+(\d+) turns/s", re.M)
