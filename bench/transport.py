@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(_HERE))
 
 from actors._runtime.kept_poll import KeptPoll  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = _HERE
 LINE = re.compile(r"^\s+(vertebra|echo)\s+(\d+) turns/s", re.M)
 
 
