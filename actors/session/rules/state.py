@@ -42,6 +42,8 @@ class PendingAction:
     input: str = ""
     #: The idempotency key of the in-doubt call this question is about ("" for an approval).
     key: str = ""
+    #: A server's question asked during a running call (``extra.elicitation``), else None.
+    question: Mapping[str, Any] | None = None
 
 
 #: Goal budget keys, as `Submit` takes them and ``session.started`` stores them (``extra``).
@@ -319,6 +321,7 @@ def _action(status: str) -> Callable[[SessionState, Event, int], Changes]:
                     tool_use_id=ev.tool_use_id,
                     input=ev.input,
                     key=str(ev.extra.get(ledger.KEY) or "") if ev.extra else "",
+                    question=ev.extra.get(ledger.QUESTION) if ev.extra else None,
                 ),
             }
         if status == "admitted" and ev.action != "model":

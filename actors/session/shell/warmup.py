@@ -62,6 +62,7 @@ class _WarmPorts(RecordingPorts):
                 effect.fault,
                 key=effect.key,
                 steers=effect.steers,
+                answer=effect.answer,
             )
 
 
