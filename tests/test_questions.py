@@ -11,6 +11,7 @@ import pytest
 from actors.agents.governance import Requirement
 from actors.session.rules import commands as c
 from actors.testing import Outcome, SessionKit
+from projections import project
 from spine import Event, Kind
 
 SCHEMA = {
@@ -71,13 +72,14 @@ def test_an_accepted_answer_is_stored_and_handed_to_the_worker_once() -> None:
     call = _running(kit)
     ask = _ask(kit)
     out = _decide(kit, ask.call, True, {"color": "red", "sizes": ["s"]})
-    assert out.kinds == [Kind.ACTION_APPROVAL, Kind.ACTION_COMPLETED]
+    assert out.kinds == [Kind.ACTION_APPROVAL]  # settled by the decision: it ran nothing
     answer = {"action": "accept", "content": {"color": "red", "sizes": ["s"]}}
     assert out.events[0].extra["elicitation"] == answer
     (eff,) = out.effects
     assert isinstance(eff, c.AnswerWorker)
     assert (eff.action, eff.tool_use_id, eff.answer) == ("elicitation", "t1", answer)
     assert ask.call not in kit.state.stored.pending_actions
+    assert not project(kit.events).pending
     # No intent and no key: the answer is not an effect; the call's own intent stands.
     assert set(kit.state.stored.intents) == {call}
     again = _decide(kit, ask.call, True, {"color": "red"})

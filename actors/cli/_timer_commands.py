@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from datetime import datetime
 from typing import Any
@@ -45,6 +46,24 @@ def approve_args(p: argparse.ArgumentParser) -> None:
         metavar="AMOUNT",
         help="raise the session's cost budget by AMOUNT (a call paused for it)",
     )
+    p.add_argument(
+        "--answer",
+        type=_answer,
+        default=None,
+        metavar="JSON",
+        help="answer a server's question (action elicitation) with these fields, as a JSON "
+        'object (e.g. \'{"color": "red"}\'); reject declines it',
+    )
+
+
+def _answer(text: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise argparse.ArgumentTypeError("an answer is a JSON object of the asked fields")
+    return obj
 
 
 def schedule_args(p: argparse.ArgumentParser) -> None:

@@ -109,12 +109,9 @@ def answered(s: Session, cmd: Decide, pending: PendingAction) -> Decision:
         extra={QUESTION: answer},
         **base,
     )
-    end = (
-        Event(kind=Kind.ACTION_COMPLETED, **base)
-        if cmd.approve
-        else Event(kind=Kind.ACTION_REJECTED, fault=Fault.APPROVAL_REJECTED, **base)
-    )
-    events = (decision, end)
+    # Accepted, the question is settled by the decision alone: it ran nothing.
+    refused = Event(kind=Kind.ACTION_REJECTED, fault=Fault.APPROVAL_REJECTED, **base)
+    events = (decision,) if cmd.approve else (decision, refused)
     ack = m.Ack(
         request_id=cmd.request_id,
         session_id=s.session_id,

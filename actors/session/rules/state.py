@@ -353,7 +353,13 @@ _LEDGER: dict[str, Callable[[SessionState, Event, int], Changes]] = {
 
 
 def _approval(state: SessionState, ev: Event, seq: int) -> Changes:
-    return {"decided": {**state.decided, ev.call: ev.allowed}}
+    changes: Changes = {"decided": {**state.decided, ev.call: ev.allowed}}
+    p = state.pending_actions.get(ev.call)
+    if p is not None and p.question is not None:  # answered: nothing else settles it
+        changes["pending_actions"] = {
+            c: x for c, x in state.pending_actions.items() if c != ev.call
+        }
+    return changes
 
 
 def _lifecycle(state: SessionState, ev: Event, seq: int) -> Changes:

@@ -1,0 +1,157 @@
+"""A server's question during an MCP tool call, end to end against real servers: the
+test suite's SDK server (whose ``pick`` asks on a 2026-07-28 connection, inside the
+call's result) and the reference server-everything under Node (a handshake-era server
+that sends ``elicitation/create`` of its own). The question waits as ``action.pending``,
+a human answers through the Host, the answer is stored and reaches the server; a crash
+while it waits leaves the call in doubt and asks the server nothing again."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import wait_for
+
+pytest.importorskip("mcp", reason="the mcp extra is not installed")
+
+from test_mcp_e2e import _data, _everything, _gone, _of, _simple, _stdio_server
+
+from actors.agents import ScriptedFactory
+from actors.errors import InvalidRequest
+from actors.host import Host
+from spine import Event, Kind
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def calls(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
+    """The file the server appends each round of ``pick`` to."""
+    path = tmp_path / "calls.txt"
+    monkeypatch.setenv("MCP_TEST_CALLS", str(path))
+    monkeypatch.setenv("MCP_TEST_PIDFILE", str(tmp_path / "server.pid"))
+    return path
+
+
+_TOML = _stdio_server().replace(
+    'env = ["MCP_TEST_PIDFILE"]', 'env = ["MCP_TEST_PIDFILE", "MCP_TEST_CALLS"]'
+)
+
+
+@pytest.fixture
+def host(tmp_path: pathlib.Path, calls: pathlib.Path) -> Iterator[Host]:
+    yield from _simple(_data(tmp_path, _TOML))
+    _gone(tmp_path / "server.pid")
+
+
+def _after(h: Host, sid: str, seq: int) -> list[Event]:
+    return [e for e in h.history(sid) if e.seq > seq]
+
+
+def _question(h: Host, sid: str, seq: int) -> Event:
+    (q,) = wait_for(
+        lambda: [
+            e for e in _of(_after(h, sid, seq), Kind.ACTION_PENDING) if e.action == "elicitation"
+        ],
+        timeout=60,
+    )
+    return q
+
+
+def test_a_servers_question_is_answered_by_a_human_and_the_answer_reaches_the_server(
+    host: Host, calls: pathlib.Path
+) -> None:
+    sid = host.create(metadata={"mcp.servers": "notes"})
+    ack = host.send(sid, "!tool notes.pick {}")
+    q = _question(host, sid, ack.seq)
+    asked = q.extra["elicitation"]
+    assert (asked["server"], asked["tool"], asked["message"]) == ("notes", "pick", "Which color?")
+    assert asked["requestedSchema"]["required"] == ["color"]
+    assert [p.call for p in host.pending(sid)] == [q.call]
+    # An answer that does not fit is refused; the question still waits.
+    with pytest.raises(InvalidRequest, match="lacks 'color'"):
+        host.approve(sid, q.call, content={})
+    host.approve(sid, q.call, note="picked", content={"color": "red"})
+    done = host.wait_turn(sid, ack.seq, timeout=60)
+    assert done.stop_reason == "end_turn", done
+    evs = _after(host, sid, ack.seq)
+    (answer,) = [e for e in _of(evs, Kind.ACTION_APPROVAL) if e.call == q.call]
+    assert answer.extra["elicitation"] == {"action": "accept", "content": {"color": "red"}}
+    (result,) = _of(evs, Kind.TOOL_RESULT)
+    assert result.result == "accept {'color': 'red'}" and not result.is_error
+    # One call, asked once and answered once (the 2026-07-28 round trip).
+    assert calls.read_text().split() == ["asked", "answered"]
+    assert [e.tool for e in _of(evs, Kind.TOOL_CALL)] == ["notes.pick"]
+
+
+def test_a_declined_question_tells_the_server_decline(host: Host) -> None:
+    sid = host.create(metadata={"mcp.servers": "notes"})
+    ack = host.send(sid, "!tool notes.pick {}")
+    q = _question(host, sid, ack.seq)
+    host.reject(sid, q.call, "no")
+    done = host.wait_turn(sid, ack.seq, timeout=60)
+    assert done.stop_reason == "end_turn", done
+    (result,) = _of(_after(host, sid, ack.seq), Kind.TOOL_RESULT)
+    assert result.result == "decline None"
+
+
+def test_an_interrupt_withdraws_the_question_and_the_server_serves_on(host: Host) -> None:
+    sid = host.create(metadata={"mcp.servers": "notes"})
+    ack = host.send(sid, "!tool notes.pick {}")
+    q = _question(host, sid, ack.seq)
+    host.interrupt(sid)
+    done = host.wait_turn(sid, ack.seq, timeout=30)
+    assert done.kind == Kind.TURN_CANCELLED, done
+    (gone,) = [e for e in _of(_after(host, sid, ack.seq), Kind.ACTION_REJECTED) if e.call == q.call]
+    assert gone.fault == "cancelled" and not host.pending(sid)
+    (done,) = [
+        host.wait_turn(sid, host.send(sid, '!tool notes.echo {"text": "x"}').seq, timeout=60)
+    ]
+    assert done.stop_reason == "end_turn"
+
+
+def test_a_crash_while_a_question_waits_leaves_the_call_in_doubt_never_sent_again(
+    tmp_path: pathlib.Path, calls: pathlib.Path, no_leftover_processes: Any
+) -> None:
+    """SIGKILL of the session process while the human has not answered: the question
+    is withdrawn, the call is in doubt (by default a human is asked about that, once),
+    and the server never hears the call again."""
+    h = Host(_data(tmp_path, _TOML), base="multiprocTCPBase", timeout=30, factory=ScriptedFactory())
+    try:
+        sid = h.create(metadata={"mcp.servers": "notes"})
+        ack = h.send(sid, "!tool notes.pick {}")
+        q = _question(h, sid, ack.seq)
+        os.kill(h.session_pid(sid), 9)
+        (doubt,) = wait_for(lambda: _of(_after(h, sid, ack.seq), Kind.ACTION_IN_DOUBT), timeout=30)
+        assert doubt.extra["resolution"] == "ask"
+        evs = _after(h, sid, ack.seq)
+        (gone,) = [e for e in _of(evs, Kind.ACTION_REJECTED) if e.call == q.call]
+        assert (gone.fault, gone.reason) == ("cancelled", "crash")
+        (p,) = h.pending(sid)  # the one question left: about the call in doubt
+        assert p.call != q.call and p.action == "notes.pick"
+        with pytest.raises(InvalidRequest):
+            h.approve(sid, q.call, content={"color": "red"})
+        assert not _of(evs, Kind.TOOL_RESULT)
+        assert calls.read_text().split() == ["asked"]
+    finally:
+        h.close()
+
+
+def test_the_reference_servers_elicitation_request_is_answered_by_a_human(
+    tmp_path: pathlib.Path, no_leftover_processes: Any
+) -> None:
+    command = _everything()
+    toml = f'[servers.everything]\ncommand = "{command}"\nargs = ["stdio"]\n'
+    for h in _simple(_data(tmp_path, toml)):
+        sid = h.create(metadata={"mcp.servers": "everything"})
+        ack = h.send(sid, "!tool everything.trigger-elicitation-request {}")
+        q = _question(h, sid, ack.seq)
+        assert q.extra["elicitation"]["requestedSchema"]["required"] == ["name"]
+        h.approve(sid, q.call, content={"name": "Ada", "check": True})
+        done = h.wait_turn(sid, ack.seq, timeout=60)
+        assert done.stop_reason == "end_turn", done
+        (result,) = _of(_after(h, sid, ack.seq), Kind.TOOL_RESULT)
+        assert "provided the requested information" in result.result and "Ada" in result.result
