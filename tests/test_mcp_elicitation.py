@@ -17,7 +17,7 @@ from conftest import wait_for
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed")
 
-from test_mcp_e2e import _data, _everything, _gone, _of, _simple, _stdio_server
+from test_mcp_e2e import _data, _everything, _gone, _of, _simple, _stdio_server, _turn
 
 from actors.agents import ScriptedFactory
 from actors.errors import InvalidRequest
@@ -155,3 +155,8 @@ def test_the_reference_servers_elicitation_request_is_answered_by_a_human(
         assert done.stop_reason == "end_turn", done
         (result,) = _of(_after(h, sid, ack.seq), Kind.TOOL_RESULT)
         assert "provided the requested information" in result.result and "Ada" in result.result
+        # A tool the server runs only as a task is refused before anything is sent.
+        done, evs = _turn(h, sid, '!tool everything.simulate-research-query {"topic": "x"}')
+        (result,) = _of(evs, Kind.TOOL_RESULT)
+        assert result.is_error and "cannot run tasks" in result.result
+        assert not _of(evs, Kind.ACTION_IN_DOUBT) and not _of(evs, Kind.ACTION_PENDING)

@@ -296,12 +296,22 @@ class McpCall:
     """A tool's callable: call ``tool`` on ``server`` (awaited on the provider loop, so
     an interrupt or the timeout cancels the request)."""
 
-    def __init__(self, server: ServerConfig, tool: str, hinted: Mapping[str, bool]) -> None:
+    def __init__(
+        self, server: ServerConfig, tool: str, hinted: Mapping[str, bool], task: bool = False
+    ) -> None:
         self.server = server
         self.tool = tool
         self.hints = dict(hinted)
+        #: The server runs this tool only as a task (``execution.taskSupport: required``).
+        self.task = task
 
     async def __call__(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        if self.task:
+            # Refused here, so nothing reaches the server and nothing is in doubt.
+            raise ToolError(
+                f"MCP server {self.server.name!r}: {self.tool} runs only as an MCP task, "
+                "and this client cannot run tasks (the MCP SDK it is built on has no tasks client)"
+            )
         # The effect ledger's key for the call (the same when a crash makes it run again);
         # derived here where no session runs the turn.
         key = ctx.idempotency_key or idempotency_key(ctx.session_id, ctx.tool_use_id)
@@ -388,9 +398,14 @@ def _tool(server: ServerConfig, t: Any) -> Tool:
         name=f"{server.name}.{t.name}",
         description=description,
         parameters=dict(t.input_schema or {"type": "object", "properties": {}}),
-        fn=McpCall(server, t.name, hinted),
+        fn=McpCall(server, t.name, hinted, _task_only(t)),
         requirement=server.policy(t.name).requirement(),
         idempotent=server.policy(t.name).in_doubt == "retry",
         context=True,
         asynchronous=True,
     )
+
+
+def _task_only(t: Any) -> bool:
+    execution = getattr(t, "execution", None)
+    return getattr(execution, "task_support", None) == "required"
