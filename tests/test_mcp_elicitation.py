@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +19,7 @@ from conftest import wait_for
 pytest.importorskip("mcp", reason="the mcp extra is not installed")
 
 from test_mcp_e2e import _data, _everything, _gone, _of, _simple, _stdio_server, _turn
+from test_mcp_e2e import http_server as http_server  # the fixture
 
 from actors.agents import ScriptedFactory
 from actors.errors import InvalidRequest
@@ -111,6 +113,24 @@ def test_an_interrupt_withdraws_the_question_and_the_server_serves_on(host: Host
         host.wait_turn(sid, host.send(sid, '!tool notes.echo {"text": "x"}').seq, timeout=60)
     ]
     assert done.stop_reason == "end_turn"
+
+
+def test_over_streamable_http_the_servers_timeout_never_runs_while_a_human_is_asked(
+    tmp_path: pathlib.Path, http_server: str
+) -> None:
+    toml = f'[servers.web]\nurl = "{http_server}"\negress_allow = ["127.0.0.1"]\ntimeout = 1\n'
+    for h in _simple(_data(tmp_path, toml)):
+        sid = h.create(metadata={"mcp.servers": "web"})
+        ack = h.send(sid, "!tool web.pick {}")
+        q = _question(h, sid, ack.seq)
+        # The human takes longer than the server may: that is the point, not a wait for
+        # something to happen.
+        time.sleep(1.5)
+        h.approve(sid, q.call, content={"color": "blue"})
+        done = h.wait_turn(sid, ack.seq, timeout=60)
+        assert done.stop_reason == "end_turn", done
+        (result,) = _of(_after(h, sid, ack.seq), Kind.TOOL_RESULT)
+        assert result.result == "accept {'color': 'blue'}" and not result.is_error
 
 
 def test_a_crash_while_a_question_waits_leaves_the_call_in_doubt_never_sent_again(
