@@ -175,3 +175,18 @@ def test_a_crash_while_a_question_waits_withdraws_it_and_the_call_is_in_doubt(
         assert p.key == f"s1/1/{call}"
     late = _decide(kit, ask.call, True, {"color": "red"})
     assert late.error == "InvalidRequest" and not late.events
+
+
+def test_a_question_whose_call_ended_is_withdrawn_with_it() -> None:
+    """The call timed out or its server died while the human had not answered: its
+    result is stored, and the question goes with it; a late answer finds nothing."""
+    kit = SessionKit()
+    call = _running(kit)
+    ask = _ask(kit)
+    result = Event(kind=Kind.TOOL_RESULT, tool="notes.pick", tool_use_id="t1", result="x")
+    ended = Event(kind=Kind.ACTION_COMPLETED, call=call, action="notes.pick", tool_use_id="t1")
+    out = kit.progress(events=[ended, result])
+    gone = [e for e in out.events if e.kind == Kind.ACTION_REJECTED]
+    assert [(e.call, e.fault, e.reason) for e in gone] == [(ask.call, "cancelled", "call ended")]
+    assert not kit.state.stored.pending_actions and not project(kit.events).pending
+    assert _decide(kit, ask.call, True, {"color": "red"}).error == "InvalidRequest"

@@ -13,7 +13,7 @@ itself is in doubt as any call cut off is (`recovery`), never sent again silentl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -27,7 +27,7 @@ from .intents import QUESTION
 from .refusals import failed
 from .state import PendingAction, SessionState
 
-__all__ = ["ACTION", "answered", "asked", "content_error", "orphaned"]
+__all__ = ["ACTION", "answered", "asked", "content_error", "orphaned", "unasked"]
 
 #: The ``action`` of a question's events.
 ACTION = "elicitation"
@@ -132,20 +132,37 @@ def answered(s: Session, cmd: Decide, pending: PendingAction) -> Decision:
     return Decision(state=s, events=events, key=cmd.key, reply=ack, effects=(effect,))
 
 
+def _withdrawn(p: PendingAction, reason: str) -> Event:
+    return Event(
+        kind=Kind.ACTION_REJECTED,
+        turn=p.turn,
+        action=ACTION,
+        call=p.call,
+        tool=str((p.question or {}).get("tool") or ""),
+        tool_use_id=p.tool_use_id,
+        fault=Fault.CANCELLED,
+        reason=reason,
+    )
+
+
 def orphaned(state: SessionState, turn: int, reason: str) -> list[Event]:
     """Withdrawals of ``turn``'s questions, whose call no longer waits for them (a crash
     ended the worker that asked)."""
     return [
-        Event(
-            kind=Kind.ACTION_REJECTED,
-            turn=p.turn,
-            action=ACTION,
-            call=p.call,
-            tool=str((p.question or {}).get("tool") or ""),
-            tool_use_id=p.tool_use_id,
-            fault=Fault.CANCELLED,
-            reason=reason,
-        )
+        _withdrawn(p, reason)
         for p in state.pending_actions.values()
         if p.turn == turn and p.question is not None
+    ]
+
+
+def unasked(state: SessionState, events: Iterable[Event]) -> list[Event]:
+    """Withdrawals of the questions whose call ends among ``events`` (its result is
+    stored: the server no longer waits for the answer, timed out or gone)."""
+    ended = {e.tool_use_id for e in events if e.kind == Kind.TOOL_RESULT}
+    if not ended:
+        return []
+    return [
+        _withdrawn(p, "call ended")
+        for p in state.pending_actions.values()
+        if p.question is not None and p.tool_use_id in ended
     ]
