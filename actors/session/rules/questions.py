@@ -6,9 +6,10 @@ answered through the approval surfaces, the answer is stored with the decision
 ``content``) and handed to the worker, which sends it back to the server.
 
 A question is not an effect: it gets no key and no intent. It lives only as long as the
-call that asked it: an interrupt or a close withdraws it (the server hears ``cancel``);
-after a crash nobody waits for the answer any more, so recovery withdraws it and the call
-itself is in doubt as any call cut off is (`recovery`), never sent again silently.
+call that asked it: an interrupt or a close withdraws it with the call it cancels, and so
+does the call's end (`unasked`); after a crash nobody waits for the answer any more, so
+recovery withdraws it and the call itself is in doubt as any call cut off is
+(`recovery`), never sent again silently.
 """
 
 from __future__ import annotations
