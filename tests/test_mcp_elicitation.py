@@ -89,6 +89,27 @@ def test_a_servers_question_is_answered_by_a_human_and_the_answer_reaches_the_se
     assert [e.tool for e in _of(evs, Kind.TOOL_CALL)] == ["notes.pick"]
 
 
+def test_two_calls_asking_at_once_each_get_their_own_answer(host: Host) -> None:
+    """Each question is tied to the call that asked it: answered by its call's id, each
+    answer reaches its own call."""
+    sid = host.create(metadata={"mcp.servers": "notes"})
+    ack = host.send(sid, "!tool notes.pick {}\n!tool notes.pick {}")
+    answered: dict[str, str] = {}
+
+    def answer_all() -> bool:
+        for q in host.pending(sid):
+            color = f"c{len(answered)}"
+            answered[q.tool_use_id] = color
+            host.approve(sid, q.call, content={"color": color})
+        return len(answered) == 2
+
+    wait_for(answer_all, timeout=60)
+    done = host.wait_turn(sid, ack.seq, timeout=60)
+    assert done.stop_reason == "end_turn", done
+    results = {r.tool_use_id: r.result for r in _of(_after(host, sid, ack.seq), Kind.TOOL_RESULT)}
+    assert results == {u: f"accept {{'color': '{c}'}}" for u, c in answered.items()}
+
+
 def test_a_declined_question_tells_the_server_decline(host: Host) -> None:
     sid = host.create(metadata={"mcp.servers": "notes"})
     ack = host.send(sid, "!tool notes.pick {}")
