@@ -7,18 +7,21 @@ while it waits leaves the call in doubt and asks the server nothing again."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from cli_support import Daemon, ok, run, stopped_after
 from conftest import wait_for
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed")
 
-from test_mcp_e2e import _data, _everything, _gone, _of, _simple, _stdio_server, _turn
+from test_mcp_e2e import SERVER, _data, _everything, _gone, _of, _simple, _stdio_server, _turn
 from test_mcp_e2e import http_server as http_server  # the fixture
 
 from actors.agents import ScriptedFactory
@@ -179,6 +182,34 @@ def test_a_crash_while_a_question_waits_leaves_the_call_in_doubt_never_sent_agai
         assert calls.read_text().split() == ["asked"]
     finally:
         h.close()
+
+
+def test_the_command_line_answers_a_question_in_the_chat_and_with_approve_answer(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A daemon with the SDK server configured: the chat shows the question and takes a
+    JSON object as the answer; `vertebra approve --answer` answers another."""
+    data = tmp_path / "data"
+    data.mkdir()
+    toml = f"[servers.notes]\ncommand = {sys.executable!r}\nargs = [{str(SERVER)!r}]\n"
+    (data / "mcp.toml").write_text(toml)
+    with stopped_after(Daemon(data).start()) as d:
+        ok(run(d.data, "new", "q", "--meta", "mcp.servers=notes"))
+        text = ok(run(d.data, "chat", "q", stdin='!tool notes.pick {}\n{"color": "red"}\n'))
+        assert "question from notes.pick (action " in text and "Which color?" in text
+        assert "accept {'color': 'red'}" in text
+        ok(run(d.data, "send", "q", "!tool notes.pick {}", "--no-wait"))
+
+        def waiting() -> list[dict[str, Any]]:
+            lines = ok(run(d.data, "pending", "q", "--json")).splitlines()
+            return [json.loads(x) for x in lines if x.strip()]
+
+        (q,) = wait_for(waiting, 60)
+        assert q["action"] == "elicitation" and q["input"]["message"] == "Which color?"
+        call = str(q["call"])
+        out = ok(run(d.data, "approve", "q", call, "--answer", '{"color": "green"}'))
+        assert f"action {call} approved" in out
+        wait_for(lambda: "accept {'color': 'green'}" in ok(run(d.data, "history", "q")), 60)
 
 
 def test_the_reference_servers_elicitation_request_is_answered_by_a_human(
