@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import pathlib
+import signal
 import threading
 import time
 from collections import Counter
@@ -85,11 +87,16 @@ def test_a_4s_postgres_outage_fails_no_session_and_loses_or_doubles_nothing(
                         break
                     time.sleep(0.05)  # a client's pause before it retries
 
+    # A session whose process dies during the outage: its next incarnations cannot reach
+    # the spine to start; that must not spend its restart budget.
+    killed = host.create()
+    killed_pid = host.session_pid(killed)
     threads = [threading.Thread(target=client, args=(sid,)) for sid in sids]
     for t in threads:
         t.start()
     wait_for(lambda: log.exists() and len(log.read_text().splitlines()) >= SESSIONS, 30)
     pg.stop()
+    os.kill(killed_pid, signal.SIGKILL)
     time.sleep(OUTAGE)  # the outage itself, not a wait for anything
     pg.start()
     for t in threads:
@@ -117,7 +124,11 @@ def test_a_4s_postgres_outage_fails_no_session_and_loses_or_doubles_nothing(
         assert len(texts) == len(set(texts)) == MESSAGES, sid
         assert [e.seq for e in evs] == list(range(1, len(evs) + 1))
     assert "append" not in t.doubled and t.lost == 0, t.report()
+    stats = host.stats()
+    print(f"runner: outages={stats['outages']} restarts={stats['restarts']}")
+    # The killed session was started again while the spine was away, not as a crash.
+    assert stats["outages"] >= 1 and host.get(killed).state != "failed"
     # Every session serves again, nobody revived it.
-    for sid in sids:
+    for sid in [*sids, killed]:
         ack = host.send(sid, "after")
         assert host.wait_turn(sid, ack.seq).kind == Kind.TURN_COMPLETED
