@@ -173,6 +173,27 @@ class SessionCommands:
         ``approval_rejected``, and the model is told why."""
         return self._decide(session_id, call, False, reason, key)
 
+    def resolve(
+        self,
+        session_id: str,
+        call: int,
+        result: str,
+        note: str = "",
+        *,
+        is_error: bool = False,
+        key: str | None = None,
+    ) -> m.Ack:
+        """Answer the in-doubt call that the waiting action ``call`` asks about (an
+        ``action.pending`` with reason ``in_doubt``) with ``result``, the outcome a human
+        knows it had: stored as the call's ``tool.result`` (``is_error``: as an error), the
+        call is never run again, and its turn goes on with it. An action that is not in
+        doubt, or is decided already, is `InvalidRequest`."""
+        if not isinstance(result, str) or not result:
+            raise InvalidRequest("a result given by hand must be a non-empty string")
+        if not isinstance(is_error, bool):
+            raise InvalidRequest("is_error must be a boolean")
+        return self._decide(session_id, call, False, note, key, result=(result, is_error))
+
     def _decide(
         self,
         session_id: str,
@@ -181,6 +202,7 @@ class SessionCommands:
         note: str,
         key: str | None,
         raise_by: float = 0.0,
+        result: tuple[str, bool] = ("", False),
     ) -> m.Ack:
         if not isinstance(call, int) or isinstance(call, bool) or call <= 0:
             raise InvalidRequest(f"call must be a positive integer, got {call!r}")
@@ -196,6 +218,8 @@ class SessionCommands:
             approve=approve,
             note=note,
             raise_by=float(raise_by),
+            result=result[0],
+            is_error=result[1],
         )
         return self._request(msg)  # type: ignore[no-any-return]
 

@@ -208,6 +208,9 @@ class Decide:
     note: str = ""
     #: Raise the session's cost budget by this much (a pause for budget waits on it).
     raise_by: float = 0.0
+    #: An in-doubt call's result, given by hand (`resolve`; "" for a verdict).
+    result: str = ""
+    is_error: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -329,6 +332,9 @@ class AnswerWorker:
     fault: str = ""
     #: The call's idempotency key (admitted tool calls), handed to the tool.
     key: str = ""
+    #: The result a human gave by hand (fault ``resolved``), stored already.
+    result: str = ""
+    is_error: bool = False
     #: Steers delivered with this admission (a model call's): the worker adds them to the
     #: conversation, as user messages, before the call.
     steers: tuple[str, ...] = ()

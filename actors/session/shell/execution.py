@@ -174,6 +174,7 @@ class IncarnationPorts:
                 effect.fault,
                 key=effect.key,
                 steers=effect.steers,
+                given=(effect.result, effect.is_error) if effect.result else None,
             )
 
     def create_child(self, effect: c.CreateChild) -> None:
