@@ -3,6 +3,8 @@ what is stored, what the turn does next, and what is refused."""
 
 from __future__ import annotations
 
+import json
+
 import attrs
 import pytest
 
@@ -12,9 +14,10 @@ from actors.testing import Outcome, SessionKit
 from spine import Event, Kind
 
 GATED = Requirement(approval=True)
+FREE = Requirement()
 
 
-def _govern(kit: SessionKit, tool: str, use_id: str, need: Requirement = Requirement()) -> Outcome:
+def _govern(kit: SessionKit, tool: str, use_id: str, need: Requirement = FREE) -> Outcome:
     turn = kit.state.running.turn  # type: ignore[union-attr]
     return kit.run(c.Govern(turn=turn, action=tool, tool_use_id=use_id, input="{}", need=need))
 
@@ -63,6 +66,9 @@ def test_a_result_given_by_hand_is_stored_as_the_calls_and_the_turn_runs_on() ->
     assert out.reply.seq == out.events[-1].seq
     (start,) = [e for e in out.effects if isinstance(e, c.StartTurn)]
     assert start.input.resume and start.turn == 1
+    # The resumed turn starts from the log with the result in it: it asks nothing again.
+    told = [json.loads(b) for r, b, *_ in start.input.history if r == "tool.result"]
+    assert told == [{"id": "t1", "name": "append", "result": "it ran: 3 lines", "isError": False}]
     assert not kit.state.stored.pending_actions
     asked = _govern(kit, "append", "t1")
     assert not asked.events and asked.effects[0].verdict == "reject"

@@ -303,7 +303,7 @@ def interrupt(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
-def _call(text: str) -> int:
+def parse_call(text: str) -> int:
     if not text.isdigit() or int(text) <= 0:
         raise CliError(
             f"a call is a positive integer (as `vertebra pending` shows it), got {text!r}",
@@ -321,7 +321,7 @@ def decide_args(p: argparse.ArgumentParser) -> None:
 
 def _decide(args: argparse.Namespace, out: Out, approve: bool) -> int:
     sid = session_id(args.session)
-    call = _call(args.call)
+    call = parse_call(args.call)
     with attach(args) as host:
         if approve:
             ack = host.approve(sid, call, note=args.note, raise_by=args.raise_by)
@@ -376,7 +376,7 @@ def pending(args: argparse.Namespace, out: Out) -> int:
             )
         else:
             doubt = (
-                "  (in doubt: it may have run; approve runs it again)"
+                "  (in doubt: it may have run; approve runs it again, resolve gives its result)"
                 if ev.reason == "in_doubt"
                 else ""
             )
@@ -416,6 +416,7 @@ __all__ = [
     "interrupt_args",
     "new",
     "new_args",
+    "parse_call",
     "pending",
     "pending_args",
     "reject",

@@ -66,8 +66,9 @@ class SetMetadata:
 class DecideAction:
     """A human's decision on a governed action waiting for approval (``call`` as the
     ``action.pending`` event names it): approve runs it once, reject refuses it with
-    fault ``approval_rejected``, a ``result`` (for a call in doubt) answers it by hand. Answered with an `Ack`; deciding a call again the same way
-    is a duplicate, an unknown call or a contrary decision is `InvalidRequest`."""
+    fault ``approval_rejected``, a ``result`` (for a call in doubt) answers it by hand.
+    Answered with an `Ack`; deciding a call again the same way is a duplicate, an unknown
+    call or a contrary decision is `InvalidRequest`."""
 
     request_id: str
     session_id: str

@@ -23,7 +23,7 @@ from .commands import AnswerWorker, Decide, Decision, Running, Session
 from .gate import resumed
 from .intents import KEY, RESOLUTION
 from .refusals import failed
-from .state import PendingAction, SessionState
+from .state import PendingAction, SessionState, fold
 
 __all__ = ["BY_HAND", "resolve"]
 
@@ -105,10 +105,12 @@ def resolve(s: Session, cmd: Decide) -> Decision:
     ot = st.open_turn
     if ot is None or ot.turn != p.turn or s.stopping or st.terminal:
         return Decision(state=s, events=events, key=cmd.key, reply=ack)
+    # The turn runs on from the log as these events leave it: the call has its result.
+    after = fold(st, events, st.last_seq + 1)
     return Decision(
         state=attrs.evolve(s, running=Running(turn=ot.turn)),
         events=events,
         key=cmd.key,
         reply=ack,
-        effects=(resumed(st, ot.turn),),
+        effects=(resumed(after, ot.turn),),
     )
