@@ -13,6 +13,8 @@ in-doubt call's idempotency key) and the ``tool.result``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from spine import Event, Kind
@@ -53,7 +55,7 @@ def _events(st: SessionState, p: PendingAction, cmd: Decide) -> tuple[Event, ...
         trust = Policy.from_metadata(st.metadata).trust
     except PolicyError:
         trust = ""
-    base = {
+    base: dict[str, Any] = {
         "turn": p.turn,
         "action": p.action,
         "call": cmd.call,
