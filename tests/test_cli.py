@@ -1068,6 +1068,10 @@ def test_pending_approve_and_reject_decide_waiting_actions(daemon: Daemon) -> No
     (first,) = wait_for(waiting, 20)
     assert first["action"] == "http_get" and first["input"] == {"url": "http://127.0.0.1:9/"}
     assert str(first["call"]) in ok(run(daemon.data, "pending", "gov-1"))
+    # A result by hand is for a call in doubt; this one never ran.
+    call = str(first["call"])
+    fails(run(daemon.data, "resolve", "gov-1", call, "--result", "done"), 2, "not in doubt")
+    fails(run(daemon.data, "resolve", "gov-1", call), 2, "--result")
     assert "rejected" in ok(run(daemon.data, "reject", "gov-1", str(first["call"]), "--note", "no"))
     fails(run(daemon.data, "approve", "gov-1", str(first["call"])), 2, "already rejected")
     fails(run(daemon.data, "approve", "gov-1", "0"), 2, "positive integer")
