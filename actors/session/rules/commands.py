@@ -212,6 +212,9 @@ class Decide:
     raise_by: float = 0.0
     #: An accepted question's answer (an elicitation's content).
     content: Mapping[str, Any] | None = None
+    #: An in-doubt call's result, given by hand (`resolve`; "" for a verdict).
+    result: str = ""
+    is_error: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -333,6 +336,9 @@ class AnswerWorker:
     fault: str = ""
     #: The call's idempotency key (admitted tool calls), handed to the tool.
     key: str = ""
+    #: The result a human gave by hand (fault ``resolved``), stored already.
+    result: str = ""
+    is_error: bool = False
     #: Steers delivered with this admission (a model call's): the worker adds them to the
     #: conversation, as user messages, before the call.
     steers: tuple[str, ...] = ()
