@@ -13,20 +13,14 @@ from typing import Any
 import attrs
 import orjson
 import pytest
-from context_server import TOOLS, WindowServer, overflow
+from context_server import TOOLS, WindowServer, overflow, replayed
 from fake_models import FakeModelServer
 
 from actors.agents import ModelAgent, ModelFactory, ToolRegistry
-from actors.agents.context import leaves_out, model_view
-from actors.agents.formats import chat_body
 from actors.agents.http import HttpProvider
 from actors.agents.scripted import ScriptedProvider
-from actors.agents.tools import RECALL
-from actors.agents.wire import ModelRequest
 from actors.host import Host
 from actors.session.rules import commands as c
-from actors.session.rules.state import SessionState, fold
-from actors.session.rules.turns import settle
 from actors.session.shell.worker import TurnWorker
 from actors.spec import AgentSpec, ContextView, TurnInput
 from spine import Event, Kind
@@ -74,36 +68,6 @@ def _say(h: Host, sid: str, text: str) -> Event:
 
 def _message(i: int) -> str:
     return f"m{i} " + f"line {i} of a conversation that goes on and on. " * 6
-
-
-def _rebuilt(events: list[Event], session_id: str) -> list[bytes]:
-    """Each turn's first answered request as the log gives it: the state before the turn,
-    with the context events the turn stored (its window answer, its compactions)."""
-    out = []
-    starts = [i for i, e in enumerate(events) if e.kind == Kind.TURN_STARTED]
-    for n, at in enumerate(starts):
-        end = starts[n + 1] if n + 1 < len(starts) else len(events)
-        ctx_events = [
-            e for e in events[at:end] if e.kind in (Kind.CONTEXT_WINDOW, Kind.CONTEXT_COMPACTED)
-        ]
-        st = fold(SessionState(session_id=session_id), [*events[:at], *ctx_events])
-        d = settle(c.Session(stored=st), c.Settle())
-        (start,) = [x for x in d.effects if isinstance(x, c.StartTurn)]
-        ti = start.input
-        system, msgs, _ = model_view(ti, ti.spec.system)
-        tools = TOOLS.with_tool(RECALL) if leaves_out(ti) else TOOLS
-        req = ModelRequest(
-            model=ti.spec.model,
-            messages=msgs,
-            tools=tools.specs(),
-            system=system,
-            temperature=ti.spec.temperature,
-            max_output_tokens=ti.spec.max_output_tokens,
-            thinking_level=ti.spec.thinking_level,
-            include_usage=ti.spec.include_usage,
-        )
-        out.append(orjson.dumps(chat_body(req)))
-    return out
 
 
 def _root(h: Host, sid: str, first: int, last: int) -> str:
@@ -178,7 +142,7 @@ def test_a_session_outlives_its_window_and_replays_its_requests_byte_for_byte(
     assert recalled.result.endswith("\n" + "b" * 500)
     # Live == replay: each turn's request is the one the log gives, byte for byte, on
     # both sides of the restart.
-    assert _first_answered(server) == _rebuilt(events, sid)
+    assert _first_answered(server) == replayed(events, sid)
 
 
 def test_an_overflow_the_estimate_missed_is_answered_by_one_compaction_and_a_retry(
