@@ -5,6 +5,7 @@ byte."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 from collections.abc import Iterator
@@ -317,3 +318,47 @@ def test_a_forced_compaction_runs_though_none_is_due() -> None:
     out = _Worker()
     out.run(agent, attrs.evolve(ti, context=attrs.evolve(ctx, force=False)))
     assert out.events(Kind.CONTEXT_COMPACTED) == []
+
+
+def test_hundreds_of_turns_stay_under_the_window_and_stay_verifiable(
+    tmp_path: pathlib.Path, no_leftover_processes: None
+) -> None:
+    """The benchmark's case in small (``bench/context_live.py`` runs 10,000 turns): 300
+    turns with a 20 KB tool result every tenth, against a 1024-token window, restarted
+    half-way. No request passes the window, the session compacts again and again, every
+    turn's request is the one its log gives, the status says where the context stands
+    without folding the stream, and the whole stream still seals and verifies."""
+    server = WindowServer(N_CTX, keep_raw=False)
+    turns = 300
+    try:
+        h = _host(tmp_path)
+        try:
+            sid = h.create()
+            _point(h, sid, server.url)
+            for n in range(1, turns + 1):
+                if n == turns // 2 + 1:
+                    h.close()
+                    h = _host(tmp_path)
+                text = f"!blob 20000 {n}" if n % 10 == 0 else f"m{n} " + "words " * 8
+                done = _say(h, sid, text)
+                assert done.kind == Kind.TURN_COMPLETED and not done.error, (n, done)
+            events = h.history(sid)
+            status = h.status(sid).context
+            assert h.seal(sid).seq > 0
+            verified = h.verify(sid)
+        finally:
+            h.close()
+    finally:
+        server.close()
+    assert [t for _, t, ok, _ in server.log if not ok] == []
+    assert max(t for _, t, _, _ in server.log) <= N_CTX
+    compactions = [e for e in events if e.kind == Kind.CONTEXT_COMPACTED]
+    assert len(compactions) >= 10
+    assert sum(1 for e in events if e.kind == Kind.USER_MESSAGE) == turns
+    assert server.turn_digests == [hashlib.sha256(b).digest() for b in replayed(events, sid)]
+    last = compactions[-1].extra
+    assert (status.window, status.source) == (N_CTX, "llama.cpp /props")
+    assert status.compactions == len(compactions)
+    assert status.covered == (last["fromSeq"], last["toSeq"])
+    assert 0 < status.used <= N_CTX
+    assert verified.ok, verified.summary
