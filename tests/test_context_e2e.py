@@ -22,9 +22,10 @@ from actors.agents.http import HttpProvider
 from actors.agents.scripted import ScriptedProvider
 from actors.host import Host
 from actors.session.rules import commands as c
+from actors.session.shell.recall import rooted
 from actors.session.shell.worker import TurnWorker
 from actors.spec import AgentSpec, ContextView, TurnInput
-from spine import Event, Kind
+from spine import Event, Kind, SqliteLog
 from spine.seal import merkle_root, row_leaf_hash
 
 pytestmark = pytest.mark.timeout(180)
@@ -362,3 +363,28 @@ def test_hundreds_of_turns_stay_under_the_window_and_stay_verifiable(
     assert status.covered == (last["fromSeq"], last["toSeq"])
     assert 0 < status.used <= N_CTX
     assert verified.ok, verified.summary
+
+
+def test_a_compactions_root_is_its_spans_whoever_hashed_the_span_before(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Each compaction's root is the Merkle root of exactly the events first..last, though
+    only the events since the last one are hashed again; another log whose stream has the
+    same id, or a span that starts elsewhere, is hashed whole."""
+
+    def compaction(first: int, last: int) -> Event:
+        return Event(kind=Kind.CONTEXT_COMPACTED, extra={"fromSeq": first, "toSeq": last})
+
+    def want(log: SqliteLog, first: int, last: int) -> str:
+        rows = log.read("same-id", first - 1, last - first + 1)
+        return merkle_root([row_leaf_hash(r.payload, r.version) for r in rows]).hex()
+
+    with SqliteLog(tmp_path / "a.db") as a, SqliteLog(tmp_path / "b.db") as b:
+        a.append("same-id", [Event(kind=Kind.ASSISTANT, text=f"a{i}") for i in range(40)])
+        b.append("same-id", [Event(kind=Kind.ASSISTANT, text=f"b{i}") for i in range(40)])
+        for log, first, last in [(a, 1, 5), (a, 1, 17), (a, 1, 17), (a, 1, 33), (b, 1, 35),
+                                 (a, 1, 36), (a, 4, 38), (a, 1, 12), (a, 1, 40)]:  # fmt: skip
+            ev = rooted(log, "same-id", compaction(first, last))
+            assert ev.extra["root"] == want(log, first, last), (first, last)
+            assert ev.extra["count"] == last - first + 1
+        assert "root" not in rooted(a, "same-id", compaction(1, 41)).extra
