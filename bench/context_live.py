@@ -8,7 +8,8 @@ Reports: requests the server refused (target 0), the largest request as a share 
 window (target under 1), the compactions stored, whether every turn's first request is
 byte for byte the one its log gives (``replayed``, on both sides of the restart), and the
 wall time of a turn (message sent to turn stored) early and late, p50 and p99, with and
-without the turns that compacted, to show the cost per turn does not grow with length.
+without the turns that compacted, to show the cost per turn does not grow with length;
+and that the whole stream, every event of it, seals and verifies at the end.
 
 Run ``python bench/context_live.py`` (``--turns N`` for a shorter run; 10,000 takes
 minutes).
@@ -97,6 +98,10 @@ def run(turns: int) -> dict[str, object]:
         try:
             events = h.history(sid)
             report = h.context(sid)
+            t0 = time.perf_counter()
+            sealed = h.seal(sid).seq
+            verified = h.verify(sid)
+            checked = time.perf_counter() - t0
         finally:
             h.close()
     finally:
@@ -115,6 +120,8 @@ def run(turns: int) -> dict[str, object]:
         "turns that compacted": sum(1 for _, c in spent if c),
         "requests == replay (bytes)": server.turn_digests == rebuilt,
         "estimate next / window": report.get("used", 0.0),
+        "sealed through seq, verified": f"{sealed}, {verified.ok}",
+        "seal + verify s": checked,
     }
     for name, part in (("first", early), ("last", late)):
         quiet = [w for w, c in part if not c]

@@ -321,6 +321,14 @@ def test_a_forced_compaction_runs_though_none_is_due() -> None:
     assert out.events(Kind.CONTEXT_COMPACTED) == []
 
 
+def _orphans(raw: bytes) -> int:
+    """Tool calls without their result, or results without their call, in one request."""
+    msgs = orjson.loads(raw)["messages"]
+    asked = {c["id"] for m in msgs for c in m.get("tool_calls") or []}
+    answered = {m["tool_call_id"] for m in msgs if m["role"] == "tool"}
+    return len(asked ^ answered)
+
+
 def test_hundreds_of_turns_stay_under_the_window_and_stay_verifiable(
     tmp_path: pathlib.Path, no_leftover_processes: None
 ) -> None:
@@ -329,7 +337,7 @@ def test_hundreds_of_turns_stay_under_the_window_and_stay_verifiable(
     half-way. No request passes the window, the session compacts again and again, every
     turn's request is the one its log gives, the status says where the context stands
     without folding the stream, and the whole stream still seals and verifies."""
-    server = WindowServer(N_CTX, keep_raw=False)
+    server = WindowServer(N_CTX)
     turns = 300
     try:
         h = _host(tmp_path)
@@ -353,6 +361,7 @@ def test_hundreds_of_turns_stay_under_the_window_and_stay_verifiable(
         server.close()
     assert [t for _, t, ok, _ in server.log if not ok] == []
     assert max(t for _, t, _, _ in server.log) <= N_CTX
+    assert [raw for raw, _, _, _ in server.log if _orphans(raw)] == []
     compactions = [e for e in events if e.kind == Kind.CONTEXT_COMPACTED]
     assert len(compactions) >= 10
     assert sum(1 for e in events if e.kind == Kind.USER_MESSAGE) == turns
