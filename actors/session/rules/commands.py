@@ -195,6 +195,8 @@ class Govern:
     #: Unix time the session received the request (stamped by the shell: a goal run's
     #: wall-time budget is checked against it).
     now: float = 0.0
+    #: A server's question to a human during the call (MCP elicitation): see `questions`.
+    question: Mapping[str, Any] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -208,6 +210,11 @@ class Decide:
     note: str = ""
     #: Raise the session's cost budget by this much (a pause for budget waits on it).
     raise_by: float = 0.0
+    #: An accepted question's answer (an elicitation's content).
+    content: Mapping[str, Any] | None = None
+    #: An in-doubt call's result, given by hand (`resolve`; "" for a verdict).
+    result: str = ""
+    is_error: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -329,9 +336,14 @@ class AnswerWorker:
     fault: str = ""
     #: The call's idempotency key (admitted tool calls), handed to the tool.
     key: str = ""
+    #: The result a human gave by hand (fault ``resolved``), stored already.
+    result: str = ""
+    is_error: bool = False
     #: Steers delivered with this admission (a model call's): the worker adds them to the
     #: conversation, as user messages, before the call.
     steers: tuple[str, ...] = ()
+    #: A question's answer (``action`` accept, decline or cancel, and ``content``).
+    answer: Mapping[str, Any] | None = None
 
 
 @attrs.frozen(kw_only=True)
