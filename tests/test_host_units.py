@@ -15,6 +15,7 @@ from actors.host import SessionSubscription, merge
 from actors.host.reading import pending_actions
 from actors.host.replies import ReplyMatcher, raise_failed
 from actors.messages import Ack, RequestFailed, SinkBatch
+from actors.runner.protocol import WAITING, FindRequest, RequestWhere
 from projections import ProjectionFailed, QueryIndex
 from spine import Event, Kind, MemoryLog, Phase
 
@@ -212,14 +213,20 @@ def test_a_failed_session_is_not_a_closed_one() -> None:
 
 
 class _LossyTransport:
-    """Loses the first delivery of every request; answers the second."""
+    """Loses the first delivery of every request; answers the second. Asked where a
+    request stands, it answers ``where`` as the Runner would (``""``: it never got it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, where: str = "") -> None:
         self.sent: list[object] = []
+        self.where = where
+        self.asked = 0
 
     def ask(self, to: object, msg: object, timeout: float, request_id: str | None = None) -> object:
         if isinstance(msg, m.GetRunner):
             return m.RunnerAddress(request_id=msg.request_id, address="runner", generation=1)
+        if isinstance(msg, FindRequest):
+            self.asked += 1
+            return RequestWhere(request_id=msg.request_id, where=self.where)
         self.sent.append(msg)
         return None
 
@@ -246,7 +253,25 @@ def test_an_idempotent_request_lost_in_transit_is_sent_again(
     rt.runner, rt.generation = "runner", 1
     msg = m.SendMessage(request_id="r1", session_id="s", key="k", text="hi")
     assert isinstance(rt.request(msg, 5.0), m.Done)
-    assert t.sent == [msg, msg]
+    assert t.sent == [msg, msg] and t.asked == 1 and rt.resent == 1
+
+
+def test_a_request_waiting_for_a_loading_session_is_not_sent_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The Runner says it holds the request for a session still loading: the Host asks
+    again later instead of sending a copy, however long the load."""
+    from actors.host import runtime
+
+    monkeypatch.setattr(runtime, "RESEND_AFTER", 0.02)
+    monkeypatch.setattr(runtime, "RUNNER_CHECK", 0.01)
+    t = _LossyTransport(where=WAITING)
+    rt = runtime.Runtime(t, timeout=5.0, follow_restarts=True)  # type: ignore[arg-type]
+    rt.runner, rt.generation = "runner", 1
+    msg = m.SendMessage(request_id="r1", session_id="s", key="k", text="hi")
+    with pytest.raises(HostTimeout):
+        rt.request(msg, 0.3)
+    assert t.sent == [msg] and t.asked >= 3 and rt.resent == 0
 
 
 def test_a_create_is_never_sent_twice(monkeypatch: pytest.MonkeyPatch) -> None:

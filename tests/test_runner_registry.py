@@ -11,7 +11,7 @@ from actors import messages as m
 from actors._runtime.shell import requester_of
 from actors.policy import RestartPolicy
 from actors.runner import EntryState, Registry
-from actors.runner.protocol import PassivationDue, RestartDue
+from actors.runner.protocol import FORWARDED, WAITING, PassivationDue, RestartDue
 from actors.runner.rules import supervision as sv
 from actors.runner.rules.actions import (
     Action,
@@ -247,6 +247,21 @@ def test_requests_to_a_starting_or_restarting_session_wait() -> None:
     r.create(SID, "c1", CALLER, {})
     assert r.route(SID, _send(), CALLER, 0.0) == []
     assert len(r.entries[SID].pending) == 1
+
+
+def test_the_host_is_told_where_a_request_without_a_reply_stands() -> None:
+    """Queued for a loading incarnation: waiting (no copy needed); keyed ingress forwarded
+    and not committed: forwarded; committed, never seen, or another session's: none."""
+    r = _registry()
+    r.load(SID, 3)
+    r.route(SID, _send(), CALLER, 0.0)
+    r.route(SID, m.GetSession(request_id="g1", session_id=SID), CALLER, 0.0)
+    assert (r.where(SID, "r1"), r.where(SID, "g1")) == (WAITING, WAITING)
+    assert (r.where(SID, "lost"), r.where("other", "r1")) == ("", "")
+    _ready(r, 1, last_seq=3)
+    assert (r.where(SID, "r1"), r.where(SID, "g1")) == (FORWARDED, "")
+    r.appended(Appended(session_id=SID, incarnation=1, keys=("k1",)), 1.0)
+    assert r.where(SID, "r1") == ""
 
 
 # -- supervision ---------------------------------------------------------------------------

@@ -4,7 +4,8 @@ The guardian (``vertebra.guardian``) creates the Runner and the status projectio
 and replaces either when it dies; `Runtime` remembers their addresses, asks the guardian
 again when the Runner stops answering, and resends the request to a replacement. A request
 that may be delivered twice (`IDEMPOTENT`) is also sent again after `RESEND_AFTER` seconds
-without a reply: Thespian delivers at most once. Projection requests go
+without a reply (Thespian delivers at most once), unless the Runner, asked, says it holds
+it for a session that is still loading its stream. Projection requests go
 through the same reply matching; a projection actor that is missing, silent or refusing
 only means the Host folds the stream itself.
 """
@@ -20,6 +21,7 @@ from .. import messages as m
 from .._runtime.system import data_identity
 from ..errors import ActorsError, HostTimeout, InvalidRequest, WrongDaemon
 from ..messages import GetRunner, Ping, Pong, RunnerAddress, RunnerConfig, SessionPid
+from ..runner.protocol import WAITING, FindRequest, RequestWhere
 from ..runner.shell.guardian import Guardian
 from ..validation import field_problem
 from .replies import raise_failed, request_id
@@ -81,6 +83,8 @@ class Runtime:
         self.runner: Any = None
         self.generation = 0
         self.projection: Any = None
+        #: Requests sent again for want of a reply (`RESEND_AFTER`).
+        self.resent = 0
 
     def start(self, cfg: RunnerConfig) -> None:
         """Find or create the guardian and configure it: it starts the Runner."""
@@ -130,15 +134,31 @@ class Runtime:
                 self._transport.tell(self.runner, msg)
                 sent = now
             elif self._follow and now - sent >= RESEND_AFTER and isinstance(msg, IDEMPOTENT):
-                # Thespian delivers at most once: a message lost between actors is sent
-                # again rather than waited for until the timeout.
-                log.warning(
-                    "no reply to %s after %.1fs; sending it again", type(msg).__name__, now - sent
-                )
-                self._transport.tell(self.runner, msg)
+                if not self._waiting(msg):
+                    # Thespian delivers at most once: a message lost between actors is
+                    # sent again rather than waited for until the timeout.
+                    log.warning(
+                        "no reply to %s after %.1fs; sending it again",
+                        type(msg).__name__,
+                        now - sent,
+                    )
+                    self._transport.tell(self.runner, msg)
+                    self.resent += 1
                 sent = now
             reply = self._transport.wait(msg.request_id, min(RUNNER_CHECK, left))
         return raise_failed(reply)
+
+    def _waiting(self, msg: Any) -> bool:
+        """Whether the Runner holds ``msg`` queued for its session's incarnation while
+        that one loads its stream (or restarts): it goes on when the session is ready,
+        however long the load takes, and a second copy would only queue behind it. Any
+        other answer, or none in time, and it is sent again."""
+        sid = getattr(msg, "session_id", "")
+        if not sid:
+            return False
+        ask = FindRequest(request_id=request_id(), session_id=sid, about=msg.request_id)
+        reply = self._transport.ask(self.runner, ask, RUNNER_CHECK)
+        return isinstance(reply, RequestWhere) and reply.where == WAITING
 
     def refresh(self) -> bool:
         """Ask the guardian where the Runner and the projection actor are; True if the

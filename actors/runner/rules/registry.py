@@ -27,6 +27,7 @@ from spine import SpineError, validate_session_id
 from ... import messages as m
 from ...policy import RestartPolicy
 from ...session.protocol import Appended, Routed, SessionReady, SessionStopping
+from ..protocol import FORWARDED, WAITING
 from .actions import (
     Action,
     CloseStored,
@@ -183,6 +184,19 @@ class Registry(RegistryExits):
             return []
         self.counters["rehydrated"] += 1
         return [e.spawn()]
+
+    def where(self, sid: str, request_id: str) -> str:
+        """Where request ``request_id`` to ``sid`` stands (`FindRequest`): queued here for
+        an incarnation that is not ready (`WAITING`), keyed ingress forwarded and not
+        committed (`FORWARDED`), or "" (none held)."""
+        e = self.entries.get(sid)
+        if e is None:
+            return ""
+        if any(p.message.request_id == request_id for p in e.pending):
+            return WAITING
+        if any(r.message.request_id == request_id for r in e.in_flight.values()):
+            return FORWARDED
+        return ""
 
     def bind(self, sid: str, incarnation: int, address: Any) -> None:
         """The shell created incarnation ``incarnation`` at ``address``."""

@@ -38,10 +38,12 @@ from ...session import protocol as sp
 from ...session.shell.actor import SessionActor
 from .. import spine_spec
 from ..protocol import (
+    FindRequest,
     HeartbeatDue,
     HeartbeatReply,
     PassivationDue,
     ProjectionWakeDue,
+    RequestWhere,
     RestartDue,
     SparesDue,
     StopSpares,
@@ -118,6 +120,10 @@ class RunnerActor(GuardedActor):
             counters.update(part.stats())
         queues = self.registry.queues() if self.registry is not None else {}
         self.send(sender, runner_stats(msg.request_id, counters, queues, self.sinks, self.appends))
+
+    def receiveMsg_FindRequest(self, msg: FindRequest, sender: Any) -> None:
+        where = self.registry.where(msg.session_id, msg.about) if self.registry else ""
+        self.send(sender, RequestWhere(request_id=msg.request_id, where=where))
 
     def receiveMsg_GetHostTable(self, msg: m.GetHostTable, sender: Any) -> None:
         rows = self.members.table.rows() if self.members is not None else []
