@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 
 from ..messages import _tuple
-from ..policy import BusyPolicy, SealPolicy
+from ..policy import BusyPolicy, SealPolicy, SnapshotPolicy
 from ..terse import terse_module
 
 
@@ -31,6 +31,8 @@ class SessionConfig:
     spine: str = ""
     # When the session seals itself (a session's metadata may override it).
     auto_seal: SealPolicy = attrs.field(factory=SealPolicy)
+    # When the session writes its snapshot.
+    snapshots: SnapshotPolicy = attrs.field(factory=SnapshotPolicy)
     # The operator's price table (`actors.session.rules.spend`), empty: none.
     prices: Mapping[str, Any] = attrs.field(factory=dict)
 
