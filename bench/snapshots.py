@@ -11,7 +11,8 @@ snapshots costs the turn path. One run, ``multiprocTCPBase`` over loopback.
   (what every first load cost without one, per event);
 - the turn path: ack and turn p50/p99 of one session per Host, three Hosts at once with
   snapshots off, the default policy (1000 events or 4 MiB) and an aggressive one (every
-  100 events), in alternating rounds; ratios against the Host with snapshots off.
+  100 events), in alternating rounds; ratios against the Host with snapshots off; and,
+  steadier on a loaded machine, a snapshot's write alone against a turn's append.
 
 Run ``python bench/snapshots.py`` (``--quick``: 10k and 100k only, fewer turns).
 """
@@ -131,6 +132,44 @@ def cold_loads(root: str, lengths: list[int], bare: int) -> None:
     )
 
 
+def focused(root: str, saves: int) -> None:
+    """A snapshot's write alone (pickle and upsert of a state at its full size) against
+    a turn's append (five events, one commit) on the same machine, alternating."""
+    data = os.path.join(root, "focused")
+    os.makedirs(data)
+    sid = new_sid()
+    fill(data, sid, 10_000, 10_000)
+    store = SnapshotStore(data, spine_path(data))
+    log = SqliteLog(spine_path(data))
+    try:
+        state = store.load(sid)
+        assert state is not None
+        events, seq = _turns(), log.last_seq(sid)
+        next(events)
+        save_t: list[float] = []
+        turn_t: list[float] = []
+        for _ in range(saves):
+            batch = [next(events) for _ in range(5)]
+            t0 = time.perf_counter()
+            seq = log.append(sid, batch, expected_seq=seq).last_seq
+            t1 = time.perf_counter()
+            assert store.save(state)
+            t2 = time.perf_counter()
+            turn_t.append(t1 - t0)
+            save_t.append(t2 - t1)
+    finally:
+        log.close()
+        store.close()
+    s50, s99, a50 = pct(save_t, 0.5), pct(save_t, 0.99), pct(turn_t, 0.5)
+    per_turn = s50 / (SnapshotPolicy().events / 5)
+    print(f"a snapshot's write alone (n={saves}, state of {len(pickle.dumps(state)):,} bytes)")
+    print(f"  save p50 {ms(s50)}  p99 {ms(s99)}; a turn's append p50 {ms(a50)}")
+    print(
+        f"  {s50 / a50:.2f}x a turn's append, once per {SnapshotPolicy().events // 5} turns "
+        f"by default: {per_turn * 1e6:.1f} us a turn ({per_turn / a50:.2%} of its append)"
+    )
+
+
 CONFIGS = {
     "off": SnapshotPolicy(events=0, size=0),
     "default (1000 events / 4 MiB)": SnapshotPolicy(),
@@ -189,6 +228,8 @@ def main() -> None:
         if args.only != "turns":
             lengths = [10_000, 100_000] if q else [10_000, 100_000, 1_000_000]
             cold_loads(root, lengths, bare=10_000 if q else 30_000)
+        if args.only != "turns":
+            focused(root, saves=200 if q else 1000)
         if args.only != "cold":
             turn_path(root, rounds=2 if q else 6, per_round=50 if q else 250)
     finally:
