@@ -228,10 +228,9 @@ def main() -> None:
         if args.only != "turns":
             lengths = [10_000, 100_000] if q else [10_000, 100_000, 1_000_000]
             cold_loads(root, lengths, bare=10_000 if q else 30_000)
-        if args.only != "turns":
-            focused(root, saves=200 if q else 1000)
         if args.only != "cold":
-            turn_path(root, rounds=2 if q else 6, per_round=50 if q else 250)
+            focused(root, saves=200 if q else 1000)
+            turn_path(root, rounds=2 if q else 4, per_round=50 if q else 200)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"{time.perf_counter() - started:.0f} s")
