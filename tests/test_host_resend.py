@@ -1,11 +1,13 @@
-"""The Host sends a request again only when it is lost, never because a session is
-slow to load: it asks the Runner where a request without a reply stands (real actor
-processes, a real spine file)."""
+"""The Host sends a request again only when it is lost, never because a session is slow
+to load or busy: it asks the Runner where a request without a reply stands, and the
+Runner asks the session behind it (real actor processes, a real spine file)."""
 
 from __future__ import annotations
 
 import os
 import pathlib
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -90,3 +92,25 @@ def test_a_request_lost_on_its_way_to_the_runner_is_sent_again(host: Host) -> No
     host.wait_turn(sid, ack.seq, timeout=20)
     texts = [e.text for e in host.history(sid) if e.kind == Kind.USER_MESSAGE]
     assert texts == ["lost once"]
+
+
+def test_a_request_to_a_session_too_busy_to_answer_is_not_sent_again(host: Host) -> None:
+    """The session's process is stopped (SIGSTOP) for many re-send deadlines while the
+    request waits in its mailbox: the Runner's question waits behind it, so the Host
+    sends no copy and gets its one answer once the process runs again."""
+    sid = host.create()
+    host.wait_turn(sid, host.send(sid, "warm").seq)
+    pid = host.session_pid(sid)
+    stopped = 1.0
+    os.kill(pid, signal.SIGSTOP)
+    resume = threading.Timer(stopped, os.kill, (pid, signal.SIGCONT))
+    resume.start()
+    try:
+        t0 = time.monotonic()
+        ack = host.send(sid, "while stopped", key="k-busy")
+        took = time.monotonic() - t0
+    finally:
+        resume.cancel()
+        os.kill(pid, signal.SIGCONT)
+    assert took >= stopped * 0.9 and host._runtime.resent == 0 and not ack.duplicate
+    host.wait_turn(sid, ack.seq, timeout=20)

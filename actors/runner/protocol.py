@@ -79,32 +79,5 @@ class HeartbeatReply:
     beat: int
 
 
-#: `RequestWhere.where` of a request queued in the Runner for an incarnation that is not
-#: ready: loading its stream, waiting out a restart's backoff, or stopping.
-WAITING = "waiting"
-#: Of keyed ingress handed to the live incarnation and not committed yet.
-FORWARDED = "forwarded"
-
-
-@attrs.frozen(kw_only=True)
-class FindRequest:
-    """The Host asks where its request ``about`` to session ``session_id``, still without
-    a reply, stands; answered by `RequestWhere`. It asks rather than guesses from a
-    timeout: one waiting for a session that is loading needs no second copy."""
-
-    request_id: str
-    session_id: str
-    about: str
-
-
-@attrs.frozen(kw_only=True)
-class RequestWhere:
-    """Where a request stands: `WAITING`, `FORWARDED`, or "" when the Runner holds none
-    (it was lost on its way, or answered and the answer lost: send it again)."""
-
-    request_id: str
-    where: str
-
-
 # Thespian formats every message it moves; keep that cheap (see `actors.terse`).
 terse_module(globals())

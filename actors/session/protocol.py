@@ -130,5 +130,44 @@ class RecordPoison:
     detail: str
 
 
+#: `RequestWhere.where` of a request queued in the Runner for an incarnation that is not
+#: ready: loading its stream, waiting out a restart's backoff, or stopping.
+WAITING = "waiting"
+
+
+@attrs.frozen(kw_only=True)
+class FindRequest:
+    """The Host asks where its request ``about`` to session ``session_id``, still without
+    a reply, stands; answered by `RequestWhere`. It asks rather than guesses from a
+    timeout: one waiting for a session that is loading, or that a busy session has not
+    reached yet, needs no second copy."""
+
+    request_id: str
+    session_id: str
+    about: str
+
+
+@attrs.frozen(kw_only=True)
+class RequestWhere:
+    """Where a request stands, from the Runner: `WAITING`; or "" when it holds none (lost
+    on its way, or answered and the answer lost: send it again). Or from the session a
+    keyed request was forwarded to (`Behind`): "" once it has handled everything the
+    Runner sent it before, so a reply not arrived by then is lost."""
+
+    request_id: str
+    where: str
+
+
+@attrs.frozen(kw_only=True)
+class Behind:
+    """The Runner's `FindRequest` for keyed ingress it forwarded, sent on to the session
+    after it: Thespian delivers one pair's messages in order, so the session reaches this
+    once it has handled the request (if it arrived), and answers ``reply_to`` with
+    `RequestWhere` on the same path as that request's reply."""
+
+    request_id: str
+    reply_to: Any
+
+
 # Thespian formats every message it moves; keep that cheap (see `actors.terse`).
 terse_module(globals())

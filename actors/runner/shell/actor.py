@@ -38,12 +38,10 @@ from ...session import protocol as sp
 from ...session.shell.actor import SessionActor
 from .. import spine_spec
 from ..protocol import (
-    FindRequest,
     HeartbeatDue,
     HeartbeatReply,
     PassivationDue,
     ProjectionWakeDue,
-    RequestWhere,
     RestartDue,
     SparesDue,
     StopSpares,
@@ -121,9 +119,9 @@ class RunnerActor(GuardedActor):
         queues = self.registry.queues() if self.registry is not None else {}
         self.send(sender, runner_stats(msg.request_id, counters, queues, self.sinks, self.appends))
 
-    def receiveMsg_FindRequest(self, msg: FindRequest, sender: Any) -> None:
-        where = self.registry.where(msg.session_id, msg.about) if self.registry else ""
-        self.send(sender, RequestWhere(request_id=msg.request_id, where=where))
+    def receiveMsg_FindRequest(self, msg: sp.FindRequest, sender: Any) -> None:
+        if self.registry is not None:
+            self.do(self.registry.find(msg, sender))
 
     def receiveMsg_GetHostTable(self, msg: m.GetHostTable, sender: Any) -> None:
         rows = self.members.table.rows() if self.members is not None else []

@@ -34,7 +34,9 @@ from ..._runtime.system import configure_actor_logging
 from ...messages import Ping, Pong
 from ...placement import fits
 from ..protocol import (
+    Behind,
     RecordPoison,
+    RequestWhere,
     Routed,
     SessionConfig,
     SessionUnreadable,
@@ -211,6 +213,10 @@ class SessionActor(GuardedActor):
 
     def receiveMsg_Ping(self, msg: Ping, sender: Any) -> None:
         self.send(sender, Pong(request_id=msg.request_id, pid=os.getpid()))
+
+    def receiveMsg_Behind(self, msg: Behind, sender: Any) -> None:
+        # Everything the Runner sent before this is handled, its replies sent ahead.
+        self.send(msg.reply_to, RequestWhere(request_id=msg.request_id, where=""))
 
     # -- watches, timers and exit -------------------------------------------------------------
 
