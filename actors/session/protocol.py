@@ -163,7 +163,9 @@ class Behind:
     """The Runner's `FindRequest` for keyed ingress it forwarded, sent on to the session
     after it: Thespian delivers one pair's messages in order, so the session reaches this
     once it has handled the request (if it arrived), and answers ``reply_to`` with
-    `RequestWhere` on the same path as that request's reply."""
+    `RequestWhere` on the same path as that request's reply. A transmit Thespian had to
+    retry may be overtaken; then the Host sends a copy it did not need, which keyed
+    ingress stores once."""
 
     request_id: str
     reply_to: Any
