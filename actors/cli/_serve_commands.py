@@ -214,6 +214,8 @@ def _start_host(
             durability=args.durability,
             prices=prices,
             snapshots=SnapshotPolicy(events=args.snapshot_every, size=args.snapshot_bytes),
+            spare_sessions=args.spares,
+            warm_spares=not args.cold_spares,
         )
     except (CliError, KeyboardInterrupt):
         raise

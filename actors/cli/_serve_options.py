@@ -101,9 +101,19 @@ def _output_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _spare_count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"--spares must be a whole number 0-64, not {text!r}")
+    return n
+
+
 def _storage_and_door_options(p: argparse.ArgumentParser) -> None:
-    """How durable the spine is, how often sessions snapshot, where the A2A door's
-    notifications go."""
+    """How durable the spine is, how often sessions snapshot, the spare processes, where
+    the A2A door's notifications go."""
     p.add_argument(
         "--durability",
         choices=("normal", "full"),
@@ -126,6 +136,19 @@ def _storage_and_door_options(p: argparse.ArgumentParser) -> None:
         metavar="B",
         help=f"or once B bytes were stored since the last (default {SNAPSHOT_BYTES}; 0: not "
         "by size)",
+    )
+    p.add_argument(
+        "--spares",
+        type=_spare_count,
+        default=3,
+        metavar="N",
+        help="session processes kept started ahead of need (default 3; 0: none)",
+    )
+    p.add_argument(
+        "--cold-spares",
+        action="store_true",
+        help="do not warm spare processes up: about 1 MB less memory per session, a "
+        "slower first turn (a goal's children above all)",
     )
     p.add_argument(
         "--a2a-webhook",
