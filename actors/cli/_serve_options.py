@@ -111,16 +111,8 @@ def _spare_count(text: str) -> int:
     return n
 
 
-def _storage_and_door_options(p: argparse.ArgumentParser) -> None:
-    """How durable the spine is, how often sessions snapshot, the spare processes, where
-    the A2A door's notifications go."""
-    p.add_argument(
-        "--durability",
-        choices=("normal", "full"),
-        default="normal",
-        help="what an acknowledged event survives on a SQLite spine: normal, a crash of any "
-        "process; full, a power cut too (a disk sync per commit)",
-    )
+def _snapshot_options(p: argparse.ArgumentParser) -> None:
+    """When sessions write their snapshots (`actors.policy.SnapshotPolicy`)."""
     p.add_argument(
         "--snapshot-every",
         type=count,
@@ -137,6 +129,19 @@ def _storage_and_door_options(p: argparse.ArgumentParser) -> None:
         help=f"or once B bytes were stored since the last (default {SNAPSHOT_BYTES}; 0: not "
         "by size)",
     )
+
+
+def _storage_and_door_options(p: argparse.ArgumentParser) -> None:
+    """How durable the spine is, how often sessions snapshot, the spare processes, where
+    the A2A door's notifications go."""
+    p.add_argument(
+        "--durability",
+        choices=("normal", "full"),
+        default="normal",
+        help="what an acknowledged event survives on a SQLite spine: normal, a crash of any "
+        "process; full, a power cut too (a disk sync per commit)",
+    )
+    _snapshot_options(p)
     p.add_argument(
         "--spares",
         type=_spare_count,
