@@ -65,6 +65,7 @@ class _WarmPorts(RecordingPorts):
                 effect.fault,
                 key=effect.key,
                 steers=effect.steers,
+                answer=effect.answer,
             )
 
 
