@@ -17,6 +17,7 @@ from ...interceptors import Ingress, NoticeItem
 from ...policy import BusyPolicy
 from ...spec import AgentSpec, TurnInput
 from ...terse import terse_module
+from .spend import TenantShare
 from .state import SessionState
 from .timer_commands import CancelTimer as CancelTimer
 from .timer_commands import FireDue as FireDue
@@ -195,6 +196,9 @@ class Govern:
     #: Unix time the session received the request (stamped by the shell: a goal run's
     #: wall-time budget is checked against it).
     now: float = 0.0
+    #: What the tenant's other sessions spent in the current periods (read by the shell
+    #: when the tenant's spending is capped; the caps are checked against it).
+    others: TenantShare = attrs.field(factory=TenantShare)
 
 
 @attrs.frozen(kw_only=True)

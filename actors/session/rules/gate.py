@@ -27,6 +27,7 @@ from .recovery import unfinished
 from .refusals import failed
 from .spend import price
 from .state import PendingAction, SessionState, action_key, depth_of
+from .tenantcaps import over_cap
 from .views import context_of, history_before
 
 
@@ -82,6 +83,9 @@ def govern(s: Session, cmd: Govern) -> Decision:
     if again is not None:
         return again
     verdict, fault, err, trust, refused = _judged(st, run, cmd)
+    over = over_cap(st, run, cmd.others, cmd.now) if verdict == Verdict.ADMIT else None
+    if over is not None and cmd.action == "model":
+        verdict, fault, err = over.verdict, over.fault, over.why
     call = st.last_seq + 1
     base: dict[str, Any] = {
         "turn": run.turn,
@@ -96,7 +100,10 @@ def govern(s: Session, cmd: Govern) -> Decision:
     if verdict == Verdict.PENDING and fault == Fault.BUDGET_EXCEEDED:
         # The budget would be passed: the session pauses, its turn intact, and asks.
         ev = Event(kind=Kind.ACTION_PENDING, fault=fault, error=err, input=cmd.input, **base)
-        why = Event(kind=Kind.PAUSED, reason="budget", call=call, turn=run.turn, error=err)
+        extra = {"period": over.period} if over is not None else {}
+        why = Event(
+            kind=Kind.PAUSED, reason="budget", call=call, turn=run.turn, error=err, extra=extra
+        )
         return Decision(state=s, events=(ev, why))
     if verdict == Verdict.ADMIT:
         # The admission and the intent in one append: the tool runs once it is durable.
@@ -334,8 +341,10 @@ def _decided(st: SessionState, pending: PendingAction, cmd: Decide, key: str) ->
         "tool": pending.action if pending.action != "model" else "",
         "tool_use_id": pending.tool_use_id,
     }
+    period = st.spend.paused_for.get(cmd.call)
+    extra = {"amount": cmd.raise_by, **({"period": period} if period else {})}
     raised = (
-        (Event(kind=Kind.BUDGET_RAISED, call=cmd.call, extra={"amount": cmd.raise_by}),)
+        (Event(kind=Kind.BUDGET_RAISED, call=cmd.call, extra=extra),)
         if cmd.approve and cmd.raise_by > 0
         else ()
     )

@@ -19,7 +19,7 @@ from .replace import replace
 from .timespend import TIMESPEND_FOLD, Spend, Timer
 
 #: Version of `SessionState`'s shape and module (pickles name it); others are ignored.
-SNAPSHOT_VERSION = 11
+SNAPSHOT_VERSION = 12
 
 
 @attrs.frozen(kw_only=True)
@@ -215,7 +215,11 @@ def _turn_ended(state: SessionState, ev: Event, seq: int) -> Changes:
     if ev.text:
         # Partial text of a cut-off or failed turn was said all the same.
         hist = _push(hist, ("assistant", ev.text, seq))
-    spend = state.spend.charged(ev.usage, state.metadata.get("ore.model.name", ""))
+    # Charged in the periods of the time stored on the event (the shell stamps it before
+    # the append, so the live fold and a replay agree).
+    spend = state.spend.charged(ev.usage, state.metadata.get("ore.model.name", ""), ev.time)
+    if spend.paused_for:
+        spend = attrs.evolve(spend, paused_for={})
     changes: Changes = {"open_turn": None, "usage": usage, "history": hist, "spend": spend}
     if state.turn_actions:
         changes["turn_actions"] = {}

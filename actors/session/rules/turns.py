@@ -29,6 +29,7 @@ from .gate import resumed, withdrawn
 from .recovery import resumable, unfinished
 from .replace import replace
 from .state import SessionState, fold
+from .tenantcaps import capped
 from .views import context_of, history_before
 
 
@@ -82,11 +83,15 @@ def settle(s: Session, cmd: Settle) -> Decision:
         return Decision(state=s, events=_cannot_start(st, n, started, exc))
     call = 0
     admitted: tuple[Event, ...] = ()
-    if st.running_goal is None and (policy.max_cost is None or not st.spend.priced):
+    if (
+        st.running_goal is None
+        and (policy.max_cost is None or not st.spend.priced)
+        and not capped(st)
+    ):
         # The turn's first model call passes the gate here, in the turn's own append: no
         # round trip from the worker and no commit of its own (later calls ask the
         # session). A goal run's turns ask, since its budget counts wall time, and so do
-        # turns under a priced cost budget, which may pause to ask a human.
+        # turns under a priced cost budget or a tenant's cap, which may pause to ask.
         admitted = _first_model_call(st, n, policy)
         if admitted[0].kind != Kind.ACTION_ADMITTED:
             return Decision(state=s, events=(started, *admitted))
