@@ -161,7 +161,7 @@ def budget(args: argparse.Namespace, out: Out) -> int:
             if args.json:
                 out.line(json_line({"tenant": tenant, **row}))
             else:
-                out.line(f"{name:<24} {row['cost']:.6g}  ({row['sessions']} sessions)")
+                out.line(f"{name:<24} {row['cost']:.6g}  ({row['sessions']} sessions)" + _now(row))
         if not rows and not args.json:
             out.line("no priced spending yet (serve --prices FILE)")
         return 0
@@ -182,6 +182,21 @@ def budget(args: argparse.Namespace, out: Out) -> int:
     for call in spent["paused"]:
         out.line(f"paused for the budget: vertebra approve {sid} {call} --raise AMOUNT, or reject")
     return 0
+
+
+def _now(row: dict[str, Any]) -> str:
+    """The tenant's spending in the current day and month, against its caps."""
+    import time
+
+    from ..session.rules.spend import period_keys
+
+    parts = []
+    for period, key in period_keys(time.time()).items():
+        cap = row["caps"].get(period)
+        spent = row["periods"].get(key, 0.0)
+        limit = "" if cap is None else f" of {cap + row['raised'].get(key, 0.0):g}"
+        parts.append(f"this {period} {spent:.6g}{limit}")
+    return "; " + ", ".join(parts)
 
 
 def time_and_money(log: Any, sid: str) -> dict[str, Any]:

@@ -108,7 +108,9 @@ class SessionTimers:
 
     def spending_by_tenant(self) -> dict[str, dict[str, Any]]:
         """What each tenant's sessions spent under the operator's prices (the sessions
-        without a ``tenant`` key under ""): reads every stream, for reports, not gates."""
+        without a ``tenant`` key under ""), in all and per period (``periods``: cost by
+        ``day:YYYY-MM-DD`` and ``month:YYYY-MM``, UTC; ``raised``: the raises of its caps;
+        ``caps``: the operator's): reads every stream, for reports, not gates."""
         return spending_by_tenant(self._log)
 
 
@@ -123,9 +125,16 @@ def spending_by_tenant(log: Log) -> dict[str, dict[str, Any]]:
             continue
         if not st.spend.priced:
             continue
-        row = out.setdefault(st.metadata.get("tenant", ""), {"cost": 0.0, "sessions": 0})
+        tenant = st.metadata.get("tenant", "")
+        row = out.setdefault(
+            tenant, {"cost": 0.0, "sessions": 0, "periods": {}, "raised": {}, "caps": {}}
+        )
         row["cost"] += st.spend.cost
         row["sessions"] += 1
+        row["caps"] = dict(st.spend.caps(tenant)) or row["caps"]
+        for into, by_period in (("periods", st.spend.periods), ("raised", st.spend.period_raised)):
+            for key, amount in by_period.items():
+                row[into][key] = row[into].get(key, 0.0) + amount
     return out
 
 
