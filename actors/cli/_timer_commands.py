@@ -66,6 +66,11 @@ def schedule_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--grace", type=float, default=60.0, metavar="S", help="seconds late still on time"
     )
+    p.add_argument(
+        "--goal", action="store_true", help="each firing opens a goal run, TEXT its objective"
+    )
+    for name in ("max-turns", "max-tokens", "max-tool-calls", "max-seconds"):
+        p.add_argument(f"--{name}", type=int, metavar="N", help=f"with --goal, budget: {name[4:]}")
     add_json(p)
 
 
@@ -74,6 +79,11 @@ def schedule(args: argparse.Namespace, out: Out) -> int:
 
     sid = session_id(args.session)
     spec = when(args.when)
+    budget = {
+        k.replace("-", "_"): v
+        for k in ("max-turns", "max-tokens", "max-tool-calls", "max-seconds")
+        if (v := getattr(args, k.replace("-", "_"))) is not None
+    }
     with attach(args) as host:
         try:
             tid = host.set_timer(
@@ -83,6 +93,8 @@ def schedule(args: argparse.Namespace, out: Out) -> int:
                 policy=args.missed,
                 grace=args.grace,
                 timer_id=args.timer_id,
+                goal=args.goal,
+                budget=budget,
                 **spec,
             )
         except InvalidRequest as exc:

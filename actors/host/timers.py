@@ -4,6 +4,7 @@ list) and for what a session spent (`spending`)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from spine import Log, SpineError
@@ -50,12 +51,17 @@ class SessionTimers:
         grace: float = 60.0,
         timer_id: str | None = None,
         key: str | None = None,
+        goal: bool = False,
+        budget: Mapping[str, int] | None = None,
     ) -> str:
         """Set a timer that delivers ``text`` to the session as a user message: once ``at``
         a Unix time or ``after`` seconds, or on every time the five-field ``cron``
         expression names in time zone ``tz``. Firings missed while the daemon was down
         become one (``fire_once``) or are dropped past ``grace`` seconds (``skip``).
-        Returns the timer's id (a fresh one unless given; an id in use is replaced)."""
+        With ``goal`` a firing opens a goal run instead, ``text`` its objective and
+        ``budget`` its budget (as `submit`'s); one due while a run is in flight is stored
+        ``rejected`` and delivers nothing. Returns the timer's id (a fresh one unless
+        given; an id in use is replaced)."""
         if not isinstance(text, str) or not isinstance(cron, str) or not isinstance(tz, str):
             raise InvalidRequest("a timer's text, cron and tz must be strings")
         if policy not in POLICIES:
@@ -73,6 +79,8 @@ class SessionTimers:
             tz=tz,
             policy=policy,
             grace=_number("grace", grace) or 0.0,
+            goal=bool(goal),
+            budget=dict(budget or {}),
         )
         self._request(msg)
         return tid
