@@ -54,7 +54,9 @@ def schedule_args(p: argparse.ArgumentParser) -> None:
         metavar="WHEN",
         help="a cron expression ('0 9 * * 1-5'), +SECONDS or +10m/+2h/+1d, or an ISO time",
     )
-    p.add_argument("text", metavar="TEXT", help="the message each firing delivers")
+    p.add_argument(
+        "text", metavar="TEXT", help="the message each firing delivers (with --goal: the objective)"
+    )
     p.add_argument("--tz", default="", help="the cron expression's time zone (default UTC)")
     p.add_argument("--id", default=None, dest="timer_id", help="the timer's id (replaces one)")
     p.add_argument(
@@ -147,7 +149,8 @@ def timers(args: argparse.Namespace, out: Out) -> int:
             out.line(json_line({**t.as_dict(), "dueAt": iso(t.due)}))
         else:
             every = f"cron '{t.cron}' {t.tz or 'UTC'}" if t.cron else "once"
-            out.line(f"{t.id:<16} {iso(t.due)}  {every:<28} {t.text}")
+            goal = "goal run: " if t.goal else ""
+            out.line(f"{t.id:<16} {iso(t.due)}  {every:<28} {goal}{t.text}")
     if not rows and not args.json:
         out.line("no timer is set")
     return 0
