@@ -13,6 +13,7 @@ share it gets lags the log only by turns still running elsewhere.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sqlite3
@@ -67,6 +68,8 @@ class TenantLedger:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        #: Streams' rows read during one catch-up (another process may change them between).
+        self._rows: dict[str, tuple[str, str, str]] = {}
 
     def catch_up(self) -> int:
         """Fold what the log stored after the checkpoint; returns the new position."""
@@ -77,6 +80,10 @@ class TenantLedger:
             # Read under the write lock: another process may have folded further.
             row = db.execute("SELECT position FROM position WHERE id = 0").fetchone()
             position = int(row[0]) if row else 0
+            if position >= top:
+                db.execute("COMMIT")
+                return position
+            self._rows.clear()
             while position < top:
                 page = self._log.read_all(position, PAGE, kinds=LEDGER_KINDS)
                 self._fold(page)
@@ -112,16 +119,22 @@ class TenantLedger:
                         self._add(r.stream, key, cost=cost)
 
     def _row(self, stream: str) -> tuple[str, str, str]:
+        cached = self._rows.get(stream)
+        if cached is not None:
+            return cached
         row = self._db.execute(
             "SELECT tenant, model, models FROM streams WHERE stream = ?", (stream,)
         ).fetchone()
-        return (str(row[0]), str(row[1]), str(row[2])) if row else ("", "", "{}")
+        got = (str(row[0]), str(row[1]), str(row[2])) if row else ("", "", "{}")
+        self._rows[stream] = got
+        return got
 
     def _stream(self, stream: str, **changes: str) -> None:
         tenant, model, models = self._row(stream)
         tenant = changes.get("tenant", tenant)
         model = changes.get("model", model)
         models = changes.get("models", models)
+        self._rows[stream] = (tenant, model, models)
         self._db.execute(
             "INSERT OR REPLACE INTO streams (stream, tenant, model, models) VALUES (?, ?, ?, ?)",
             (stream, tenant, model, models),
@@ -137,7 +150,7 @@ class TenantLedger:
 
     def _priced(self, stream: str, usage: Any) -> float:
         _, model, models = self._row(stream)
-        table = orjson.loads(models)
+        table = _table(models)
         rates = table.get(model) or table.get(ANY_MODEL)
         return price(usage, rates) if isinstance(rates, Mapping) else 0.0
 
@@ -174,6 +187,13 @@ class TenantLedger:
 
     def close(self) -> None:
         self._db.close()
+
+
+@functools.lru_cache(maxsize=64)
+def _table(models: str) -> dict[str, Any]:
+    """A stored price table's models, parsed once (streams share a few tables)."""
+    out = orjson.loads(models)
+    return out if isinstance(out, dict) else {}
 
 
 class LedgerPort:
