@@ -101,10 +101,8 @@ def govern(s: Session, cmd: Govern) -> Decision:
         # The budget would be passed: the session pauses, its turn intact, and asks.
         ev = Event(kind=Kind.ACTION_PENDING, fault=fault, error=err, input=cmd.input, **base)
         extra = {"period": over.period} if over is not None else {}
-        why = Event(
-            kind=Kind.PAUSED, reason="budget", call=call, turn=run.turn, error=err, extra=extra
-        )
-        return Decision(state=s, events=(ev, why))
+        why = Event(kind=Kind.PAUSED, reason="budget", call=call, turn=run.turn, error=err)
+        return Decision(state=s, events=(ev, attrs.evolve(why, extra=extra)))
     if verdict == Verdict.ADMIT:
         # The admission and the intent in one append: the tool runs once it is durable.
         key = effect_key(st.session_id, run.turn, call)
@@ -115,6 +113,17 @@ def govern(s: Session, cmd: Govern) -> Decision:
     if verdict == Verdict.PENDING:
         ev = Event(kind=Kind.ACTION_PENDING, input=cmd.input, **base)
         return Decision(state=s, events=(ev,))
+    return _refused(s, cmd, base, (verdict, fault, err), refused)
+
+
+def _refused(
+    s: Session,
+    cmd: Govern,
+    base: dict[str, Any],
+    ruling: tuple[Verdict, Fault | None, str],
+    refused: EgressDecision | None,
+) -> Decision:
+    verdict, fault, err = ruling
     fault_text = str(fault) if fault is not None else "policy_error"
     ev = Event(kind=Kind.ACTION_REJECTED, fault=fault_text, error=err, **base)
     events: tuple[Event, ...] = (ev,)
@@ -122,13 +131,14 @@ def govern(s: Session, cmd: Govern) -> Decision:
         # The guard's decision, as the tool would have stored it (the egress ledger).
         dial = Event(
             kind=Kind.EGRESS,
-            turn=run.turn,
+            turn=base["turn"],
             host=refused.host,
             allowed=False,
             reason=refused.reason,
         )
         events = (ev, dial)
-    return Decision(state=s, events=events, effects=(_answer(cmd, verdict, call, fault_text),))
+    answer = _answer(cmd, verdict, base["call"], fault_text)
+    return Decision(state=s, events=events, effects=(answer,))
 
 
 def _model_admitted(s: Session, cmd: Govern, base: dict[str, Any], call: int) -> Decision:

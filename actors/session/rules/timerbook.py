@@ -125,17 +125,8 @@ def plan(
         due = now + after
     if not due < LAST_TIME:
         raise TimerError("a timer cannot be due after the year 9999")
-    return Timer(
-        id=timer_id,
-        text=text,
-        due=due,
-        cron=cron,
-        tz=tz,
-        policy=policy,
-        grace=grace,
-        goal=goal,
-        budget=dict(budget or {}),
-    )
+    t = Timer(id=timer_id, text=text, due=due, cron=cron, tz=tz, policy=policy, grace=grace)
+    return attrs.evolve(t, goal=goal, budget=dict(budget or {})) if goal or budget else t
 
 
 def missed_after(t: Timer, now: float) -> tuple[int, float | None]:
