@@ -1,11 +1,13 @@
 """A tenant's daily cap on real processes: what one session of the tenant spent pauses
 another session's model call (the ledger beside the spine, folded by the session
-processes), a raise lets that same turn go on and counts for the whole tenant's day, and a
+processes), the pause survives a SIGKILL, a raise lets that same turn go on and counts for the whole tenant's day, and a
 session of another tenant is not held."""
 
 from __future__ import annotations
 
+import os
 import pathlib
+import signal
 
 import pytest
 from conftest import wait_for
@@ -46,6 +48,11 @@ def test_a_tenants_daily_cap_holds_across_its_sessions(
         (paused,) = _paused(h, b)
         day = paused.extra["period"]
         assert day.startswith("day:") and "tenant acme day budget 0.5" in paused.error
+        # The pause and the period it waits on survive a SIGKILL of the session.
+        os.kill(h.session_pid(b), signal.SIGKILL)
+        spent_b = h.spending(b)
+        assert spent_b["pausedFor"] == {str(paused.call): day} and spent_b["caps"] == {"day": 0.5}
+        assert h.pending(b)[0].call == paused.call
         h.approve(b, paused.call, raise_by=100.0)
         end = h.wait_turn(b, second.seq)
         assert end.kind == Kind.TURN_COMPLETED and end.turn == paused.turn

@@ -194,8 +194,13 @@ def budget(args: argparse.Namespace, out: Out) -> int:
     limit = "none" if spent["budget"] is None else f"{spent['budget']:g}"
     money = f"{spent['cost']:.6g} {spent['currency']}".strip()
     out.line(f"spent {money} of budget {limit} (prices {spent['version']})")
+    if spent["caps"]:
+        caps = ", ".join(f"{p} {c:g}" for p, c in spent["caps"].items())
+        out.line(f"tenant {spent['tenant']} capped per {caps} (vertebra budget --tenants)")
     for call in spent["paused"]:
-        out.line(f"paused for the budget: vertebra approve {sid} {call} --raise AMOUNT, or reject")
+        period = spent["pausedFor"].get(str(call))
+        what = f"tenant {spent['tenant']}'s cap for {period}" if period else "the budget"
+        out.line(f"paused for {what}: vertebra approve {sid} {call} --raise AMOUNT, or reject")
     return 0
 
 

@@ -156,4 +156,12 @@ def spending_of(st: SessionState) -> dict[str, Any]:
         budget = None
     out["budget"] = budget
     out["paused"] = sorted(c for c, p in st.pending_actions.items() if p.action == "model")
+    # A tenant's caps per period and which paused calls wait on one (the tenant's total
+    # is the ledger's: `spending_by_tenant` for reports).
+    tenant = st.metadata.get("tenant", "")
+    out["tenant"] = tenant
+    out["caps"] = dict(st.spend.caps(tenant))
+    out["pausedFor"] = {
+        str(c): st.spend.paused_for[c] for c in out["paused"] if c in st.spend.paused_for
+    }
     return out
