@@ -570,15 +570,16 @@ def test_tail_survives_a_daemon_restart(own_daemon: Daemon) -> None:
 
 
 def test_serve_resume_goals_continues_a_run_the_last_daemon_left(own_daemon: Daemon) -> None:
-    """A goal run in flight when the daemon stops goes on when `serve --resume-goals`
-    starts, and `wait` prints its answer; one session.started, one convergence."""
+    """A goal run in flight when the daemon stops goes on when the next `serve` starts
+    (resuming is the default), and `wait` prints its answer; one session.started, one
+    convergence."""
     own_daemon.start()
     data = own_daemon.data
     ok(run(data, "submit", "rg-1", "!slow 0.3 a b c d e f", "--create"))
     wait_for(lambda: "turn.started" in run(data, "history", "rg-1").stdout, 30)
     ok(run(data, "stop"))
     assert own_daemon.wait_exited() == 0
-    own_daemon.start("--resume-goals")
+    own_daemon.start()
     assert ok(run(data, "wait", "rg-1", "--timeout", "60")).strip().endswith("a b c d e f")
     lines = ok(run(data, "history", "rg-1", "--json")).splitlines()
     kinds = [json.loads(x)["kind"] for x in lines]
@@ -907,6 +908,32 @@ def test_chat_talks_streams_interrupts_and_leaves_on_a_second_ctrl_c(daemon: Dae
     assert kinds_of(hist).count("turn.cancelled") == 1
 
 
+def test_chat_sends_a_line_typed_while_a_turn_runs_as_a_steer(daemon: Daemon) -> None:
+    """With --steer, a line typed while a slow answer streams is stored at once as a steer;
+    the turn has no safe point (no tool), so it ends first, the steer is handed to the
+    next turn, and the chat follows that turn's answer too before the prompt returns."""
+    term = _chat(daemon.data, "steer-chat", "--create", "--steer")
+    try:
+        at = term.expect("you> ")
+        term.type("!slow 0.2 one two three four five six seven eight\r")
+        at = term.expect("[scripted] one", after=at)
+        term.type("and in French\r")
+        at = term.expect("(sent while the turn runs: seq", after=at)
+        at = term.expect("eight", after=at)
+        at = term.expect("[scripted] and in French", after=at)
+        term.expect("you> ", after=at)
+    finally:
+        term.close()
+    hist = [
+        json.loads(x) for x in ok(run(daemon.data, "history", "steer-chat", "--json")).splitlines()
+    ]
+    steer = next(e for e in hist if e.get("text") == "and in French")
+    assert steer["kind"] == "user.message" and steer.get("steer") is True
+    dropped = [e for e in hist if e["kind"] == "steer.dropped"]
+    assert [(e["steer"], e["handed"]) for e in dropped] == [(steer["seq"], "next")]
+    assert [e["kind"] for e in hist].count("turn.completed") == 2
+
+
 def test_chat_shows_other_clients_messages_and_answers_live_at_the_prompt(
     daemon: Daemon,
 ) -> None:
@@ -1088,6 +1115,10 @@ def test_pending_approve_and_reject_decide_waiting_actions(daemon: Daemon) -> No
     (first,) = wait_for(waiting, 20)
     assert first["action"] == "http_get" and first["input"] == {"url": "http://127.0.0.1:9/"}
     assert str(first["call"]) in ok(run(daemon.data, "pending", "gov-1"))
+    # A result by hand is for a call in doubt; this one never ran.
+    call = str(first["call"])
+    fails(run(daemon.data, "resolve", "gov-1", call, "--result", "done"), 2, "not in doubt")
+    fails(run(daemon.data, "resolve", "gov-1", call), 2, "--result")
     assert "rejected" in ok(run(daemon.data, "reject", "gov-1", str(first["call"]), "--note", "no"))
     fails(run(daemon.data, "approve", "gov-1", str(first["call"])), 2, "already rejected")
     fails(run(daemon.data, "approve", "gov-1", "0"), 2, "positive integer")
@@ -1096,6 +1127,10 @@ def test_pending_approve_and_reject_decide_waiting_actions(daemon: Daemon) -> No
     assert "no action waits" in ok(run(daemon.data, "pending", "gov-1"))
     ok(run(daemon.data, "send", "gov-1", fetch, "--no-wait"))
     (second,) = wait_for(waiting, 20)
+    # --answer is a server's question's answer: a JSON object, and never for an approval.
+    call = str(second["call"])
+    fails(run(daemon.data, "approve", "gov-1", call, "--answer", "[1]"), 2, "JSON object")
+    fails(run(daemon.data, "approve", "gov-1", call, "--answer", '{"a": 1}'), 2, "no content")
     out = json.loads(ok(run(daemon.data, "approve", "gov-1", str(second["call"]), "--json")))
     assert out["decision"] == "approved" and not out["duplicate"]
     again = json.loads(ok(run(daemon.data, "approve", "gov-1", str(second["call"]), "--json")))

@@ -1067,9 +1067,19 @@ def test_a_waiting_action_is_listed_and_decided_over_http(http: httpx.Client) ->
     assert w["action"] == "http_get"
     url = f"/v1/sessions/gov-1/approvals/{w['call']}"
     assert http.post(url, json={"decision": "maybe"}).status_code == 422
+    # A result by hand is for a call in doubt, and goes with resolve only.
+    assert http.post(url, json={"decision": "resolve"}).status_code == 422
+    assert http.post(url, json={"decision": "approve", "result": "x"}).status_code == 422
+    r = http.post(url, json={"decision": "resolve", "result": "fetched it myself"})
+    assert r.status_code == 422 and "not in doubt" in r.json()["message"]
     assert (
         http.post("/v1/sessions/gov-1/approvals/x", json={"decision": "approve"}).status_code == 400
     )
+    # An answer's content is for a server's question, never for an approval.
+    r = http.post(url, json={"decision": "approve", "content": {"color": "red"}})
+    assert r.status_code == 422 and "takes no content" in r.json()["message"]
+    r = http.post(url, json={"decision": "reject", "content": {}})
+    assert r.status_code == 422 and "'content'" in r.json()["message"]
     r = http.post(url, json={"decision": "approve", "note": "fine"})
     assert r.status_code == 200 and not r.json()["duplicate"]
     assert http.post(url, json={"decision": "approve"}).json()["duplicate"]

@@ -1,7 +1,7 @@
 """A tenant's daily cap on real processes: what one session of the tenant spent pauses
 another session's model call (the ledger beside the spine, folded by the session
-processes), the pause survives a SIGKILL, a raise lets that same turn go on and counts for the whole tenant's day, and a
-session of another tenant is not held."""
+processes), the pause survives a SIGKILL, a raise lets that same turn go on and counts for
+the whole tenant's day, and a session of another tenant is not held."""
 
 from __future__ import annotations
 

@@ -31,6 +31,7 @@ from .context import (
 from .governance import Fault, Requirement, Verdict
 from .model_call import Flusher, UsageTally, completed, drain_now, stream_reply
 from .provider_loop import provider_loop
+from .replayed import Replayed
 from .tool_run import run_tool
 from .toolnames import WireNames
 from .tools import FINISH, RECALL, ToolContext, ToolRegistry
@@ -50,6 +51,9 @@ __all__ = ["FINISHED", "ModelAgent", "Provider", "provider_loop"]
 
 #: The stop reason of a turn ended by its goal run's ``finish`` tool.
 FINISHED = "finish"
+
+#: A call's result the session stored itself (given by hand): not handed back to store.
+_STORED: Mapping[str, Any] = {"stored": True}
 
 
 @runtime_checkable
@@ -175,6 +179,7 @@ class ModelAgent:
             delegate=getattr(out, "delegate", None),
             recall=getattr(out, "recall", None),
             schedule=getattr(out, "schedule", None),
+            ask=getattr(out, "ask", None),
             session_id=turn.session_id,
         )
         flusher = Flusher(out, self.flush_interval)
@@ -283,7 +288,10 @@ class ModelAgent:
         if announce:
             for c in calls:
                 out.tool_call(c.name, c.id, c.arguments)
-        results = await asyncio.gather(*(self._answered(c, out, ctx, tools) for c in calls))
+        replayed = view.replayed
+        results = await asyncio.gather(
+            *(self._answered(c, out, ctx, tools, replayed) for c in calls)
+        )
         finished = False
         for c, (result, is_error) in zip(calls, results, strict=True):
             view.msgs.append(
@@ -300,11 +308,18 @@ class ModelAgent:
         return finished
 
     async def _answered(
-        self, call: ToolCall, out: TurnOutput, ctx: ToolContext, tools: ToolRegistry
+        self,
+        call: ToolCall,
+        out: TurnOutput,
+        ctx: ToolContext,
+        tools: ToolRegistry,
+        replayed: Replayed | None,
     ) -> tuple[str, bool]:
         """One call's result, stored the moment it is known: a sibling still waiting (for a
         human, say) must not hold back the outcome of a call that has run."""
-        result, is_error, extra = await self._governed(call, out, ctx, tools)
+        result, is_error, extra = await self._governed(call, out, ctx, tools, replayed)
+        if extra is _STORED:
+            return result, is_error
         if extra:  # an MCP call's record
             out.tool_result(call.name, call.id, result, is_error, extra=extra)
         else:
@@ -312,7 +327,12 @@ class ModelAgent:
         return result, is_error
 
     async def _governed(
-        self, call: ToolCall, out: TurnOutput, ctx: ToolContext, tools: ToolRegistry
+        self,
+        call: ToolCall,
+        out: TurnOutput,
+        ctx: ToolContext,
+        tools: ToolRegistry,
+        replayed: Replayed | None,
     ) -> tuple[str, bool, Mapping[str, Any]]:
         if call.error:
             return call.error, True, {}
@@ -325,8 +345,18 @@ class ModelAgent:
             need = attrs.evolve(need, idempotent=True)
         verdict, cid, fault = await self._govern(out, call.name, call.id, call.arguments, need)
         if verdict != Verdict.ADMIT:
+            given = getattr(out, "given_result", None) if fault == Fault.RESOLVED else None
+            hand = given(call.name, call.id) if given is not None else None
+            if hand is not None:
+                # A human told the session this call's outcome; it is stored already.
+                return hand[0], hand[1], _STORED
             # The model hears why, so it can do without; the tool never runs.
             return refused_text(fault), True, {}
+        if replayed is not None:
+            # A replay: the stored result, and the tool never runs.
+            result, is_error = replayed.answer(call.name, call.arguments)
+            out.emit(completed(cid, call.name, call.id, "tool_error" if is_error else ""))
+            return result, is_error, {}
         key_of = getattr(out, "idempotency_key", None)
         key = key_of(call.name, call.id) if key_of is not None else ""
         here = attrs.evolve(ctx, tool_use_id=call.id, idempotency_key=key)
@@ -343,6 +373,8 @@ class _View:
         self.extra = extra
         self.spec_system = system
         self.retried = False
+        #: A replay's recorded calls, answered in place of running a tool.
+        self.replayed = Replayed(turn.recorded) if turn.recorded is not None else None
         self.msgs: list[Message] = []
         self.base = 0
         self._reset(turn)

@@ -212,6 +212,8 @@ def _start_host(
             convention_bind=bind,
             durability=args.durability,
             prices=prices,
+            spare_sessions=args.spares,
+            warm_spares=not args.cold_spares,
         )
     except (CliError, KeyboardInterrupt):
         raise

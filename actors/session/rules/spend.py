@@ -162,6 +162,13 @@ class Spend:
                 periods[key] = periods.get(key, 0.0) + cost
         return attrs.evolve(self, cost=self.cost + cost, periods=periods)
 
+    def turn_ended(self, ev: Event, model: str) -> Spend:
+        """With the turn ``ev`` ends charged, in the periods of the time stored on it (the
+        shell stamps it before the append, so the live fold and a replay agree); no call of
+        it waits on a cap any more."""
+        out = self.charged(ev.usage, model, ev.time)
+        return attrs.evolve(out, paused_for={}) if out.paused_for else out
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "version": self.version,

@@ -1,4 +1,5 @@
-"""A tenant's spending caps per period, as the gate checks them before a model call (pure).
+"""Money at the gate (pure): what the budget rules read of a session's spending
+(`spent_of`), and a tenant's spending caps per period, checked before a model call.
 
 The operator's price table may cap what all of a tenant's sessions spend per day and per
 month (`spend.check_tenant_caps`). One session's stream holds only its own share, so the
@@ -16,12 +17,21 @@ import attrs
 from projections import MODEL_MAX_OUTPUT_TOKENS, MODEL_NAME
 from spine import Usage
 
-from ...agents.governance import Fault, Policy, PolicyError, Verdict
+from ...agents.governance import Fault, Policy, PolicyError, Spent, Verdict
 from .commands import Running
 from .spend import PERIODS, TenantShare, period_keys, price
-from .state import SessionState
+from .state import SessionState, depth_of
 
-__all__ = ["TENANT_KEY", "Over", "TenantShare", "capped", "over_cap", "tenant_of"]
+__all__ = [
+    "TENANT_KEY",
+    "Over",
+    "TenantShare",
+    "capped",
+    "over_cap",
+    "reserve_of",
+    "spent_of",
+    "tenant_of",
+]
 
 #: The metadata key naming a session's tenant (the operator's).
 TENANT_KEY = "tenant"
@@ -36,6 +46,34 @@ class Over:
     fault: Fault
     period: str
     why: str
+
+
+def reserve_of(st: SessionState) -> float:
+    """The most a model call may cost: its output cap at the output price (0 unknown)."""
+    rates = st.spend.rates(st.metadata.get(MODEL_NAME, ""))
+    cap = st.metadata.get(MODEL_MAX_OUTPUT_TOKENS, "")
+    if rates is None or not cap.isdigit():
+        return 0.0
+    return price(Usage(output_tokens=int(cap)), rates)
+
+
+def spent_of(st: SessionState, run: Running, action: str) -> Spent:
+    """What the session has spent with ``run``'s turn so far, as the budget rules read it
+    (a model call's reserve included)."""
+    used = st.usage + run.usage if run.usage is not None else st.usage
+    spend = st.spend.charged(run.usage, st.metadata.get(MODEL_NAME, ""))
+    return Spent(
+        cost=spend.cost if spend.priced else None,
+        raised=spend.raised,
+        reserve=reserve_of(st) if action == "model" else 0.0,
+        tokens=used.input_tokens + used.output_tokens,
+        tool_calls=st.tool_calls,
+        turns=run.turn,
+        input_tokens=used.input_tokens,
+        output_tokens=used.output_tokens,
+        children=len(st.children),
+        depth=depth_of(st.metadata),
+    )
 
 
 def tenant_of(st: SessionState) -> str:
@@ -55,13 +93,8 @@ def over_cap(st: SessionState, run: Running, others: TenantShare, now: float) ->
     caps = st.spend.caps(tenant)
     if not caps or not st.spend.priced:
         return None
-    model = st.metadata.get(MODEL_NAME, "")
-    open_turn = st.spend.charged(run.usage, model).cost - st.spend.cost
-    rates = st.spend.rates(model)
-    cap_tokens = st.metadata.get(MODEL_MAX_OUTPUT_TOKENS, "")
-    reserve = 0.0
-    if rates is not None and cap_tokens.isdigit():
-        reserve = price(Usage(output_tokens=int(cap_tokens)), rates)
+    open_turn = st.spend.charged(run.usage, st.metadata.get(MODEL_NAME, "")).cost - st.spend.cost
+    reserve = reserve_of(st)
     keys = period_keys(now)
     for period in PERIODS:
         cap = caps.get(period)

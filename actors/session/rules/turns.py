@@ -8,7 +8,7 @@ import attrs
 from spine import Event, Kind, Phase, Usage
 
 from ...agents.governance import Fault, Policy, PolicyError, Requirement, Spent, Verdict, gate
-from ...spec import AgentSpec, SettingsError, TurnInput
+from ...spec import AgentSpec, SettingsError, TurnInput, replay_of
 from . import goals
 from .commands import (
     ASSISTANT_DELTA,
@@ -26,6 +26,7 @@ from .commands import (
 )
 from .conversation import dropped
 from .gate import resumed, withdrawn
+from .questions import unasked
 from .recovery import resumable, unfinished
 from .replace import replace
 from .state import SessionState, fold
@@ -108,6 +109,7 @@ def settle(s: Session, cmd: Settle) -> Decision:
         model_call=call,
         finish=st.running_goal is not None and goals.finish_mode(st.metadata) == "tool",
         context=context,
+        replay=replay_of(st.metadata),
     )
     return Decision(
         state=replace(s, running=Running(turn=n)),
@@ -231,6 +233,7 @@ def progress(s: Session, cmd: Progress) -> Decision:
         run = attrs.evolve(run, said=len(run.text))
     sid = s.stored.session_id
     events.extend(_in_turn(e, run.turn, sid) for e in cmd.events)
+    events.extend(unasked(s.stored, events))  # a question dies with its call
     return Decision(state=replace(s, running=run), events=tuple(events), live=live)
 
 
