@@ -145,8 +145,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "resolve",
-        "answer a call in doubt with the outcome you know it had: stored as its result, the turn "
-        "goes on with it",
+        "answer a call in doubt with the outcome you know it had: the turn goes on with it",
         ("vertebra resolve chat-1 18 --result 'appended one line' --note 'checked the file'",),
         resolve_args,
         resolve,
@@ -186,9 +185,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "chat",
-        "talk to a session interactively (a line typed while a turn runs is sent at once under "
-        "the busy policy, or steers the turn with `--steer`; Ctrl-C interrupts a turn, "
-        "Ctrl-D leaves)",
+        "talk to a session interactively (Ctrl-C interrupts a turn, Ctrl-D leaves)",
         ("vertebra chat", "vertebra chat chat-1 --create"),
         chat_args,
         chat,
@@ -244,15 +241,14 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "fork",
-        "a new session reading a session's events up to a seq by reference, with provenance",
+        "copy a session's events up to a seq into a new session, with provenance",
         ("vertebra fork chat-1 --at 40 --id chat-1b",),
         fork_args,
         fork,
     ),
     Command(
         "replay",
-        "fork a session and re-run its user messages on another model, tool calls answered from "
-        "the stored results, comparing answers",
+        "fork a session and re-run its user messages on another model, comparing answers",
         ("vertebra replay chat-1 --model gpt-4o-mini", "vertebra replay chat-1 --json"),
         replay_args,
         replay,
