@@ -19,7 +19,7 @@ from .replace import replace
 from .timespend import TIMESPEND_FOLD, Spend, Timer
 
 #: Version of `SessionState`'s shape and module (pickles name it); others are ignored.
-SNAPSHOT_VERSION = 12
+SNAPSHOT_VERSION = 13
 
 
 @attrs.frozen(kw_only=True)
