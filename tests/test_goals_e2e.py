@@ -16,7 +16,7 @@ from conftest import wait_for
 from fake_models import FakeModelServer, chunk, tool_delta
 
 from actors.agents import ModelFactory
-from actors.errors import GoalStalled, HostTimeout, InvalidRequest
+from actors.errors import GoalInterrupted, GoalStalled, HostTimeout, InvalidRequest
 from actors.host import Host
 from projections import FanoutChild, FanoutState, RecordState, project
 from spine import Event, Kind
@@ -136,12 +136,18 @@ def test_a_run_cut_off_by_a_daemon_restart_is_resumed(
         h.close()
     h = _host(data)
     try:
-        with pytest.raises(HostTimeout):
-            h.wait(sid, timeout=0.1)  # nothing runs it until it is resumed
+        # Nothing runs it until it is resumed: wait says so at once, with no timeout.
+        with pytest.raises(GoalInterrupted, match=f"vertebra resume {sid}") as cut:
+            h.wait(sid)
+        started = next(e for e in h.history(sid) if e.kind == Kind.SESSION_STARTED and e.goal)
+        assert (cut.value.goal, cut.value.seq) == (sid, started.seq)
+        assert h.interrupted(sid) is not None and not h.working(sid)
         other = h.create()  # no run: not resumed
         assert h.resume_all() == [sid]
         assert other not in h.resume_all()
+        assert h.interrupted(sid) is None  # driven again
         assert h.wait(sid, timeout=60).endswith("alpha beta gamma delta epsilon")
+        assert h.interrupted(sid) is None  # ended
         evs = h.history(sid)
         assert _goal_events(evs) == [Kind.SESSION_STARTED, Kind.CONVERGED]
     finally:
@@ -633,6 +639,8 @@ def test_a_revived_session_has_its_cut_off_run_resumed(
         wait_for(lambda: any(e.kind == Kind.TURN_STARTED for e in h.history(sid)), 20)
         os.kill(h.session_pid(sid), signal.SIGKILL)
         wait_for(lambda: h.history(sid)[-1].phase == "failed", 20)
+        with pytest.raises(GoalInterrupted, match=f"vertebra revive {sid}"):
+            h.wait(sid)  # failed: nothing drives the run
         assert h.resume_all() == []
         h.revive(sid, "test")
         assert h.resume_all() == [sid]

@@ -248,6 +248,11 @@ def _publish(args: argparse.Namespace, host: Any, out: Out, spine: str | None) -
     """Export spans, write the daemon file clients attach through, and print events."""
     # Before the daemon file announces the daemon: no turn a client starts goes unseen.
     _start_otlp(args, host, out)
+    if not args.quiet:
+        host.add_sink(_event_printer(out))
+    # And the runs to resume are resumed: a `wait` that reaches this daemon finds each
+    # working (or left interrupted by --no-resume-goals), never caught in between.
+    _bring_back(args, host, out)
     write_daemon(
         args.data,
         DaemonInfo(
@@ -258,8 +263,6 @@ def _publish(args: argparse.Namespace, host: Any, out: Out, spine: str | None) -
             spine=spine or "",
         ),
     )
-    if not args.quiet:
-        host.add_sink(_event_printer(out))
 
 
 def _event_printer(out: Out) -> Any:
@@ -277,12 +280,15 @@ def _event_printer(out: Out) -> Any:
     return show
 
 
-def _greet(args: argparse.Namespace, host: Any, out: Out, bind: str | None) -> None:
+def _bring_back(args: argparse.Namespace, host: Any, out: Out) -> None:
     for sid in host.recover_cut_off():
         out.line(f"closed the turn of {sid} cut off by the previous daemon")
     if args.resume_goals:
         for sid in host.resume_all():
             out.line(f"resumed the goal run of {sid}")
+
+
+def _greet(args: argparse.Namespace, host: Any, out: Out, bind: str | None) -> None:
     where = "loopback" if bind is None else f"convention leader on {bind}"
     out.line(
         f"vertebra daemon {__version__}: data {args.data}, admin port {host.admin_port} "

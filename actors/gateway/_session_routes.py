@@ -180,8 +180,10 @@ async def wait_goal(gw: Gateway, request: Request) -> Response:
     """The end of the session's latest goal run, waiting up to ``timeout`` seconds
     (default `WAIT_DEFAULT`, at most `WAIT_MAX`): ``{"state": "converged", "answer": ...}``,
     ``{"state": "stalled", "reason": ...}``, or ``{"state": "running"}`` if it has not
-    ended by then (ask again). Read from the stream, so it answers for a run that ended
-    before the call and across daemon restarts. 409 if the session has run no goal."""
+    ended by then (ask again); ``{"state": "interrupted", "reason": ...}`` at once, or
+    then, if nothing drives it (`Host.interrupted`: resume it). Read from the stream, so
+    it answers for a run that ended before the call and across daemon restarts. 409 if
+    the session has run no goal."""
     sid = session_id(request)
     timeout = float_param(request, "timeout", WAIT_DEFAULT, high=WAIT_MAX)
     await known(gw, sid)
@@ -198,6 +200,10 @@ async def wait_goal(gw: Gateway, request: Request) -> Response:
             raise HttpError(409, "no_goal", f"session {sid!r} has run no goal")
         end = next((ev for ev in events if ev.seq > start.seq and ev.kind in ends), None)
         deadline = asyncio.get_running_loop().time() + timeout
+        # Asked at the start and the end of the wait only: a long poll that asked the
+        # Runner every second would cost it a request per waiter per second.
+        if end is None and (stuck := await call(gw.host.interrupted, sid)) is not None:
+            return _interrupted(stuck)
         while end is None:
             hit = next((r for r in waiter.found if r.seq > start.seq), None)
             if hit is not None:
@@ -205,6 +211,8 @@ async def wait_goal(gw: Gateway, request: Request) -> Response:
                 break
             left = deadline - asyncio.get_running_loop().time()
             if left <= 0 or gw.stopping:
+                if not gw.stopping and (stuck := await call(gw.host.interrupted, sid)):
+                    return _interrupted(stuck)
                 return json_response({"state": "running", "goal": start.goal, "seq": start.seq})
             waiter.changed.clear()
             with contextlib.suppress(TimeoutError):
@@ -215,6 +223,11 @@ async def wait_goal(gw: Gateway, request: Request) -> Response:
         )
     reason = end.error or "stalled"
     return json_response({"state": "stalled", "reason": reason, "goal": end.goal, "seq": end.seq})
+
+
+def _interrupted(why: e.GoalInterrupted) -> Response:
+    body = {"state": "interrupted", "reason": str(why), "goal": why.goal, "seq": why.seq}
+    return json_response(body)
 
 
 async def interrupt(gw: Gateway, request: Request) -> Response:
