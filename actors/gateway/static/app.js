@@ -389,6 +389,18 @@ function contextText(c) {
   return `${Math.round(c.fill * 100)}% of ${c.window}`;
 }
 
+// Where the latest goal run stands, as goals/wait answers at once: a run nothing drives
+// is "interrupted" (its transcript alone would look like a run going on), with how to
+// resume it (the answer's reason says it in full).
+async function goalState(id) {
+  try {
+    const w = await api("GET", `/v1/sessions/${encodeURIComponent(id)}/goals/wait?timeout=0`);
+    return w.state === "interrupted" ? `interrupted (vertebra resume ${id})` : w.state;
+  } catch {
+    return "-";
+  }
+}
+
 async function refreshStatus() {
   if (!state.session) return;
   let p;
@@ -398,9 +410,11 @@ async function refreshStatus() {
     return;
   }
   const u = p.usage || {};
+  const goal = p.objective ? await goalState(state.session) : null;
   const dl = $("usage");
   dl.replaceChildren();
   for (const [k, v] of [
+    ...(goal ? [["goal run", goal]] : []),
     ["turns", p.turns],
     ["cancelled", p.cancelled],
     ["input tokens", u.inputTokens],
