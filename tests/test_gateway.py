@@ -942,7 +942,7 @@ def test_openapi_lists_every_route_and_validates(http: httpx.Client) -> None:
         (m.upper(), p) for p, ops in spec["paths"].items() for m in ops if m != "parameters"
     }
     served = {(method, path) for method, path, _, _ in ROUTES}
-    served |= {("GET", p) for p in ("/openapi.json", "/", "/app.js", "/sse.js", "/style.css")}
+    served |= {("GET", p) for p in ("/openapi.json", "/", "/app.js", "/sse.js", "/markdown.js", "/style.css")}
     assert documented == served
 
 
