@@ -25,8 +25,9 @@ export function safeHref(raw) {
 }
 
 // Inline spans, scanned left to right: `code` first (nothing inside it is markup), then
-// [text](url), **strong**, *emphasis* / _emphasis_; anything unmatched stays text.
-const INLINE = /`([^`\n]+)`|\[([^\]\n]+)\]\(([^()\s]+)\)|\*\*([^*\n]+?)\*\*|__([^_\n]+?)__|\*([^*\s][^*\n]*?)\*|\b_([^_\s][^_\n]*?)_\b/g;
+// [text](url), **strong**, *emphasis* / _emphasis_ (an underscore inside a word, as in
+// snake_case or __dunder, is not markup); anything unmatched stays text.
+const INLINE = /`([^`\n]+)`|\[([^\]\n]+)\]\(([^()\s]+)\)|\*\*([^*\n]+?)\*\*|(?<!\w)__([^_\n]+?)__(?!\w)|\*([^*\s][^*\n]*?)\*|\b_([^_\s][^_\n]*?)_\b/g;
 
 export function inline(parent, text) {
   let last = 0;
