@@ -29,7 +29,7 @@ from actors.gateway import (
     parse_bind,
     start_gateway,
 )
-from actors.gateway._app import openapi_bytes
+from actors.gateway._app import PAGES, openapi_bytes
 from actors.gateway._hub import Batch, Client
 from actors.gateway._tokens import ADMIN_FILE, TOKENS_FILE
 from projections import cache_hit_rate
@@ -942,7 +942,7 @@ def test_openapi_lists_every_route_and_validates(http: httpx.Client) -> None:
         (m.upper(), p) for p, ops in spec["paths"].items() for m in ops if m != "parameters"
     }
     served = {(method, path) for method, path, _, _ in ROUTES}
-    served |= {("GET", p) for p in ("/openapi.json", "/", "/app.js", "/sse.js", "/markdown.js", "/style.css")}
+    served |= {("GET", p) for p in ("/openapi.json", "/", *PAGES)}
     assert documented == served
 
 
