@@ -111,6 +111,7 @@ class LangGraph:
     name = "langgraph"
 
     def __init__(self, db: str, sessions: int) -> None:
+        self.db = db
         self.graph, self.conn = _langgraph_graph(db)
         self.threads = [uuid.uuid4().hex for _ in range(sessions)]
 

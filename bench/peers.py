@@ -36,7 +36,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import venv
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
