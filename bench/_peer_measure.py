@@ -39,14 +39,23 @@ class Plan:
 # -- nothing reaches the network -------------------------------------------------------
 
 
+#: Hosts already judged: Thespian looks its addresses up on every connection, and the
+#: guard must not cost the measured systems more than a dict look-up.
+_JUDGED: dict[Any, bool] = {}
+
+
 def _loopback(host: Any) -> bool:
+    known = _JUDGED.get(host)
+    if known is not None:
+        return known
     # The machine's own name resolves from its hosts file (Thespian looks it up).
-    if host in (None, "", "localhost", b"localhost", socket.gethostname()):
-        return True
-    try:
-        return ipaddress.ip_address(host.decode() if isinstance(host, bytes) else host).is_loopback
-    except ValueError:
-        return False
+    ok = host in (None, "", "localhost", b"localhost", socket.gethostname())
+    if not ok:
+        with contextlib.suppress(ValueError):
+            text = host.decode() if isinstance(host, bytes) else str(host)
+            ok = ipaddress.ip_address(text).is_loopback
+    _JUDGED[host] = ok
+    return ok
 
 
 def no_network() -> None:
