@@ -16,6 +16,7 @@ import orjson
 from spine import REVIVING_PHASES, Kind
 
 from ._status import MAX_ACTIONS, MAX_EGRESS, Outcome, _verification_passed
+from ._status_context import answered, compacted, measured, rewindowed, uncompacted
 
 if TYPE_CHECKING:
     from ._status_rows import StatusFolder
@@ -183,6 +184,11 @@ def _unpend(s: StatusFolder, d: Mapping[str, Any]) -> None:
     s.pending = [x for x in s.pending if x[0] != call]
 
 
+def _action_approval(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    if s.pending and not _owner(s, d):
+        _unpend(s, d)
+
+
 def _action_pending(s: StatusFolder, d: Mapping[str, Any]) -> None:
     raw = d.get("input", "")
     # A decoded row holds the parsed arguments; `PendingEntry.input` is JSON text, as
@@ -199,6 +205,8 @@ def _action_completed(s: StatusFolder, d: Mapping[str, Any]) -> None:
         c = s.fanout[s.children[owner]]
         if c[_C_IN_FLIGHT]:
             c[_C_IN_FLIGHT] -= 1
+    elif "context" in d:
+        s.context = measured(s.context, d["context"])
 
 
 def _action_in_doubt(s: StatusFolder, d: Mapping[str, Any]) -> None:
@@ -271,6 +279,19 @@ def _properties(s: StatusFolder, d: Mapping[str, Any]) -> None:
                 meta.pop(k, None)
             else:
                 meta[k] = v
+        s.context = rewindowed(s.context, meta)
+
+
+def _context_window(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    s.context = answered(s.context, s.metadata, d.get("tokens"), d.get("source"), d.get("key"))
+
+
+def _context_compacted(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    s.context = compacted(s.context, d.get("seq", 0), d.get("fromSeq"), d.get("toSeq"))
+
+
+def _context_uncompacted(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    s.context = uncompacted(s.context, d.get("call", 0))
 
 
 def _lifecycle(s: StatusFolder, d: Mapping[str, Any]) -> None:
@@ -301,9 +322,13 @@ STATUS_HANDLERS: dict[str, FastHandler] = {
     str(Kind.ACTION_IN_DOUBT): _action_in_doubt,
     str(Kind.ACTION_REJECTED): _action_rejected,
     str(Kind.ACTION_PENDING): _action_pending,
+    str(Kind.ACTION_APPROVAL): _action_approval,
     str(Kind.EGRESS): _egress,
     str(Kind.RECORD_SEALED): _record_sealed,
     str(Kind.RECORD_VERIFIED): _record_verified,
     str(Kind.PROPERTIES): _properties,
     str(Kind.LIFECYCLE): _lifecycle,
+    str(Kind.CONTEXT_WINDOW): _context_window,
+    str(Kind.CONTEXT_COMPACTED): _context_compacted,
+    str(Kind.CONTEXT_UNCOMPACTED): _context_uncompacted,
 }

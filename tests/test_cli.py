@@ -319,6 +319,27 @@ def test_interrupt_cuts_a_running_turn_off(daemon: Daemon) -> None:
     fails(run(daemon.data, "interrupt", "nobody"), 4, "unknown session")
 
 
+def test_schedule_goal_opens_a_goal_run_when_it_fires(daemon: Daemon) -> None:
+    """schedule --goal sets a timer whose firing opens a goal run (with its budget): timers
+    lists it until then, wait prints the run's answer; a bad budget is a usage error."""
+    ok(run(daemon.data, "new", "tgoal-1"))
+    fails(
+        run(daemon.data, "schedule", "tgoal-1", "+1", "x", "--goal", "--max-turns", "0"),
+        2,
+        "max_turns must be a positive",
+    )
+    later = ["schedule", "tgoal-1", "+1h", "later", "--goal", "--id", "later", "--max-turns", "2"]
+    assert "timer later set: next at" in ok(run(daemon.data, *later))
+    rows = [json.loads(x) for x in ok(run(daemon.data, "timers", "tgoal-1", "--json")).splitlines()]
+    assert [(r["id"], r["goal"], r["budget"]) for r in rows] == [("later", True, {"max_turns": 2})]
+    assert "goal run: later" in ok(run(daemon.data, "timers", "tgoal-1"))
+    ok(run(daemon.data, "unschedule", "tgoal-1", "later"))
+    ok(run(daemon.data, "schedule", "tgoal-1", "+1", "sum it up", "--goal"))
+    # The run opens when the timer fires (its timer ends in the same append).
+    wait_for(lambda: ok(run(daemon.data, "timers", "tgoal-1", "--json")) == "", 30)
+    assert "[scripted] sum it up" in ok(run(daemon.data, "wait", "tgoal-1", "--timeout", "30"))
+
+
 def test_submit_and_wait_run_a_goal_and_print_its_answer_or_stall(daemon: Daemon) -> None:
     """submit --wait prints the answer; wait prints it again without the daemon's help;
     a stalled run is exit 1 naming the reason; a session with no run is exit 2."""
@@ -549,15 +570,16 @@ def test_tail_survives_a_daemon_restart(own_daemon: Daemon) -> None:
 
 
 def test_serve_resume_goals_continues_a_run_the_last_daemon_left(own_daemon: Daemon) -> None:
-    """A goal run in flight when the daemon stops goes on when `serve --resume-goals`
-    starts, and `wait` prints its answer; one session.started, one convergence."""
+    """A goal run in flight when the daemon stops goes on when the next `serve` starts
+    (resuming is the default), and `wait` prints its answer; one session.started, one
+    convergence."""
     own_daemon.start()
     data = own_daemon.data
     ok(run(data, "submit", "rg-1", "!slow 0.3 a b c d e f", "--create"))
     wait_for(lambda: "turn.started" in run(data, "history", "rg-1").stdout, 30)
     ok(run(data, "stop"))
     assert own_daemon.wait_exited() == 0
-    own_daemon.start("--resume-goals")
+    own_daemon.start()
     assert ok(run(data, "wait", "rg-1", "--timeout", "60")).strip().endswith("a b c d e f")
     lines = ok(run(data, "history", "rg-1", "--json")).splitlines()
     kinds = [json.loads(x)["kind"] for x in lines]
@@ -631,6 +653,43 @@ def test_status_json_spells_usage_with_the_seeds_names(tmp_path: pathlib.Path) -
     text = ok(run(data, "status", "u-1"))
     assert re.search(r"^usage\s+inputTokens 100  outputTokens 7", text, re.M)
     assert re.search(r"^cacheHitRate\s+80%$", text, re.M)
+
+
+def test_status_says_where_the_context_window_stands(tmp_path: pathlib.Path) -> None:
+    """status reports the context from the projection: the window and where it came from,
+    the last request's input tokens and what is left, the compactions and the span the
+    summary in force stands for."""
+    data = tmp_path / "data"
+    data.mkdir()
+    log = open_log(LogSpec.sqlite(str(data / "spine.db")))
+    try:
+        measured = {"context": {"chars": 1200, "inputTokens": 300}}
+        log.append(
+            "ctx-1",
+            [
+                Event(kind=Kind.PROPERTIES, properties={"ore.model.context_window": "1000"}),
+                Event(kind=Kind.USER_MESSAGE, text="hi"),
+                Event(kind=Kind.ACTION_COMPLETED, action="model", call=1, extra=measured),
+                Event(kind=Kind.CONTEXT_COMPACTED, text="s", extra={"fromSeq": 2, "toSeq": 3}),
+            ],
+        )
+        log.append("plain-1", [Event(kind=Kind.USER_MESSAGE, text="hi")])
+    finally:
+        log.close()
+    fields = json.loads(ok(run(data, "status", "ctx-1", "--json")))
+    assert fields["context"] == {
+        "window": 1000,
+        "source": "setting",
+        "used": 300,
+        "remaining": 700,
+        "fill": 0.3,
+        "compactions": 1,
+        "covered": {"fromSeq": 2, "toSeq": 3},
+    }
+    text = ok(run(data, "status", "ctx-1"))
+    assert re.search(r"^context\s+window 1000  source setting  used 300  remaining 700", text, re.M)
+    assert "covered events 2-3" in text
+    assert "context" not in json.loads(ok(run(data, "status", "plain-1", "--json")))
 
 
 # -- seal, verify, rebuild ---------------------------------------------------------------------
@@ -1093,6 +1152,10 @@ def test_pending_approve_and_reject_decide_waiting_actions(daemon: Daemon) -> No
     (first,) = wait_for(waiting, 20)
     assert first["action"] == "http_get" and first["input"] == {"url": "http://127.0.0.1:9/"}
     assert str(first["call"]) in ok(run(daemon.data, "pending", "gov-1"))
+    # A result by hand is for a call in doubt; this one never ran.
+    call = str(first["call"])
+    fails(run(daemon.data, "resolve", "gov-1", call, "--result", "done"), 2, "not in doubt")
+    fails(run(daemon.data, "resolve", "gov-1", call), 2, "--result")
     assert "rejected" in ok(run(daemon.data, "reject", "gov-1", str(first["call"]), "--note", "no"))
     fails(run(daemon.data, "approve", "gov-1", str(first["call"])), 2, "already rejected")
     fails(run(daemon.data, "approve", "gov-1", "0"), 2, "positive integer")
@@ -1101,6 +1164,10 @@ def test_pending_approve_and_reject_decide_waiting_actions(daemon: Daemon) -> No
     assert "no action waits" in ok(run(daemon.data, "pending", "gov-1"))
     ok(run(daemon.data, "send", "gov-1", fetch, "--no-wait"))
     (second,) = wait_for(waiting, 20)
+    # --answer is a server's question's answer: a JSON object, and never for an approval.
+    call = str(second["call"])
+    fails(run(daemon.data, "approve", "gov-1", call, "--answer", "[1]"), 2, "JSON object")
+    fails(run(daemon.data, "approve", "gov-1", call, "--answer", '{"a": 1}'), 2, "no content")
     out = json.loads(ok(run(daemon.data, "approve", "gov-1", str(second["call"]), "--json")))
     assert out["decision"] == "approved" and not out["duplicate"]
     again = json.loads(ok(run(daemon.data, "approve", "gov-1", str(second["call"]), "--json")))

@@ -211,6 +211,17 @@ def test_the_context_route_reports_the_window_and_the_estimate(http: httpx.Clien
     ctx = http.get("/v1/sessions/ctx-1/context").json()
     assert ctx["window"] == 4096 and ctx["windowSource"] == "setting"
     assert 0 < ctx["estimate"] < 4096 and ctx["compactions"] == 0
+    # The status says it too, from the projection (the scripted model measures nothing).
+    status = http.get("/v1/sessions/ctx-1/status").json()
+    assert status["context"] == {
+        "window": 4096,
+        "source": "setting",
+        "used": 0,
+        "remaining": 4096,
+        "fill": 0.0,
+        "compactions": 0,
+        "covered": None,
+    }
     assert http.get("/v1/sessions/nobody/context").status_code == 404
 
 
@@ -1067,9 +1078,19 @@ def test_a_waiting_action_is_listed_and_decided_over_http(http: httpx.Client) ->
     assert w["action"] == "http_get"
     url = f"/v1/sessions/gov-1/approvals/{w['call']}"
     assert http.post(url, json={"decision": "maybe"}).status_code == 422
+    # A result by hand is for a call in doubt, and goes with resolve only.
+    assert http.post(url, json={"decision": "resolve"}).status_code == 422
+    assert http.post(url, json={"decision": "approve", "result": "x"}).status_code == 422
+    r = http.post(url, json={"decision": "resolve", "result": "fetched it myself"})
+    assert r.status_code == 422 and "not in doubt" in r.json()["message"]
     assert (
         http.post("/v1/sessions/gov-1/approvals/x", json={"decision": "approve"}).status_code == 400
     )
+    # An answer's content is for a server's question, never for an approval.
+    r = http.post(url, json={"decision": "approve", "content": {"color": "red"}})
+    assert r.status_code == 422 and "takes no content" in r.json()["message"]
+    r = http.post(url, json={"decision": "reject", "content": {}})
+    assert r.status_code == 422 and "'content'" in r.json()["message"]
     r = http.post(url, json={"decision": "approve", "note": "fine"})
     assert r.status_code == 200 and not r.json()["duplicate"]
     assert http.post(url, json={"decision": "approve"}).json()["duplicate"]

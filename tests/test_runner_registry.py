@@ -27,7 +27,17 @@ from actors.runner.rules.actions import (
     Stop,
     WakeProjection,
 )
-from actors.session.protocol import Appended, Routed, SessionReady, SessionStopping
+from actors.session.protocol import (
+    SPINE_UNAVAILABLE,
+    WAITING,
+    Appended,
+    Behind,
+    FindRequest,
+    RequestWhere,
+    Routed,
+    SessionReady,
+    SessionStopping,
+)
 
 SID = "s1"
 CALLER = "caller"
@@ -247,6 +257,31 @@ def test_requests_to_a_starting_or_restarting_session_wait() -> None:
     r.create(SID, "c1", CALLER, {})
     assert r.route(SID, _send(), CALLER, 0.0) == []
     assert len(r.entries[SID].pending) == 1
+
+
+def _find(r: Registry, about: str, sid: str = SID) -> Any:
+    [reply] = r.find(FindRequest(request_id="f", session_id=sid, about=about), CALLER)
+    assert isinstance(reply, Reply)
+    return reply.to, reply.message
+
+
+def test_the_host_is_told_where_a_request_without_a_reply_stands() -> None:
+    """Queued for a loading incarnation: waiting (no copy needed); keyed ingress forwarded
+    and not committed: asked of the incarnation, behind it; committed, never seen, a
+    forwarded read, or another session's: held nowhere."""
+    nowhere = (CALLER, RequestWhere(request_id="f", where=""))
+    r = _registry()
+    r.load(SID, 3)
+    r.route(SID, _send(), CALLER, 0.0)
+    r.route(SID, m.GetSession(request_id="g1", session_id=SID), CALLER, 0.0)
+    waiting = (CALLER, RequestWhere(request_id="f", where=WAITING))
+    assert _find(r, "r1") == _find(r, "g1") == waiting
+    assert _find(r, "lost") == _find(r, "r1", "other") == nowhere
+    _ready(r, 1, last_seq=3)
+    assert _find(r, "r1") == ("addr-1", Behind(request_id="f", reply_to=CALLER))
+    assert _find(r, "g1") == nowhere
+    r.appended(Appended(session_id=SID, incarnation=1, keys=("k1",)), 1.0)
+    assert _find(r, "r1") == nowhere
 
 
 # -- supervision ---------------------------------------------------------------------------
@@ -497,3 +532,36 @@ def test_a_stream_that_does_not_decode_fails_the_session_at_once_naming_the_seq(
     assert r.route(SID, verify, CALLER, 1.0) == [
         VerifyStored(session_id=SID, request_id="v1", reply_to=CALLER)
     ]
+
+
+def _spine_down(r: Registry, incarnation: int, now: float) -> list[Action]:
+    """Incarnation ``incarnation`` reports the spine unreachable and its process exits."""
+    r.bind(SID, incarnation, f"addr-{incarnation}")
+    stop = SessionStopping(session_id=SID, incarnation=incarnation, reason=SPINE_UNAVAILABLE)
+    assert r.stopping(stop) == [Stop(session_id=SID, address=f"addr-{incarnation}")]
+    return r.child_exited(f"addr-{incarnation}", now)
+
+
+def test_a_spine_outage_restarts_with_a_backoff_of_its_own_and_spends_no_budget() -> None:
+    """Eight incarnations in a row find the spine away (a budget of one crash): each is
+    started again after 0.1, 0.2 ... up to the cap, the session never fails, what was in
+    flight waits for the incarnation that finds the spine back, and the count resets."""
+    r = _live(max_restarts=1, window=60.0, backoff_max=1.0)
+    r.route(SID, _send("k1"), CALLER, 0.0)
+    delays = []
+    for inc in range(1, 9):
+        [due] = _spine_down(r, inc, float(inc))
+        assert isinstance(due, Schedule) and r.entries[SID].state == EntryState.RESTARTING
+        delays.append(due.delay)
+        assert r.restart_due(due.payload) == [
+            Spawn(session_id=SID, incarnation=inc + 1, create=False, metadata={})
+        ]
+    assert delays == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0]
+    out = _ready(r, 9)
+    [fwd] = [x for x in out if isinstance(x, Forward)]
+    assert fwd.routed.message.key == "k1" and fwd.address == "addr-9"
+    e = r.entries[SID]
+    assert e.state == EntryState.LIVE and e.crash_times == () and e.outages == 0
+    assert r.counters["outages"] == 8 and r.counters["restarts"] == 0 == r.counters["failed"]
+    [again] = _spine_down(r, 9, 10.0)
+    assert isinstance(again, Schedule) and again.delay == 0.1

@@ -67,6 +67,7 @@ from ._reading_commands import (
     trace,
     trace_args,
 )
+from ._resolve_command import resolve, resolve_args
 from ._serve_commands import demo, demo_args, serve, stop, stop_args
 from ._serve_options import serve_args
 from ._session_commands import (
@@ -143,6 +144,13 @@ COMMANDS: tuple[Command, ...] = (
         reject,
     ),
     Command(
+        "resolve",
+        "answer a call in doubt with the outcome you know it had: the turn goes on with it",
+        ("vertebra resolve chat-1 18 --result 'appended one line' --note 'checked the file'",),
+        resolve_args,
+        resolve,
+    ),
+    Command(
         "timers",
         "list a session's timers and schedules, next due first (no daemon needed)",
         ("vertebra timers chat-1", "vertebra timers chat-1 --json"),
@@ -151,10 +159,12 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "schedule",
-        "set a timer: its firings reach the session as messages (cron, +10m, or an ISO time)",
+        "set a timer: its firings reach the session as messages or open goal runs "
+        "(cron, +10m, or an ISO time)",
         (
             "vertebra schedule chat-1 '0 9 * * 1-5' 'daily report' --tz Europe/Paris",
             "vertebra schedule chat-1 +10m 'check the build'",
+            "vertebra schedule chat-1 '0 18 * * 5' 'sum up the week' --goal --max-turns 5",
         ),
         schedule_args,
         schedule,

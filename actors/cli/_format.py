@@ -88,7 +88,10 @@ def detail(ev: Any) -> str:
             out += " approved" if ev.allowed else " rejected"
         if ev.fault:
             out += f" fault {ev.fault}"
-        if ev.reason:
+        asked = (ev.extra or {}).get("elicitation")
+        if isinstance(asked, dict):
+            out += _asked(asked)
+        elif ev.reason:
             out += f": {ev.reason}"
     elif ev.kind == "net.egress":
         out = f"{ev.host} {'allowed' if ev.allowed else 'blocked'} ({ev.reason})"
@@ -121,6 +124,14 @@ KIND_WIDTH = 20
 QUIET_KINDS = frozenset(
     {"action.admitted", "action.started", "action.completed", "action.approval"}
 )
+
+
+def _asked(x: dict[str, Any]) -> str:
+    """A server's question (on ``action.pending``) or its answer (on ``action.approval``)."""
+    if "message" in x:
+        return f": {x.get('server')}.{x.get('tool')} asks {json.dumps(x['message'])}"
+    content = x.get("content")
+    return f" ({x.get('action')}{' ' + json.dumps(content) if content else ''})"
 
 
 def _context_detail(ev: Any) -> str:
@@ -316,21 +327,15 @@ __all__ = [
 ]
 
 
-def context_fields(log: Any, sid: str) -> dict[str, Any]:
-    """The context state the session's fold gives (window, estimate, last compaction)."""
-    from actors.session.rules.state import SessionState, fold
-    from actors.session.rules.views import context_report
-    from spine import history
-
-    try:
-        st = fold(SessionState(session_id=sid), history(log, sid))
-    except Exception as exc:  # a stream that does not decode is the status's to report
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    report = context_report(st)
-    last = report.pop("lastCompaction", None)
-    if last:
-        report["lastCompaction"] = f"seq {last['seq']} (events {last['fromSeq']}-{last['toSeq']})"
-    return report
+def context_fields(c: Any) -> dict[str, Any]:
+    """The status projection's context part as ``status`` prints it (empty when the
+    session manages no context: no window known, no compaction, no request measured)."""
+    if not (c.window or c.compactions or c.used):
+        return {}
+    out: dict[str, Any] = c.report()
+    covered = out.pop("covered")
+    out["covered"] = f"events {covered['fromSeq']}-{covered['toSeq']}" if covered else "none"
+    return out
 
 
 def status_lines(out: Any, fields: dict[str, Any], sections: dict[str, list[str]]) -> None:

@@ -198,6 +198,7 @@ def _start_host(
     args: argparse.Namespace, seal_policy: SealPolicy, spine: str | None, bind: str | None
 ) -> Host:
     from ..host import Host
+    from ..policy import SnapshotPolicy
 
     prices = _prices(args)
     factory = _factory(args)
@@ -212,6 +213,9 @@ def _start_host(
             convention_bind=bind,
             durability=args.durability,
             prices=prices,
+            snapshots=SnapshotPolicy(events=args.snapshot_every, size=args.snapshot_bytes),
+            spare_sessions=args.spares,
+            warm_spares=not args.cold_spares,
         )
     except (CliError, KeyboardInterrupt):
         raise

@@ -6,12 +6,15 @@ from __future__ import annotations
 import argparse
 
 from ._daemon import EXIT_USAGE, CliError
-from ._parser import positive, tcp_port
+from ._parser import count, positive, tcp_port
 
 #: `actors.policy.DAEMON_SEAL_POLICY`, spelled out so that `--help` imports no attrs (a
 #: test keeps the two equal).
 SEAL_EVERY = 1000
 SEAL_INTERVAL = 60.0
+#: `actors.policy.SnapshotPolicy`'s defaults, spelled out for the same reason.
+SNAPSHOT_EVERY = 1000
+SNAPSHOT_BYTES = 4 * 1024 * 1024
 
 
 def serve_args(p: argparse.ArgumentParser) -> None:
@@ -74,8 +77,10 @@ def _output_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--resume-goals",
-        action="store_true",
-        help="resume the goal runs a previous daemon left in flight (reads every stream)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="resume the goal runs a previous daemon left in flight, reading every stream "
+        "as it starts (default: on; --no-resume-goals leaves them interrupted)",
     )
     p.add_argument(
         "--log-format",
@@ -98,14 +103,59 @@ def _output_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _spare_count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"--spares must be a whole number 0-64, not {text!r}")
+    return n
+
+
+def _snapshot_options(p: argparse.ArgumentParser) -> None:
+    """When sessions write their snapshots (`actors.policy.SnapshotPolicy`)."""
+    p.add_argument(
+        "--snapshot-every",
+        type=count,
+        default=SNAPSHOT_EVERY,
+        metavar="N",
+        help=f"sessions snapshot their state every N events (default {SNAPSHOT_EVERY}; 0: not "
+        "by count), so a restart folds only what follows",
+    )
+    p.add_argument(
+        "--snapshot-bytes",
+        type=count,
+        default=SNAPSHOT_BYTES,
+        metavar="B",
+        help=f"or once B bytes were stored since the last (default {SNAPSHOT_BYTES}; 0: not "
+        "by size)",
+    )
+
+
 def _storage_and_door_options(p: argparse.ArgumentParser) -> None:
-    """How durable the spine is, and where the A2A door's notifications go."""
+    """How durable the spine is, how often sessions snapshot, the spare processes, where
+    the A2A door's notifications go."""
     p.add_argument(
         "--durability",
         choices=("normal", "full"),
         default="normal",
         help="what an acknowledged event survives on a SQLite spine: normal, a crash of any "
         "process; full, a power cut too (a disk sync per commit)",
+    )
+    _snapshot_options(p)
+    p.add_argument(
+        "--spares",
+        type=_spare_count,
+        default=3,
+        metavar="N",
+        help="session processes kept started ahead of need (default 3; 0: none)",
+    )
+    p.add_argument(
+        "--cold-spares",
+        action="store_true",
+        help="do not warm spare processes up: about 1 MB less memory per session, a "
+        "slower first turn (a goal's children above all)",
     )
     p.add_argument(
         "--a2a-webhook",

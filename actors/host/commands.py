@@ -158,13 +158,16 @@ class SessionCommands:
         *,
         key: str | None = None,
         raise_by: float = 0.0,
+        content: Mapping[str, Any] | None = None,
     ) -> m.Ack:
         """Approve the governed action ``call`` that waits for a human (see `pending`): it
         runs once, even if the session restarted while waiting. Approving it again is
         acknowledged as a duplicate; an unknown or already rejected call is
         `InvalidRequest`. A call paused for the cost budget is approved with ``raise_by``:
-        the budget grows by that much and the same turn goes on."""
-        return self._decide(session_id, call, True, note, key, raise_by)
+        the budget grows by that much and the same turn goes on. A server's question
+        (action ``elicitation``) is answered with ``content``, the asked fields (`reject`
+        declines it)."""
+        return self._decide(session_id, call, True, note, key, raise_by, content)
 
     def reject(
         self, session_id: str, call: int, reason: str = "", *, key: str | None = None
@@ -172,6 +175,27 @@ class SessionCommands:
         """Refuse the waiting action ``call``: ``action.rejected`` with fault
         ``approval_rejected``, and the model is told why."""
         return self._decide(session_id, call, False, reason, key)
+
+    def resolve(
+        self,
+        session_id: str,
+        call: int,
+        result: str,
+        note: str = "",
+        *,
+        is_error: bool = False,
+        key: str | None = None,
+    ) -> m.Ack:
+        """Answer the in-doubt call that the waiting action ``call`` asks about (an
+        ``action.pending`` with reason ``in_doubt``) with ``result``, the outcome a human
+        knows it had: stored as the call's ``tool.result`` (``is_error``: as an error), the
+        call is never run again, and its turn goes on with it. An action that is not in
+        doubt, or is decided already, is `InvalidRequest`."""
+        if not isinstance(result, str) or not result:
+            raise InvalidRequest("a result given by hand must be a non-empty string")
+        if not isinstance(is_error, bool):
+            raise InvalidRequest("is_error must be a boolean")
+        return self._decide(session_id, call, False, note, key, result=(result, is_error))
 
     def _decide(
         self,
@@ -181,7 +205,13 @@ class SessionCommands:
         note: str,
         key: str | None,
         raise_by: float = 0.0,
+        content: Mapping[str, Any] | None = None,
+        result: tuple[str, bool] = ("", False),
     ) -> m.Ack:
+        if content is not None and not (
+            isinstance(content, Mapping) and all(isinstance(k, str) and k for k in content)
+        ):
+            raise InvalidRequest("an answer's content must be an object of named fields")
         if not isinstance(call, int) or isinstance(call, bool) or call <= 0:
             raise InvalidRequest(f"call must be a positive integer, got {call!r}")
         if not isinstance(note, str):
@@ -196,6 +226,9 @@ class SessionCommands:
             approve=approve,
             note=note,
             raise_by=float(raise_by),
+            content=dict(content) if content is not None else None,
+            result=result[0],
+            is_error=result[1],
         )
         return self._request(msg)  # type: ignore[no-any-return]
 

@@ -283,6 +283,11 @@ class ConversationCommands:
         _positive("at", at)
         if at > last:
             raise InvalidRequest(f"session {session_id} has {last} events, not {at}")
+        if child == session_id:
+            raise SessionAlreadyExists(
+                f"session {child} already exists: a session cannot be forked into itself",
+                session_id=child,
+            )
         events = fork_events(self._log, session_id, at, metadata or {}, root=root)
         try:
             self._log.fork(child, session_id, at, events)

@@ -29,7 +29,7 @@ from ..agents.factory import with_mcp
 from ..errors import HostClosed, HostTimeout, InvalidRequest
 from ..interceptors import SlashCommands
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
-from ..policy import BusyPolicy, RestartPolicy, SealPolicy
+from ..policy import BusyPolicy, RestartPolicy, SealPolicy, SnapshotPolicy
 from ..runner import spine_spec
 from ..runner.protocol import StopSpares
 from ..session.rules.spend import check_prices
@@ -111,10 +111,13 @@ class Host(SessionCommands, ConversationCommands, SessionReading, SessionTimers)
     themselves (`SealPolicy`; the daemon's default is `DAEMON_SEAL_POLICY`); by default
     an embedding Host seals only when asked; ``spare_sessions``
     session processes are kept started and warmed up ahead of need (multiproc only), so
-    that creating a session (a goal's child above all) does not wait for a process to start.
+    that creating a session (a goal's child above all) does not wait for a process to start;
+    ``warm_spares=False`` keeps them cold (about 1 MB less per session, a slower first turn:
+    `RunnerConfig.warm_spares`).
     ``durability`` is what an acknowledged event survives on a SQLite spine: ``"normal"``
     (a crash of any process) or ``"full"`` (a power cut as well, at the cost of a sync
-    per commit; `spine.LogSpec.durable`).
+    per commit; `spine.LogSpec.durable`). ``snapshots`` says when sessions write their
+    snapshot (`SnapshotPolicy`: by default every 1000 events or 4 MiB of payload).
     """
 
     def __init__(
@@ -136,8 +139,10 @@ class Host(SessionCommands, ConversationCommands, SessionReading, SessionTimers)
         auto_seal: SealPolicy | None = None,
         convention_bind: str | None = None,
         spare_sessions: int = 3,
+        warm_spares: bool = True,
         durability: str = "normal",
         prices: Mapping[str, Any] | None = None,
+        snapshots: SnapshotPolicy | None = None,
     ) -> None:
         _check_base(base, attach, admin_port, convention_bind is not None)
         cfg = RunnerConfig(
@@ -150,9 +155,11 @@ class Host(SessionCommands, ConversationCommands, SessionReading, SessionTimers)
             projections=projections,
             spine=_durable(data_dir, spine, durability),
             auto_seal=auto_seal or SealPolicy(),
+            snapshots=snapshots or SnapshotPolicy(),
             cluster=convention_bind is not None,
             # Everything runs in this process there: no process start to save.
             spare_sessions=0 if base == "simpleSystemBase" else spare_sessions,
+            warm_spares=warm_spares,
             prices=check_prices(prices) if prices else {},
         )
         self._init(cfg, convention_bind, base, timeout, attach, admin_port)

@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from ..policy import BusyPolicy, RestartPolicy, SealPolicy
+from ..policy import BusyPolicy, RestartPolicy, SealPolicy, SnapshotPolicy
 from .converters import _busy_policy, _frozen_map, _tuple
 
 # -- guardian, Runner and liveness ---------------------------------------------------------
@@ -34,6 +34,8 @@ class RunnerConfig:
     spine: str = ""
     # When sessions seal themselves (default: only when asked).
     auto_seal: SealPolicy = attrs.field(factory=SealPolicy)
+    # When sessions write their snapshots (default: every 1000 events or 4 MiB).
+    snapshots: SnapshotPolicy = attrs.field(factory=SnapshotPolicy)
     # A convention leader: place sessions on member hosts and watch them by heartbeats.
     cluster: bool = False
     # Session processes kept started, warmed up and unconfigured, so that a new session (a
@@ -41,6 +43,11 @@ class RunnerConfig:
     # each use. Three: a new session whose first response spawns two children needs three
     # within a few milliseconds, long before a refill (a spare costs about 6 MB of its own).
     spare_sessions: int = 3
+    # Spares run a goal run and a chat turn in memory before they stand by, so a session's
+    # first turn (a goal's child above all) does not pay for its process's first run of
+    # every path: about 1 MB more of each session's memory (docs/performance.md). False:
+    # the Runner warms up once before it forks them, and they stay cold.
+    warm_spares: bool = True
     # The operator's price table (``vertebra serve --prices``), empty: spending unpriced.
     prices: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_map)
 

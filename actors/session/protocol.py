@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 
 from ..messages import _tuple
-from ..policy import BusyPolicy, SealPolicy
+from ..policy import BusyPolicy, SealPolicy, SnapshotPolicy
 from ..terse import terse_module
 
 
@@ -31,6 +31,8 @@ class SessionConfig:
     spine: str = ""
     # When the session seals itself (a session's metadata may override it).
     auto_seal: SealPolicy = attrs.field(factory=SealPolicy)
+    # When the session writes its snapshot.
+    snapshots: SnapshotPolicy = attrs.field(factory=SnapshotPolicy)
     # The operator's price table (`actors.session.rules.spend`), empty: none.
     prices: Mapping[str, Any] = attrs.field(factory=dict)
 
@@ -44,6 +46,8 @@ class Standby:
 
     db_path: str = ""
     spine: str = ""
+    #: Run the warm-up (`warmup.warm_up`) before answering (`RunnerConfig.warm_spares`).
+    warm: bool = True
 
 
 @attrs.frozen(kw_only=True)
@@ -100,9 +104,15 @@ class Appended:
     append_seconds: float = 0.0
 
 
+#: Why an incarnation stops when its spine cannot be reached: not a crash, so the Runner
+#: restarts it (with a backoff of its own) without spending the restart budget.
+SPINE_UNAVAILABLE = "spine unavailable"
+
+
 @attrs.frozen(kw_only=True)
 class SessionStopping:
-    """The session closed itself (or found itself stale) and asks to be stopped."""
+    """The session closed itself (or found itself stale, or its spine unreachable) and
+    asks to be stopped."""
 
     session_id: str
     incarnation: int
@@ -126,6 +136,47 @@ class RecordPoison:
 
     key: str
     detail: str
+
+
+#: `RequestWhere.where` of a request queued in the Runner for an incarnation that is not
+#: ready: loading its stream, waiting out a restart's backoff, or stopping.
+WAITING = "waiting"
+
+
+@attrs.frozen(kw_only=True)
+class FindRequest:
+    """The Host asks where its request ``about`` to session ``session_id``, still without
+    a reply, stands; answered by `RequestWhere`. It asks rather than guesses from a
+    timeout: one waiting for a session that is loading, or that a busy session has not
+    reached yet, needs no second copy."""
+
+    request_id: str
+    session_id: str
+    about: str
+
+
+@attrs.frozen(kw_only=True)
+class RequestWhere:
+    """Where a request stands, from the Runner: `WAITING`; or "" when it holds none (lost
+    on its way, or answered and the answer lost: send it again). Or from the session a
+    keyed request was forwarded to (`Behind`): "" once it has handled everything the
+    Runner sent it before, so a reply not arrived by then is lost."""
+
+    request_id: str
+    where: str
+
+
+@attrs.frozen(kw_only=True)
+class Behind:
+    """The Runner's `FindRequest` for keyed ingress it forwarded, sent on to the session
+    after it: Thespian delivers one pair's messages in order, so the session reaches this
+    once it has handled the request (if it arrived), and answers ``reply_to`` with
+    `RequestWhere` on the same path as that request's reply. A transmit Thespian had to
+    retry may be overtaken; then the Host sends a copy it did not need, which keyed
+    ingress stores once."""
+
+    request_id: str
+    reply_to: Any
 
 
 # Thespian formats every message it moves; keep that cheap (see `actors.terse`).

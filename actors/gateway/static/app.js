@@ -173,11 +173,32 @@ function onStored(ev, seq) {
     case "session.properties":
       add("note", `metadata: ${Object.entries(ev.properties || {}).map(([k, v]) => `${k}=${v}`).join(", ")}`);
       break;
+    case "context.compacted":
+      compactionMarker(ev, seq);
+      break;
+    case "context.uncompacted":
+      add("note compaction", `compaction ${ev.call ? `at seq ${ev.call} ` : ""}taken back: the earlier view returns`);
+      break;
     case "record.sealed":
       add("note", "record sealed");
       break;
     case "record.verified":
       add("note", `record verified${ev.error ? ": " + ev.error : ""}`);
+      break;
+    case "timer.set":
+      add("note timer", `timer ${ev.timer} set${ev.run === "goal" ? " (goal run)" : ""}: next at ${ev.dueAt || ""}${ev.cron ? ` (${ev.cron} ${ev.tz || ""})` : ""}`);
+      break;
+    case "timer.fired":
+      add("note timer", `timer ${ev.timer} fired${ev.late ? ` ${ev.late}s late` : ""}${ev.missed ? `, ${ev.missed} missed` : ""}${ev.skipped ? ", skipped" : ""}${ev.rejected ? `, rejected (${ev.rejected})` : ""}`);
+      break;
+    case "timer.cancelled":
+      add("note timer", `timer ${ev.timer} cancelled${ev.reason ? ` (${ev.reason})` : ""}`);
+      break;
+    case "session.paused":
+      add("note budget", `paused for the budget: ${ev.error || ""} (call ${ev.call})`);
+      break;
+    case "budget.raised":
+      add("note budget", `budget raised by ${ev.amount}${ev.period ? ` for ${ev.period}` : ""}`);
       break;
     case "session.lifecycle":
       if (ev.phase === "closed" || ev.phase === "failed") add("note", `session ${ev.phase}`);
@@ -186,6 +207,47 @@ function onStored(ev, seq) {
       break;
   }
   scheduleStatus();
+}
+
+// Where a summary replaced a span: from here on the model sees the summary in place of
+// events fromSeq..toSeq (nothing stored changed). The marker opens on the summary and, on
+// a click, lists the events it stands for, read back from the history route.
+const COVERED_SHOWN = 1000;
+function compactionMarker(ev, seq) {
+  const el = add("note compaction", "");
+  Object.assign(el.dataset, { seq, from: ev.fromSeq, to: ev.toSeq });
+  const details = document.createElement("details");
+  const head = document.createElement("summary");
+  head.textContent = `context compacted: a summary stands for events ${ev.fromSeq}-${ev.toSeq}`;
+  const text = document.createElement("div");
+  text.className = "compaction-summary";
+  text.textContent = ev.text || "(no summary could be written)";
+  const open = document.createElement("button");
+  open.type = "button";
+  open.className = "compaction-open";
+  open.textContent = "show the covered events";
+  const list = document.createElement("ol");
+  list.className = "compaction-events";
+  open.onclick = () => guarded(() => showCovered(list, ev.fromSeq, ev.toSeq));
+  details.append(head, text, open, list);
+  el.appendChild(details);
+}
+
+async function showCovered(list, from, to) {
+  const limit = Math.min(COVERED_SHOWN, to - from + 1);
+  const { events } = await api("GET", `${sessionPath()}/history?after=${from - 1}&limit=${limit}`);
+  const items = events.filter((e) => e.seq <= to).map((e) => {
+    const li = document.createElement("li");
+    li.value = e.seq;
+    li.textContent = `${e.kind} ${(e.text || e.result || "").slice(0, 160)}`;
+    return li;
+  });
+  if (to - from + 1 > limit) {
+    const more = document.createElement("li");
+    more.textContent = `… ${to - from + 1 - limit} more (vertebra history)`;
+    items.push(more);
+  }
+  list.replaceChildren(...items);
 }
 
 // A user message with its turn-tree buttons: edit it (a new branch from here) or, for the
@@ -321,6 +383,12 @@ function row(cells) {
   return tr;
 }
 
+// The last request's share of the window, from the status projection's context.
+function contextText(c) {
+  if (!c || !c.window) return "-";
+  return `${Math.round(c.fill * 100)}% of ${c.window}`;
+}
+
 async function refreshStatus() {
   if (!state.session) return;
   let p;
@@ -339,6 +407,8 @@ async function refreshStatus() {
     ["output tokens", u.outputTokens],
     ["cache read", u.cacheReadTokens],
     ["cache hit rate", `${Math.round((p.cacheHitRate || 0) * 100)}%`],
+    ["context", contextText(p.context)],
+    ["compactions", (p.context || {}).compactions],
     ["phase", p.phase || "-"],
   ]) {
     const dt = document.createElement("dt");
@@ -416,6 +486,68 @@ async function refreshStatus() {
   const ids = new Set((p.fanout || []).map((c) => c.id));
   const roots = [...byParent.keys()].filter((k) => !ids.has(k));
   $("fanout").replaceChildren(...roots.flatMap(tree));
+  await Promise.all([refreshTimers().catch(() => {}), refreshBudget().catch(() => {})]);
+}
+
+// The session's timers, next due first, each with a button that cancels it.
+async function refreshTimers() {
+  const { timers } = await api("GET", `${sessionPath()}/timers`);
+  $("timers").replaceChildren(
+    ...timers.map((t) => {
+      const li = document.createElement("li");
+      li.dataset.id = t.id;
+      const text = document.createElement("span");
+      const when = t.cron ? `${t.cron} ${t.tz || "UTC"}, next ${t.dueAt}` : `at ${t.dueAt}`;
+      text.textContent = `${t.goal ? "goal: " : ""}${t.text} (${when})`;
+      const b = document.createElement("button");
+      b.type = "button";
+      b.className = "cancel";
+      b.textContent = "Cancel";
+      b.onclick = () => guarded(() => api("DELETE", `${sessionPath()}/timers/${encodeURIComponent(t.id)}`)).then(scheduleStatus);
+      li.append(text, b);
+      return li;
+    }),
+  );
+}
+
+// What the session spent under the operator's prices; a call paused on a budget can be
+// let go on with a raise.
+async function refreshBudget() {
+  const b = await api("GET", `${sessionPath()}/budget`);
+  const money = (x) => `${+Number(x).toPrecision(6)}${b.currency ? ` ${b.currency}` : ""}`;
+  $("budget").textContent = b.version
+    ? `spent ${money(b.cost)}${b.budget === null ? "" : ` of ${money(b.budget)}`} (prices ${b.version})`
+    : "not priced (no operator price table)";
+  $("budget-paused").replaceChildren(
+    ...(b.paused || []).map((call) => {
+      const div = document.createElement("div");
+      div.className = "paused";
+      const amount = document.createElement("input");
+      amount.type = "number";
+      amount.min = "0";
+      amount.step = "any";
+      amount.placeholder = "raise by";
+      amount.setAttribute("aria-label", `raise the budget for call ${call} by`);
+      const go = document.createElement("button");
+      go.type = "button";
+      go.className = "raise";
+      go.textContent = `Raise and go on (call ${call})`;
+      go.onclick = () => {
+        const by = Number(amount.value);
+        if (!(by > 0)) return showError("a raise must be a positive amount");
+        guarded(() => api("POST", `${sessionPath()}/approvals/${call}`, { decision: "approve", raise: by, note: "raised from the page" })).then(scheduleStatus);
+      };
+      div.append(amount, go);
+      return div;
+    }),
+  );
+}
+
+// WHEN as the CLI reads it: +90, +10m, +2h, +1d (after), anything else a cron expression.
+function timerWhen(text) {
+  const m = /^\+(\d+(?:\.\d+)?)([smhd]?)$/.exec(text.trim());
+  if (m) return { after: Number(m[1]) * { "": 1, s: 1, m: 60, h: 3600, d: 86400 }[m[2]] };
+  return { cron: text.trim() };
 }
 
 async function loadSessions() {
@@ -475,6 +607,19 @@ function wire() {
     if (!text.trim() || !state.session) return;
     $("input").value = "";
     submitGoal(text);
+  };
+  $("timer-form").onsubmit = (e) => {
+    e.preventDefault();
+    const when = $("timer-when").value;
+    const text = $("timer-text").value;
+    if (!when.trim() || !text.trim() || !state.session) return;
+    const body = { text, ...timerWhen(when), ...($("timer-goal").checked ? { goal: true } : {}) };
+    guarded(async () => {
+      await api("POST", `${sessionPath()}/timers`, body);
+      $("timer-when").value = "";
+      $("timer-text").value = "";
+      scheduleStatus();
+    });
   };
   $("regenerate").onclick = () => state.session && regenerate(0);
   $("fork").onclick = () => state.session && forkAt(0);

@@ -26,7 +26,16 @@ from spine import SpineError, validate_session_id
 
 from ... import messages as m
 from ...policy import RestartPolicy
-from ...session.protocol import Appended, Routed, SessionReady, SessionStopping
+from ...session.protocol import (
+    WAITING,
+    Appended,
+    Behind,
+    FindRequest,
+    RequestWhere,
+    Routed,
+    SessionReady,
+    SessionStopping,
+)
 from .actions import (
     Action,
     CloseStored,
@@ -42,7 +51,7 @@ from .exits import RegistryExits
 
 
 def _counters() -> dict[str, int]:
-    names = ("created", "restarts", "passivated", "rehydrated", "poisoned", "failed")
+    names = ("created", "restarts", "passivated", "rehydrated", "poisoned", "failed", "outages")
     return dict.fromkeys((*names, "redelivered"), 0)
 
 
@@ -184,6 +193,24 @@ class Registry(RegistryExits):
         self.counters["rehydrated"] += 1
         return [e.spawn()]
 
+    def find(self, msg: FindRequest, reply_to: Any) -> list[Action]:
+        """Where the Host's request ``msg.about`` stands: queued here for an incarnation
+        that is not ready (`WAITING`); keyed ingress forwarded to the live incarnation and
+        not committed, asked of that incarnation behind it (`Behind`); else none held."""
+        e = self.entries.get(msg.session_id)
+        where = ""
+        if e is not None and any(p.message.request_id == msg.about for p in e.pending):
+            where = WAITING
+        elif (
+            e is not None
+            and e.state == EntryState.LIVE
+            and e.address is not None
+            and any(r.message.request_id == msg.about for r in e.in_flight.values())
+        ):
+            behind = Behind(request_id=msg.request_id, reply_to=reply_to)
+            return [Reply(to=e.address, message=behind)]
+        return [Reply(to=reply_to, message=RequestWhere(request_id=msg.request_id, where=where))]
+
     def bind(self, sid: str, incarnation: int, address: Any) -> None:
         """The shell created incarnation ``incarnation`` at ``address``."""
         e = self.entries.get(sid)
@@ -202,6 +229,7 @@ class Registry(RegistryExits):
         if e is None:
             return []
         e.last_seq, e.metadata, e.last_activity = msg.last_seq, dict(msg.metadata), now
+        e.outages = 0
         stopping = e.state == EntryState.STOPPING
         if not stopping:
             e.state = _ready_state(msg)

@@ -4,19 +4,25 @@ returns and the effects a decision asks the shell to carry out. All pure data.""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 import attrs
 
 from spine import Event, Usage
-from spine.seal import Seal, VerifyReport
 
 from ...agents.governance import Requirement
 from ...interceptors import Ingress, NoticeItem
 from ...policy import BusyPolicy
 from ...spec import AgentSpec, TurnInput
 from ...terse import terse_module
+from .goal_commands import Resume as Resume
+from .goal_commands import Spawn as Spawn
+from .goal_commands import Submit as Submit
+from .seal_commands import Sealed as Sealed
+from .seal_commands import SealStream as SealStream
+from .seal_commands import Verified as Verified
+from .seal_commands import VerifyStream as VerifyStream
+from .spend import TenantShare
 from .state import SessionState
 from .timer_commands import CancelTimer as CancelTimer
 from .timer_commands import FireDue as FireDue
@@ -125,35 +131,6 @@ class ReviveStored:
 
 
 @attrs.frozen(kw_only=True)
-class SealStream:
-    """Seal what is new: the shell computes the seal (it reads the log and signs)."""
-
-    request_id: str
-
-
-@attrs.frozen(kw_only=True)
-class Sealed:
-    """The computed seal (None: nothing new to seal), for the session to append."""
-
-    request_id: str
-    seal: Seal | None
-
-
-@attrs.frozen(kw_only=True)
-class VerifyStream:
-    request_id: str
-
-
-@attrs.frozen(kw_only=True)
-class Verified:
-    """The verification's report, for the session to record as ``record.verified``."""
-
-    request_id: str
-    report: VerifyReport
-    time: datetime
-
-
-@attrs.frozen(kw_only=True)
 class Progress:
     """From the turn's worker: streamed text, tool events to store, usage so far."""
 
@@ -195,6 +172,11 @@ class Govern:
     #: Unix time the session received the request (stamped by the shell: a goal run's
     #: wall-time budget is checked against it).
     now: float = 0.0
+    #: What the tenant's other sessions spent in the current periods (read by the shell
+    #: when the tenant's spending is capped; the caps are checked against it).
+    others: TenantShare = attrs.field(factory=TenantShare)
+    #: A server's question to a human during the call (MCP elicitation): see `questions`.
+    question: Mapping[str, Any] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -208,39 +190,11 @@ class Decide:
     note: str = ""
     #: Raise the session's cost budget by this much (a pause for budget waits on it).
     raise_by: float = 0.0
-
-
-@attrs.frozen(kw_only=True)
-class Submit:
-    """Open a goal run (``session.started`` with the objective and the budget)."""
-
-    request_id: str
-    key: str
-    objective: str
-    budget: Mapping[str, int] = attrs.field(factory=dict)
-    #: Unix time the session received it (stamped by the shell), 0 if unknown.
-    now: float = 0.0
-    #: What an earlier delivery of the same key stored, as ``(seq, kind)`` rows (the shell
-    #: looks the key up in the log), empty if nothing: a retry is answered as then.
-    stored: tuple[tuple[int, str], ...] = ()
-
-
-@attrs.frozen(kw_only=True)
-class Resume:
-    """Continue the goal run in flight, if any (the next turn starts when one is due)."""
-
-    request_id: str
-    key: str
-
-
-@attrs.frozen(kw_only=True)
-class Spawn:
-    """From the turn's worker: the admitted ``spawn`` tool call ``tool_use_id`` delegates
-    ``objective`` to a child session (answered with `AnswerSpawn` once it exists)."""
-
-    turn: int
-    tool_use_id: str
-    objective: str
+    #: An accepted question's answer (an elicitation's content).
+    content: Mapping[str, Any] | None = None
+    #: An in-doubt call's result, given by hand (`resolve`; "" for a verdict).
+    result: str = ""
+    is_error: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -329,9 +283,14 @@ class AnswerWorker:
     fault: str = ""
     #: The call's idempotency key (admitted tool calls), handed to the tool.
     key: str = ""
+    #: The result a human gave by hand (fault ``resolved``), stored already.
+    result: str = ""
+    is_error: bool = False
     #: Steers delivered with this admission (a model call's): the worker adds them to the
     #: conversation, as user messages, before the call.
     steers: tuple[str, ...] = ()
+    #: A question's answer (``action`` accept, decline or cancel, and ``content``).
+    answer: Mapping[str, Any] | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -57,11 +57,12 @@ from .commands import (
     Verified,
     VerifyStream,
 )
-from .gate import decide_action, govern, paused
+from .gate import decide_action, governed, paused
 from .records import seal, sealed, verified, verify
 from .recovery import recovery_events
 from .refusals import failed, refusal
 from .replace import replace
+from .resolve import resolve
 from .spend import needs_prices, prices_event
 from .state import QUEUEING_KINDS, fold
 from .stored import close_stored, fail_stored, revive_stored
@@ -398,8 +399,8 @@ _HANDLERS: dict[type, Callable[[Session, Any], Decision]] = {
     Settle: settle,
     Progress: progress,
     Finished: finished,
-    Govern: govern,
-    Decide: decide_action,
+    Govern: governed,
+    Decide: lambda s, cmd: resolve(s, cmd) if cmd.result else decide_action(s, cmd),
     Submit: goals.submit,
     SetTimer: timers.set_timer,
     CancelTimer: timers.cancel_timer,

@@ -68,6 +68,9 @@ def command_of(msg: Any) -> Command | None:
             approve=msg.approve,
             note=msg.note,
             raise_by=msg.raise_by,
+            content=msg.content,
+            result=msg.result,
+            is_error=msg.is_error,
         )
     if isinstance(msg, m.SetTimer | m.CancelTimer | m.FireTimers):
         return _timer_command(msg)
@@ -103,6 +106,8 @@ def _timer_command(msg: m.SetTimer | m.CancelTimer | m.FireTimers) -> Command:
         tz=msg.tz,
         policy=msg.policy,
         grace=msg.grace,
+        goal=msg.goal,
+        budget=dict(msg.budget),
     )
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from thespian.actors import ActorExitRequest, ThespianWatch, WakeupMessage, WatchMessage
 
-from spine import DecodeError
+from spine import DecodeError, UnavailableError
 
 from ... import messages as m
 from ..._runtime.logformat import set_context
@@ -34,9 +34,13 @@ from ..._runtime.system import configure_actor_logging
 from ...messages import Ping, Pong
 from ...placement import fits
 from ..protocol import (
+    SPINE_UNAVAILABLE,
+    Behind,
     RecordPoison,
+    RequestWhere,
     Routed,
     SessionConfig,
+    SessionStopping,
     SessionUnreadable,
     SpareReady,
     Standby,
@@ -130,6 +134,16 @@ class SessionActor(GuardedActor):
             )
             self.send(sender, unreadable)
             self._end(parent)
+        except UnavailableError as exc:
+            # Not this session's fault: the Runner tries again once the spine may be back,
+            # without spending the restart budget.
+            session_log().warning("session %s could not start: %s", cfg.session_id, exc)
+            why = SPINE_UNAVAILABLE
+            self.send(
+                sender,
+                SessionStopping(session_id=cfg.session_id, incarnation=cfg.incarnation, reason=why),
+            )
+            self._end(parent)
         except Exception:
             # The stream cannot be loaded or written (a damaged row, storage refusing):
             # exit as a crash, so the Runner restarts with backoff and, if it keeps
@@ -211,6 +225,10 @@ class SessionActor(GuardedActor):
 
     def receiveMsg_Ping(self, msg: Ping, sender: Any) -> None:
         self.send(sender, Pong(request_id=msg.request_id, pid=os.getpid()))
+
+    def receiveMsg_Behind(self, msg: Behind, sender: Any) -> None:
+        # Everything the Runner sent before this is handled, its replies sent ahead.
+        self.send(msg.reply_to, RequestWhere(request_id=msg.request_id, where=""))
 
     # -- watches, timers and exit -------------------------------------------------------------
 

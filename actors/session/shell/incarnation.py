@@ -30,6 +30,7 @@ from .outbox import NOTIFY_INTERVAL, Outbox
 from .parent import Parent
 from .snapshots import SnapshotStore
 from .subscriptions import Subscriptions
+from .tenantledger import LedgerPort
 from .worker import TurnWorker
 
 
@@ -82,9 +83,13 @@ class Incarnation:
             base = self.snapshots.load(sid)
             if base is None or base.last_seq > self.log.last_seq(sid):
                 base = SessionState(session_id=sid)
-            #: The seq of the last snapshot saved (or loaded).
-            self.snap_seq = base.last_seq
+            #: The seq of the last snapshot saved (or loaded), the payload bytes since.
+            self.snap_seq, self.snap_size = base.last_seq, 0
             stored = fold(base, self.log.read_events(sid, base.last_seq))
+            if cfg.snapshots.due(stored.last_seq - base.last_seq):
+                # Folded a long way (a stream others wrote, a fold of another version):
+                # once is enough.
+                self.snapshot(stored)
         except BaseException:
             self.log.close()
             self.snapshots.close()
@@ -93,6 +98,7 @@ class Incarnation:
             stored=stored, busy_policy=cfg.busy_policy, prices=cfg.prices or None
         )
         self.subs = Subscriptions(sid, self.log, actor.send)
+        self.ledger = LedgerPort(self.log, cfg.db_path)
         self.outbox = Outbox(sid, cfg.incarnation)
         self.sealer = AutoSealer(cfg.auto_seal, sid, self.log, self.signing_key)
         #: How the turn's threads reach this actor.
@@ -111,6 +117,12 @@ class Incarnation:
     @property
     def session_id(self) -> str:
         return self.cfg.session_id
+
+    def snapshot(self, state: SessionState) -> None:
+        """Save ``state`` as the session's snapshot (a failed save only means a longer
+        fold next time: the next one is tried after as many events again)."""
+        self.snapshots.save(state)
+        self.snap_seq, self.snap_size = state.last_seq, 0
 
     def signing_key(self) -> Any:
         return keys(self.cfg).signing_key()
@@ -231,8 +243,12 @@ class Incarnation:
 
     def worker_said(self, msg: c.Progress | c.Govern | c.Spawn | c.SetTimer | RecordPoison) -> None:
         if isinstance(msg, c.Govern):
-            # The decider has no clock: a goal's wall-time budget is checked against this.
-            msg = attrs.evolve(msg, now=time.time())
+            # The decider has no clock: a goal's wall-time budget is checked against this,
+            # and a tenant's caps against the others' share in its periods.
+            now = time.time()
+            msg = attrs.evolve(
+                msg, now=now, others=self.ledger.share(self.state.stored, now, msg.action)
+            )
         if isinstance(msg, RecordPoison):
             self.run(c.Poisoned(key=msg.key, detail=msg.detail), None)
         elif isinstance(msg, c.SetTimer):
@@ -379,4 +395,5 @@ class Incarnation:
         self.workers.clear()
         self.log.close()
         self.snapshots.close()
+        self.ledger.close()
         self.parent.close()

@@ -21,39 +21,16 @@ from spine import Event, Kind, Log, StreamSubscription, Usage, history, subscrib
 from ...agents import Agent, TurnInput
 from ...agents.egress import destination, literal, resolve
 from ...agents.governance import Requirement
-from ...agents.tools import ToolError
-from ..rules.commands import Finished, Govern, Progress, SetTimer, Spawn
-from ..rules.timerbook import TimerError, iso, plan
+from ..rules.commands import Finished, Govern, Progress, Spawn
 from . import turn_threads
+from .mirroring import MIRRORED, mirror
 from .recall import recalled, rooted
+from .schedule_tool import timer_of
 
 #: Seconds between checks that the turn was not cancelled while waiting for a child.
 _POLL = 0.25
 
-#: A child's events copied onto its parent's stream when it folds back: what the parent's
-#: status projection folds into the child's node (turns, trust, blocked, grandchildren)
-#: and its action ledger, each admission with its outcome (paired by child and call).
-MIRRORED = frozenset(
-    {
-        Kind.TURN_COMPLETED,
-        Kind.ACTION_ADMITTED,
-        Kind.ACTION_COMPLETED,
-        Kind.ACTION_IN_DOUBT,
-        Kind.ACTION_REJECTED,
-        Kind.EGRESS,
-        Kind.CHILD_SPAWNED,
-        Kind.CHILD_COMPLETED,
-    }
-)
-
-
-def mirror(ev: Event, child: str) -> Event:
-    """``ev`` of ``child``'s stream as its parent stores it: attributed to the child (a
-    grandchild's events keep their own goal), numbered by the parent's log; its turn and
-    call stay the child's own."""
-    return attrs.evolve(ev, seq=0, goal=ev.goal or child)
-
-
+_Answer = concurrent.futures.Future[Mapping[str, Any]]
 #: Seconds a turn must have run before its first words are handed back at once.
 FIRST_WORDS_AFTER = 0.002
 
@@ -94,7 +71,9 @@ class TurnWorker:
         self._events: list[Event] = []
         self._events_lock = threading.Lock()
         self._waiting: dict[tuple[str, str], concurrent.futures.Future[tuple[str, int, str]]] = {}
+        self._questions: dict[str, _Answer] = {}
         self._keys: dict[tuple[str, str], str] = {}
+        self._given: dict[tuple[str, str], tuple[str, bool]] = {}
         self._steers: tuple[str, ...] = ()
         # The log the turn's children are followed on: one for all of its delegations (one
         # connection and one watcher thread polling the file, not one per child).
@@ -129,6 +108,14 @@ class TurnWorker:
         turn_threads.run(look_up)
         return fut
 
+    def ask(self, use_id: str, q: Mapping[str, Any]) -> _Answer:
+        """Put a server's question ``q`` during call ``use_id`` to a human (the session)."""
+        fut: _Answer = concurrent.futures.Future()
+        self._questions[use_id] = fut
+        self.flush()
+        self._send(Govern(turn=self.turn, action="elicitation", tool_use_id=use_id, question=q))
+        return fut
+
     def answer(
         self,
         action: str,
@@ -138,17 +125,29 @@ class TurnWorker:
         fault: str,
         key: str = "",
         steers: tuple[str, ...] = (),
+        answer: Mapping[str, Any] | None = None,
+        given: tuple[str, bool] | None = None,
     ) -> None:
-        """The session's verdict (from the session's own thread), with the idempotency key
-        an admitted call runs under and the steers it delivered at this safe point (set
-        before the verdict wakes the agent)."""
+        """The session's verdict or a question's answer (from the session's own thread),
+        with the idempotency key an admitted call runs under, the steers it delivered at
+        this safe point, and the result a human gave by hand, stored already (set before
+        the verdict wakes the agent)."""
+        q = self._questions.pop(tool_use_id, None) if answer is not None else None
+        if q is not None and not q.done():
+            q.set_result(answer or {})
         if key:
             self._keys[(action, tool_use_id)] = key
+        if given is not None:
+            self._given[(action, tool_use_id)] = given
         fut = self._waiting.pop((action, tool_use_id), None)
         if fut is not None and not fut.done():
             if steers:
                 self._steers = (*self._steers, *steers)
             fut.set_result((verdict, call, fault))
+
+    def given_result(self, action: str, tool_use_id: str) -> tuple[str, bool] | None:
+        """The result a human gave the call by hand (the session stored it), if any."""
+        return self._given.pop((action, tool_use_id), None)
 
     def idempotency_key(self, action: str, tool_use_id: str) -> str:
         """The key the session gave the admitted call ("" if none)."""
@@ -208,24 +207,10 @@ class TurnWorker:
         return (f"child {child} stalled: {result}" if failed else result), failed
 
     def schedule(self, tool_use_id: str, args: Mapping[str, Any]) -> str:
-        """The ``schedule`` tool: the timer is checked here and set by the session, keyed
-        by the call (a resumed turn that runs the call again sets it once)."""
-        after = args.get("after_seconds")
-        if after is not None and (isinstance(after, bool) or not isinstance(after, int | float)):
-            raise ToolError("after_seconds must be a number")
-        tid = f"m-{self.turn}-{tool_use_id}"[:128]
-        spec: dict[str, Any] = {
-            "text": args.get("text"),
-            "after": None if after is None else float(after),
-            "cron": str(args.get("cron") or ""),
-            "tz": str(args.get("tz") or ""),
-        }
-        try:
-            t = plan(timer_id=tid, now=time.time(), **spec)
-        except TimerError as exc:
-            raise ToolError(str(exc)) from None
-        self._send(SetTimer(request_id="", key=f"tool-{tid}", timer_id=tid, **spec))
-        return f"timer {tid} set: first firing at {iso(t.due)}"
+        """The ``schedule`` tool (`schedule_tool.timer_of`): the session sets the timer."""
+        cmd, said = timer_of(self.turn, tool_use_id, args, time.time())
+        self._send(cmd)
+        return said
 
     def _follow(self) -> Log:
         assert self._open_log is not None
