@@ -66,14 +66,17 @@ def ensure_env(where: pathlib.Path) -> pathlib.Path:
     """The environment's Python, creating and installing it on first use."""
     python = where / "bin" / "python"
     done = where / "installed.json"
-    if done.exists() and python.exists() and json.loads(done.read_text()) == list(PINS):
+    # The repository's own dependencies change too: a new setup.cfg reinstalls.
+    cfg = hashlib.sha256(pathlib.Path(ROOT, "setup.cfg").read_bytes()).hexdigest()
+    wanted = [*PINS, cfg]
+    if done.exists() and python.exists() and json.loads(done.read_text()) == wanted:
         return python
     print(f"installing {', '.join(PINS)} and this repository into a benchmark environment")
     shutil.rmtree(where, ignore_errors=True)
     venv.create(where, with_pip=True)
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     subprocess.run([*pip, "-e", ROOT, *PINS], check=True)
-    done.write_text(json.dumps(list(PINS)))
+    done.write_text(json.dumps(wanted))
     return python
 
 
