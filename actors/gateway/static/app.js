@@ -10,6 +10,9 @@ const state = { token: null, session: null, stream: null, turns: new Map(), stat
 // each turn, and the sessions known to wait for an approval (marked in the list).
 const seen = { raw: new Map(), turnSeqs: new Map(), turnTimes: new Map(), answers: new Map(), seq: 0 };
 const waiting = new Set();
+// The page keeps this many events' JSON for the inspector (the latest ones): a long
+// session's page stays small.
+const KEPT_EVENTS = 20000;
 
 function readToken() {
   const params = new URLSearchParams(location.hash.slice(1));
@@ -154,6 +157,7 @@ function onMirrored(ev) {
 function onStored(ev, seq, raw) {
   $("transcript").dataset.lastSeq = seq;
   seen.raw.set(seq, raw);
+  if (seen.raw.size > KEPT_EVENTS) seen.raw.delete(seen.raw.keys().next().value);
   seen.seq = seq;
   try {
     storedEvent(ev, seq);
@@ -372,12 +376,16 @@ function eventsOf(el) {
 
 // The inspector shows the raw events as JSON text (an array, in seq order), pretty-printed.
 function inspect(el) {
-  const seqs = eventsOf(el).filter((q) => seen.raw.has(q));
-  if (!seqs.length) return;
+  const all = eventsOf(el);
+  const seqs = all.filter((q) => seen.raw.has(q));
+  if (!all.length) return;
   for (const old of document.querySelectorAll("#transcript > .inspected")) old.classList.remove("inspected");
   el.classList.add("inspected");
   const events = seqs.map((q) => JSON.parse(seen.raw.get(q)));
-  $("inspector-title").textContent = seqs.length === 1 ? `event ${seqs[0]}` : `events ${seqs.join(", ")}`;
+  const gone = all.length - seqs.length;
+  $("inspector-title").textContent =
+    (seqs.length === 1 ? `event ${seqs[0]}` : `events ${seqs.join(", ")}`) +
+    (gone ? ` (${gone} older not kept by the page: vertebra history)` : "");
   $("inspector-json").textContent = JSON.stringify(events, null, 2);
   $("inspector").hidden = false;
 }
@@ -723,15 +731,19 @@ function setWaiting(id, on) {
 }
 
 // Asks each open session (a few at a time) whether anything waits for approval; a closed
-// or failed one cannot be waiting.
+// or failed one cannot be waiting, and one whose last seq has not moved since it was last
+// asked cannot have changed its answer, so it is not asked again.
 const ASKED_AT_ONCE = 4;
+const askedAt = new Map();
 async function refreshWaiting(sessions) {
   const open = sessions.filter((s) => s.state !== "closed" && s.state !== "failed");
   for (const id of [...waiting]) if (!open.some((s) => s.id === id)) waiting.delete(id);
-  for (let i = 0; i < open.length; i += ASKED_AT_ONCE) {
+  const moved = open.filter((s) => askedAt.get(s.id) !== s.last_seq);
+  for (let i = 0; i < moved.length; i += ASKED_AT_ONCE) {
     await Promise.all(
-      open.slice(i, i + ASKED_AT_ONCE).map(async (s) => {
+      moved.slice(i, i + ASKED_AT_ONCE).map(async (s) => {
         const { pending } = await api("GET", `/v1/sessions/${encodeURIComponent(s.id)}/approvals`);
+        askedAt.set(s.id, s.last_seq);
         setWaiting(s.id, pending.length > 0);
       }),
     );
