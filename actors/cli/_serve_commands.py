@@ -212,6 +212,7 @@ def _start_host(
             convention_bind=bind,
             durability=args.durability,
             prices=prices,
+            model_servers=_model_servers(args),
         )
     except (CliError, KeyboardInterrupt):
         raise
@@ -220,6 +221,19 @@ def _start_host(
         raise CliError(
             f"the daemon could not start: {type(exc).__name__}: {_first_line(exc)}"
         ) from None
+
+
+def _model_servers(args: argparse.Namespace) -> list[str]:
+    """The ``--allow-model-url`` servers, checked: a bad one stops the start naming it."""
+    from ..model_servers import server_url
+
+    urls = list(getattr(args, "allow_model_url", None) or [])
+    for url in urls:
+        try:
+            server_url(url)
+        except ValueError as exc:
+            raise CliError(f"--allow-model-url: {exc}", EXIT_USAGE) from None
+    return urls
 
 
 def _factory(args: argparse.Namespace) -> Any:

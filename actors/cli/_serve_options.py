@@ -61,6 +61,14 @@ def _daemon_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="the provider profiles sessions may choose (default: DATA/providers.toml if present)",
     )
+    p.add_argument(
+        "--allow-model-url",
+        metavar="URL",
+        action="append",
+        default=[],
+        help="a keyless model server (base URL) sessions may name themselves, e.g. a local "
+        "llama.cpp or Ollama; repeat for more (default: none, only provider profiles)",
+    )
     p.add_argument("--for-seconds", type=positive, default=None, help=argparse.SUPPRESS)
 
 

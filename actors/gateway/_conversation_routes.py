@@ -100,7 +100,7 @@ async def fork(gw: Gateway, request: Request) -> Response:
             raise HttpError(400, "bad_id", str(exc)) from None
     g: Grant = request.state.grant
     # The fork's settings are the caller's say, as a session's own writes are.
-    authorize(g, metadata, {})
+    authorize(g, metadata, {}, gw.host.model_servers)
     if g.tenant is not None:
         await within_quota(gw, g.tenant)
         metadata = {**metadata, TENANT_KEY: g.tenant}

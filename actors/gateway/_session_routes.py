@@ -17,6 +17,7 @@ from spine import history as stream_history
 
 from .. import errors as e
 from ..authority import Authority, refusal
+from ..model_servers import ModelServers
 from ..policy import BusyPolicy
 from ..session.rules.goals import budget_problem
 from ._gateway import Gateway, call, known
@@ -67,12 +68,12 @@ async def create_session(gw: Gateway, request: Request) -> Response:
             raise HttpError(400, "bad_id", str(exc)) from None
     g: Grant = request.state.grant
     if g.tenant is not None:
-        authorize(g, metadata, {})
+        authorize(g, metadata, {}, gw.host.model_servers)
         sid = await _create_in_tenant(gw, g.tenant, sid, metadata)
     else:
         if not g.admin and (sid is None or not g.may_write(sid)):
             raise HttpError(403, "forbidden", "this token may only create its own sessions")
-        authorize(g, metadata, {})
+        authorize(g, metadata, {}, gw.host.model_servers)
         sid = await call(gw.host.create, sid, metadata, authority=_authority(g))
     info = await call(gw.host.get, sid)
     # A header is Latin-1 on the wire and an id need not be: percent-encode it (RFC 3986).
@@ -240,9 +241,15 @@ def _authority(g: Grant) -> Authority:
     return Authority.OPERATOR if g.admin else Authority.SESSION
 
 
-def authorize(g: Grant, changes: Mapping[str, str | None], metadata: Mapping[str, str]) -> None:
-    """403 naming the first key ``g`` may not write (`actors.authority`)."""
-    problem = refusal(changes, metadata, _authority(g))
+def authorize(
+    g: Grant,
+    changes: Mapping[str, str | None],
+    metadata: Mapping[str, str],
+    servers: ModelServers,
+) -> None:
+    """403 naming the first key ``g`` may not write (`actors.authority`; ``servers``: the
+    model servers the operator lets sessions name)."""
+    problem = refusal(changes, metadata, _authority(g), servers)
     if problem is not None:
         raise HttpError(403, "forbidden_key", problem)
 

@@ -13,6 +13,7 @@ from spine import Kind, Log, SpineError, new_session_id, validate_session_id
 from .. import messages as m
 from ..authority import Authority, refusal
 from ..errors import ActorsError, InvalidRequest, NotAuthorized
+from ..model_servers import ModelServers
 from ..policy import BusyPolicy
 from ..session.rules.goals import budget_problem
 from .goals import in_flight, runs_in_flight
@@ -28,6 +29,7 @@ class SessionCommands:
     """
 
     _log: Log
+    model_servers: ModelServers
 
     if TYPE_CHECKING:
 
@@ -64,7 +66,7 @@ class SessionCommands:
                         f"metadata must map non-empty string keys to strings, got {k!r}: {v!r}",
                         session_id=sid,
                     )
-        problem = refusal(metadata or {}, {}, authority)
+        problem = refusal(metadata or {}, {}, authority, self.model_servers)
         if problem is not None:
             raise NotAuthorized(problem, session_id=sid)
         problem = secret_problem(metadata or {})

@@ -8,6 +8,7 @@ from typing import Any
 
 import attrs
 
+from ..model_servers import ModelServers
 from ..policy import BusyPolicy, RestartPolicy, SealPolicy
 from .converters import _busy_policy, _frozen_map, _tuple
 
@@ -43,6 +44,8 @@ class RunnerConfig:
     spare_sessions: int = 3
     # The operator's price table (``vertebra serve --prices``), empty: spending unpriced.
     prices: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_map)
+    # The model servers sessions may name (``vertebra serve --allow-model-url``).
+    model_servers: ModelServers = attrs.field(factory=ModelServers)
 
 
 @attrs.frozen(kw_only=True)

@@ -27,6 +27,7 @@ def session_config(cfg: RunnerConfig, action: a.Spawn, data_dir: str) -> sp.Sess
         metadata=action.metadata,
         auto_seal=cfg.auto_seal,
         prices=cfg.prices,
+        model_servers=cfg.model_servers,
     )
 
 

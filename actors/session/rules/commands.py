@@ -14,6 +14,7 @@ from spine.seal import Seal, VerifyReport
 
 from ...agents.governance import Requirement
 from ...interceptors import Ingress, NoticeItem
+from ...model_servers import ModelServers
 from ...policy import BusyPolicy
 from ...spec import AgentSpec, TurnInput
 from ...terse import terse_module
@@ -48,6 +49,8 @@ class Session:
     stopping: bool = False
     #: The operator's price table this incarnation was given (`spend.check_prices`).
     prices: Mapping[str, Any] | None = None
+    #: The model servers the operator lets this session name (`actors.model_servers`).
+    model_servers: ModelServers = attrs.field(factory=ModelServers)
 
     @property
     def session_id(self) -> str:
