@@ -111,7 +111,7 @@ def test_servers_compare_in_one_form(url: str, normal: str) -> None:
     ["ftp://x/v1", "not a url", "http://u:p@127.0.0.1/v1", "http://127.0.0.1/v1?x=1", "http://:9"],
 )
 def test_an_operator_url_that_is_no_server_is_refused(url: str) -> None:
-    with pytest.raises(ValueError, match="model server|not a URL"):
+    with pytest.raises(ValueError, match=r"model server|not a URL"):
         ModelServers(urls=(url,))
     assert not SERVERS.allows(url)
 

@@ -37,12 +37,14 @@ pytestmark = pytest.mark.timeout(180)
 N_CTX = 1024
 
 
-def _host(path: pathlib.Path) -> Host:
+def _host(path: pathlib.Path, url: str) -> Host:
+    """A Host whose operator allows the model server at ``url``."""
     return Host(
         path / "data",
         base="multiprocTCPBase",
         timeout=20,
         factory=ModelFactory(TOOLS, backoff=0.01),
+        model_servers=[url],
     )
 
 
@@ -125,7 +127,7 @@ def _first_answered(server: WindowServer) -> list[bytes]:
 def test_a_session_outlives_its_window_and_replays_its_requests_byte_for_byte(
     tmp_path: pathlib.Path, server: WindowServer, no_leftover_processes: None
 ) -> None:
-    h = _host(tmp_path)
+    h = _host(tmp_path, server.url)
     try:
         sid = h.create()
         _point(h, sid, server.url)
@@ -139,7 +141,7 @@ def test_a_session_outlives_its_window_and_replays_its_requests_byte_for_byte(
             assert done.kind == Kind.TURN_COMPLETED and not done.error, done
     finally:
         h.close()
-    h = _host(tmp_path)  # a restart: a new incarnation folds the stored stream
+    h = _host(tmp_path, server.url)  # a restart: a new incarnation folds the stored stream
     try:
         for i in range(24, 30):
             done = _say(h, sid, _message(i))
@@ -188,7 +190,7 @@ def test_an_overflow_the_estimate_missed_is_answered_by_one_compaction_and_a_ret
     (OpenAI's context_length_exceeded) compacts and retries; a message too large for any
     view fails its turn with an error saying so, and the session serves on."""
     server = WindowServer(N_CTX, announce=False, style="openai")
-    h = _host(tmp_path)
+    h = _host(tmp_path, server.url)
     try:
         sid = h.create()
         _point(h, sid, server.url, **{"ore.model.context_window": "100000"})

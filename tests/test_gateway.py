@@ -38,22 +38,35 @@ from spine import Usage
 pytestmark = pytest.mark.timeout(120)
 
 
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeModelServer]:
+    """The model server the daemon's operator allows."""
+    s = FakeModelServer()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def gw(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    server: FakeModelServer,
 ) -> Iterator[GatewayHandle]:
     """One gateway over one daemon for the module (starting a daemon takes a second), on
     each spine: every route must read the daemon's own log, wherever it lives."""
     data = tmp_path_factory.mktemp("gw") / "data"
+    allowed = [server.url]
     if request.param == "sqlite":
-        with running_gateway(data) as g:
+        with running_gateway(data, model_servers=allowed) as g:
             yield g
         return
     from spine.testing import fresh_schema
 
     with (
         fresh_schema(request.getfixturevalue("pg_server")) as url,
-        running_gateway(data, spine=url) as g,
+        running_gateway(data, spine=url, model_servers=allowed) as g,
     ):
         yield g
 
@@ -214,24 +227,22 @@ def test_the_context_route_reports_the_window_and_the_estimate(http: httpx.Clien
     assert http.get("/v1/sessions/nobody/context").status_code == 404
 
 
-def test_the_cache_hit_rate_is_cache_reads_over_input_tokens(http: httpx.Client) -> None:
+def test_the_cache_hit_rate_is_cache_reads_over_input_tokens(
+    http: httpx.Client, server: FakeModelServer
+) -> None:
     """A model call of 100 prompt tokens, 80 of them cached (input already counts them):
     the status over HTTP says 0.8, the seed's cache-read over input."""
-    server = FakeModelServer()
-    try:
-        meta = {"ore.model.provider": "openai", "ore.model.base_url": server.url}
-        _new(http, "cache-1", metadata={**meta, "ore.model.name": "fake"})
-        server.queue(
-            [("sse", [chunk(content="hi"), chunk(finish="stop"), usage_chunk(100, 5, 80)]),
-             ("done",)]
-        )  # fmt: skip
-        ack = http.post("/v1/sessions/cache-1/messages", json={"text": "cached?"}).json()
-        _wait_turn_end(http, "cache-1", ack["seq"])
-        s = wait_for(lambda: (p := http.get("/v1/sessions/cache-1/status").json())["turns"] and p)
-        assert (s["usage"]["inputTokens"], s["usage"]["cacheReadTokens"]) == (100, 80)
-        assert s["cacheHitRate"] == pytest.approx(0.8)
-    finally:
-        server.close()
+    meta = {"ore.model.provider": "openai", "ore.model.base_url": server.url}
+    _new(http, "cache-1", metadata={**meta, "ore.model.name": "fake"})
+    server.queue(
+        [("sse", [chunk(content="hi"), chunk(finish="stop"), usage_chunk(100, 5, 80)]),
+         ("done",)]
+    )  # fmt: skip
+    ack = http.post("/v1/sessions/cache-1/messages", json={"text": "cached?"}).json()
+    _wait_turn_end(http, "cache-1", ack["seq"])
+    s = wait_for(lambda: (p := http.get("/v1/sessions/cache-1/status").json())["turns"] and p)
+    assert (s["usage"]["inputTokens"], s["usage"]["cacheReadTokens"]) == (100, 80)
+    assert s["cacheHitRate"] == pytest.approx(0.8)
 
 
 def test_the_cache_hit_rate_rule_in_a_table() -> None:
