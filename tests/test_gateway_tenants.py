@@ -112,3 +112,36 @@ def test_the_token_command_mints_a_tenants_token(tmp_path) -> None:  # type: ign
     bad = cli("create", "--tenant", "acme", "--session", "s")
     assert bad.returncode == 2 and "name no sessions" in bad.stderr
     assert cli("create").returncode == 2
+
+
+def test_a_tenant_runs_at_most_its_quota_of_turns_at_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """With one turn at once, a tenant's message that would start a second is 429 with
+    Retry-After and stores nothing; one to the session whose turn runs waits behind it;
+    another tenant is not held back; once the turn ends the next one may start."""
+    from conftest import wait_for
+
+    with (
+        running_gateway(tmp_path / "data", quotas=Quotas(turns=1)) as g,
+        _tenant(g, "hooli") as busy,
+        _tenant(g, "pied") as calm,
+        client(g) as admin,
+    ):
+        for c, sid in ((busy, "t-1"), (busy, "t-2"), (calm, "p-1")):
+            assert c.post("/v1/sessions", json={"id": sid}).status_code == 201
+        assert busy.post("/v1/sessions/t-1/messages", json={"text": "!hang"}).status_code == 201
+        r = busy.post("/v1/sessions/t-2/messages", json={"text": "hi"})
+        assert r.status_code == 429 and r.json()["error"] == "quota_exceeded", r.text
+        assert int(r.headers["retry-after"]) >= 1 and "1 turns at once" in r.json()["message"]
+        r = busy.post("/v1/sessions/t-2/goals", json={"objective": "x"})
+        assert r.status_code == 429, r.text
+        kinds = [e["kind"] for e in admin.get("/v1/sessions/t-2/history").json()["events"]]
+        assert "user.message" not in kinds, kinds
+        assert busy.post("/v1/sessions/t-1/messages", json={"text": "/model big"}).status_code == 201
+        assert calm.post("/v1/sessions/p-1/messages", json={"text": "hi"}).status_code == 201
+        assert admin.post("/v1/sessions/t-1/interrupt", json={}).status_code == 200
+
+        def sent() -> bool:
+            r = busy.post("/v1/sessions/t-2/messages", json={"text": "hi"})
+            return r.status_code == 201
+
+        wait_for(sent, timeout=30)

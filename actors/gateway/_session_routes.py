@@ -99,6 +99,32 @@ async def within_quota(gw: Gateway, tenant: str) -> None:
         )
 
 
+async def within_turns(
+    gw: Gateway, request: Request, sid: str, fn: Any, *args: Any, **kw: Any
+) -> Any:
+    """``fn(*args, **kw)`` (a request that may start a turn in ``sid``) within the token's
+    tenant's quota of turns at once: 429 ``quota_exceeded`` if it holds them all."""
+    g: Grant = request.state.grant
+    took = gw.tenants.admit_turn(g.tenant, sid) if g.tenant is not None else False
+    if took is None:
+        raise HttpError(
+            429,
+            "quota_exceeded",
+            f"tenant {g.tenant!r} runs its {gw.quotas.turns} turns at once; "
+            "send again when one has ended",
+            {"Retry-After": "1"},
+        )
+    try:
+        ack = await call(fn, *args, **kw)
+    except BaseException:
+        if took:
+            gw.tenants.release(str(g.tenant), sid)
+        raise
+    if took and (ack.consumed or ack.duplicate):
+        gw.tenants.release(str(g.tenant), sid)  # no turn of its own starts
+    return ack
+
+
 async def _create_in_tenant(
     gw: Gateway, tenant: str, sid: str | None, metadata: dict[str, Any]
 ) -> str:
@@ -137,7 +163,9 @@ async def send_message(gw: Gateway, request: Request) -> Response:
         raise HttpError(422, "invalid_field", f"'mode' must be one of {choices}")
     key = idempotency_key(request)
     try:
-        ack = await call(gw.host.send, sid, text, key=f"http:{key}" if key else None, mode=mode)
+        ack = await within_turns(
+            gw, request, sid, gw.host.send, sid, text, key=f"http:{key}" if key else None, mode=mode
+        )
     except e.IdempotencyConflict:
         raise HttpError(
             422,
@@ -167,8 +195,9 @@ async def submit_goal(gw: Gateway, request: Request) -> Response:
         raise HttpError(422, "invalid_field", problem)
     key = idempotency_key(request)
     try:
-        ack = await call(
-            gw.host.submit, sid, objective, budget=budget, key=f"http-goal:{key}" if key else None
+        goal_key = f"http-goal:{key}" if key else None
+        ack = await within_turns(
+            gw, request, sid, gw.host.submit, sid, objective, budget=budget, key=goal_key
         )
     except e.InvalidRequest as exc:
         if "already runs a goal" in str(exc):

@@ -4,8 +4,10 @@ A session's tenant is its ``tenant`` metadata key, which only the operator sets
 (`actors.authority`): the gateway sets it when a tenant's token creates the session, and
 a session's tenant is read once, from the properties its stream was created with. A
 tenant's token reaches only its tenant's sessions (any other answers 404, as if it did
-not exist). `Quotas` bound each tenant: live sessions (429 ``quota_exceeded`` on create)
-and requests per second with a burst (429 ``rate_limited`` with ``Retry-After``).
+not exist). `Quotas` bound each tenant: live sessions (429 ``quota_exceeded`` on create),
+turns running at once (429 ``quota_exceeded`` with ``Retry-After`` on a message or goal
+that would start one more) and requests per second with a burst (429 ``rate_limited``
+with ``Retry-After``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class Quotas:
     rate: float | None = None
     #: ... and at once.
     burst: int = 20
+    #: Sessions of a tenant running a turn at once.
+    turns: int | None = None
 
 
 class Tenants:
@@ -42,6 +46,8 @@ class Tenants:
         self.quotas = quotas
         self._known: dict[str, str | None] = {}
         self._buckets: dict[str, tuple[float, float]] = {}
+        #: Each tenant's sessions whose turn runs (or that were let start one).
+        self._running: dict[str, set[str]] = {}
         self._lock = threading.Lock()
 
     def remember(self, sid: str, tenant: str | None) -> None:
@@ -79,6 +85,46 @@ class Tenants:
                 return (1.0 - level) / rate
             self._buckets[tenant] = (level - 1.0, now)
         return 0.0
+
+    def observe(self, sid: str, kind: str) -> None:
+        """A stored event of ``sid`` (the gateway's Host sink): a turn's start and end
+        move it in and out of its tenant's running turns."""
+        if self.quotas.turns is None or kind not in _TURN_KINDS:
+            return
+        tenant = self.tenant_of(sid)
+        if tenant is None:
+            return
+        with self._lock:
+            running = self._running.setdefault(tenant, set())
+            if kind == Kind.TURN_STARTED:
+                running.add(sid)
+            else:
+                running.discard(sid)
+
+    def admit_turn(self, tenant: str, sid: str) -> bool | None:
+        """Whether a request that may start a turn in ``sid`` fits ``tenant``'s quota of
+        turns at once: None if it does not; True if it fits and took a place (give it back
+        with `release` when no turn starts); False if it fits taking none (no quota, or
+        ``sid``'s turn already runs: the request waits behind it)."""
+        limit = self.quotas.turns
+        if limit is None:
+            return False
+        with self._lock:
+            running = self._running.setdefault(tenant, set())
+            if sid in running:
+                return False
+            if len(running) >= limit:
+                return None
+            # Taken before the request is sent: its turn's end cannot be seen first.
+            running.add(sid)
+            return True
+
+    def release(self, tenant: str, sid: str) -> None:
+        with self._lock:
+            self._running.get(tenant, set()).discard(sid)
+
+
+_TURN_KINDS = frozenset({Kind.TURN_STARTED, Kind.TURN_COMPLETED, Kind.TURN_CANCELLED})
 
 
 def retry_after(seconds: float) -> str:
