@@ -29,7 +29,7 @@ from ._daemon import (
 from ._format import Style, event_line, json_line
 from ._output import JsonOut, Out
 from ._parser import positive
-from ._serve_options import cluster_role
+from ._serve_options import cluster_role, gateway_bounds
 
 if TYPE_CHECKING:
     from ..host import Host
@@ -320,6 +320,7 @@ def _start_otlp(args: argparse.Namespace, host: Any, out: Out) -> None:
 
 def _start_http(args: argparse.Namespace, host: Any, out: Out) -> Any:
     """The HTTP gateway for ``serve --http ADDR`` (None without it); prints its URL."""
+    bounds = gateway_bounds(args)
     if args.http is None:
         return None
     try:
@@ -333,7 +334,12 @@ def _start_http(args: argparse.Namespace, host: Any, out: Out) -> Any:
     webhook = _webhook(args)
     try:
         gw = start_gateway(
-            args.data, args.http, allow_remote=args.http_allow_remote, host=host, webhook=webhook
+            args.data,
+            args.http,
+            allow_remote=args.http_allow_remote,
+            host=host,
+            webhook=webhook,
+            **bounds,
         )
     except GatewayError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
