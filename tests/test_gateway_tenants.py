@@ -193,3 +193,37 @@ def test_serve_takes_the_quotas_and_the_connection_limits(
             assert got.startswith(b"HTTP/1.1 200"), got[:100]
             # Closed after its 1 s of idling, not the default 5 s.
             assert time.monotonic() - start < 4.0
+
+
+PRICES = {"version": "t-1", "currency": "EUR", "models": {"*": {"input": 1e6, "output": 1e6}}}
+
+
+def test_a_tenant_that_spent_its_quota_starts_no_more_turns(tmp_path: pathlib.Path) -> None:
+    """Priced by the operator's table (a token costs 1 EUR here), a tenant whose sessions
+    spent its 1 EUR gets 429 on the next message, naming what it spent; another tenant
+    and the operator are not held back."""
+    quotas = Quotas(cost=1.0)
+    with (
+        running_gateway(tmp_path / "data", quotas=quotas, prices=PRICES) as g,
+        _tenant(g, "hooli") as spender,
+        _tenant(g, "pied") as calm,
+        client(g) as admin,
+    ):
+        for c, sid in ((spender, "s-1"), (spender, "s-2"), (calm, "p-1")):
+            assert c.post("/v1/sessions", json={"id": sid}).status_code == 201
+        assert spender.post("/v1/sessions/s-1/messages", json={"text": "hi"}).status_code == 201
+
+        def priced() -> bool:
+            return admin.get("/v1/sessions/s-1/budget").json()["cost"] > 0
+
+        wait_for(priced, timeout=30)
+
+        def refused() -> httpx.Response | None:
+            r = spender.post("/v1/sessions/s-2/messages", json={"text": "more"})
+            return r if r.status_code == 429 else None
+
+        r = wait_for(refused, timeout=30)
+        assert r.json()["error"] == "quota_exceeded" and "hooli' spent" in r.json()["message"]
+        assert spender.post("/v1/sessions/s-2/goals", json={"objective": "x"}).status_code == 429
+        assert calm.post("/v1/sessions/p-1/messages", json={"text": "hi"}).status_code == 201
+        assert admin.post("/v1/sessions/s-2/messages", json={"text": "hi"}).status_code == 201

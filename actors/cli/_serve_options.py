@@ -144,6 +144,7 @@ _QUOTAS = {
     "tenant_turns": ("turns", int),
     "tenant_rate": ("rate", float),
     "tenant_burst": ("burst", int),
+    "tenant_max_cost": ("cost", float),
 }
 
 
@@ -159,6 +160,7 @@ def _bounds_options(p: argparse.ArgumentParser) -> None:
         "tenant_turns": ("N", "turns each tenant's sessions may run at once (default: no bound)"),
         "tenant_rate": ("R", "requests a second each tenant's tokens may make (default: no bound)"),
         "tenant_burst": ("N", "requests a tenant may make at once within its rate (default 20)"),
+        "tenant_max_cost": ("AMOUNT", "what each tenant's sessions may spend together (--prices)"),
     }
     for dest, (metavar, text) in helps.items():
         kind = {**_LIMITS, **_QUOTAS}[dest][1]

@@ -99,12 +99,28 @@ async def within_quota(gw: Gateway, tenant: str) -> None:
         )
 
 
+async def within_spend(gw: Gateway, tenant: str | None) -> None:
+    """429 ``quota_exceeded`` if ``tenant``'s sessions spent what it may."""
+    limit = gw.quotas.cost
+    if tenant is None or limit is None:
+        return
+    spent = await call(gw.tenants.spent, tenant)
+    if spent >= limit:
+        raise HttpError(
+            429,
+            "quota_exceeded",
+            f"tenant {tenant!r} spent {spent:.6g} of the {limit:g} it may spend; no turn "
+            "starts until the operator raises its quota",
+        )
+
+
 async def within_turns(
     gw: Gateway, request: Request, sid: str, fn: Any, *args: Any, **kw: Any
 ) -> Any:
     """``fn(*args, **kw)`` (a request that may start a turn in ``sid``) within the token's
     tenant's quota of turns at once: 429 ``quota_exceeded`` if it holds them all."""
     g: Grant = request.state.grant
+    await within_spend(gw, g.tenant)
     took = gw.tenants.admit_turn(g.tenant, sid) if g.tenant is not None else False
     if took is None:
         raise HttpError(

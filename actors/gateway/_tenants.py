@@ -18,7 +18,9 @@ import time
 
 import attrs
 
-from spine import Kind, Log
+from spine import Kind, Log, SpineError
+
+from ..host.timers import read_state
 
 #: The metadata key naming a session's tenant.
 TENANT_KEY = "tenant"
@@ -36,6 +38,9 @@ class Quotas:
     burst: int = 20
     #: Sessions of a tenant running a turn at once.
     turns: int | None = None
+    #: What a tenant's sessions may spend together, in the operator's price table's
+    #: currency (`Host(prices=)`); checked before each turn starts.
+    cost: float | None = None
 
 
 class Tenants:
@@ -48,6 +53,10 @@ class Tenants:
         self._buckets: dict[str, tuple[float, float]] = {}
         #: Each tenant's sessions whose turn runs (or that were let start one).
         self._running: dict[str, set[str]] = {}
+        #: What each session of a tenant spent, for the tenants asked about so far, and
+        #: the sessions whose turns ended since (their spending is read again).
+        self._spent: dict[str, dict[str, float]] = {}
+        self._dirty: set[str] = set()
         self._lock = threading.Lock()
 
     def remember(self, sid: str, tenant: str | None) -> None:
@@ -89,12 +98,14 @@ class Tenants:
     def observe(self, sid: str, kind: str) -> None:
         """A stored event of ``sid`` (the gateway's Host sink): a turn's start and end
         move it in and out of its tenant's running turns."""
-        if self.quotas.turns is None or kind not in _TURN_KINDS:
+        if kind not in _TURN_KINDS or (self.quotas.turns is None and self.quotas.cost is None):
             return
         tenant = self.tenant_of(sid)
         if tenant is None:
             return
         with self._lock:
+            if kind != Kind.TURN_STARTED:
+                self._dirty.add(sid)
             running = self._running.setdefault(tenant, set())
             if kind == Kind.TURN_STARTED:
                 running.add(sid)
@@ -118,6 +129,32 @@ class Tenants:
             # Taken before the request is sent: its turn's end cannot be seen first.
             running.add(sid)
             return True
+
+    def spent(self, tenant: str) -> float:
+        """What ``tenant``'s sessions spent under the operator's prices (blocking: the
+        first ask reads every stream once, later ones only the sessions whose turns ended
+        since)."""
+        with self._lock:
+            known = self._spent.get(tenant)
+            # Taken off first: a turn that ends while its cost is read marks it again.
+            dirty = {s for s in self._dirty if self._known.get(s) == tenant}
+            self._dirty -= dirty
+        if known is None:
+            known = {}
+            for info in self.log.streams():
+                if self.tenant_of(info.stream) == tenant:
+                    known[info.stream] = self._cost(info.stream)
+        else:
+            known = {**known, **{s: self._cost(s) for s in dirty}}
+        with self._lock:
+            self._spent[tenant] = known
+        return sum(known.values())
+
+    def _cost(self, sid: str) -> float:
+        try:
+            return float(read_state(self.log, sid).spend.cost)
+        except SpineError:
+            return 0.0  # a stream that does not decode spends nothing more
 
     def release(self, tenant: str, sid: str) -> None:
         with self._lock:
