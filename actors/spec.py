@@ -183,3 +183,24 @@ class TurnInput:
     #: The context to manage (None: send the history as it is, the scripted model's case
     #: without ``ore.model.context_window``).
     context: ContextView | None = None
+    #: A replay's turn (`replay_of`): the replayed session and the seq of the user message
+    #: this turn answers again there (None: not a replay).
+    replay: tuple[str, int] | None = None
+    #: The tool calls that turn made, as stored: (tool, input JSON, result, is_error), in
+    #: order, read by the session before the turn runs. A call is answered from here, and
+    #: never run (a replay has no side effect); one not among them is refused.
+    recorded: tuple[tuple[str, str, str, bool], ...] | None = None
+
+
+#: A replay's metadata: the session replayed and the seq of its user message whose turn the
+#: next turn re-runs (`TurnInput.replay`).
+REPLAY_OF = "replay.of"
+REPLAY_TURN = "replay.turn"
+
+
+def replay_of(metadata: Mapping[str, str]) -> tuple[str, int] | None:
+    """The turn a replay's next turn re-runs, from the session's metadata (None: none)."""
+    parent, turn = metadata.get(REPLAY_OF), metadata.get(REPLAY_TURN, "")
+    if not parent or not turn.isdigit() or int(turn) < 1:
+        return None
+    return parent, int(turn)

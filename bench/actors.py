@@ -666,6 +666,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a fast smoke run")
     ap.add_argument("--only-auth", action="store_true", help="only the authenticated frame's cost")
+    ap.add_argument(
+        "--only-throughput",
+        type=int,
+        metavar="ROUNDS",
+        help="only the turns/s at 50 sessions, ROUNDS rounds (bench/transport.py runs it)",
+    )
+    ap.add_argument(
+        "--only-memory", type=int, metavar="N", help="only the memory of N live sessions"
+    )
     ap.add_argument("--probe", choices=("on", "off"), help=argparse.SUPPRESS)
     ap.add_argument("--probe-args", default="10,1,50", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -678,6 +687,12 @@ def main() -> None:
     started = time.perf_counter()
     root = tempfile.mkdtemp(prefix="vertebra-bench-")
     try:
+        if args.only_memory:
+            memory(root, sessions=args.only_memory)
+            return
+        if args.only_throughput:
+            throughput(root, sessions=50, rounds=args.only_throughput, seconds=3.0)
+            return
         if not args.only_auth:
             latency(root, rounds=2 if q else 10, per_round=20 if q else 100)
             throughput(

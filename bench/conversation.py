@@ -1,10 +1,13 @@
 """Conversation benchmark: the cost of a fork, and a steer's acknowledgement, one run.
 
 - Fork: a stream of N events (default 100,000: user messages, turns, answers) is written
-  straight to a SQLite spine, then forked at its end with the Host's own steps (read the
-  prefix, build the copy and its provenance, one append). Reported: the time and the new
-  storage (the file's growth). A fork copies (docs/protocol.md says why), so both grow
-  with N; the issue's target (10 ms, 1 KB at 100,000 events) needs a fork by reference.
+  straight to a spine, then forked at its end twice, in the same run: by copy (read the
+  prefix, append a copy of it and its provenance: how forks were made before) and by
+  reference (the Host's own steps: `fork_events`, then `Log.fork`). Reported per way: the
+  time (a reference fork is repeated, median and max) and the new storage: the bytes of
+  the rows it stored, and the database's growth (SQLite: the file after a checkpoint;
+  PostgreSQL: the spine tables' size). Target: 10 ms and 1 KB at 100,000 events, on
+  SQLite and PostgreSQL (``--postgres``: a throwaway server, or ``VERTEBRA_BENCH_PG``).
 - Steer: on a multiprocess Host, a turn hangs (``!hang``); then steers and plain
   (enqueued) messages are sent alternately to it. Reported: the acknowledgement p50/p99
   of each; target: the steer's p99 no worse than the plain message's.
@@ -16,19 +19,22 @@ temporary directory removed at the end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
+import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
 
 from actors.host import Host  # noqa: E402
-from actors.host.conversation import _prefix, fork_events  # noqa: E402
-from spine import Event, Kind, SqliteLog, subscribe  # noqa: E402
+from actors.host.conversation import _prefix, fork_events, fork_root  # noqa: E402
+from spine import Event, Kind, Log, SqliteLog, subscribe  # noqa: E402
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -51,23 +57,93 @@ def _turns(n: int) -> list[Event]:
     return out[:n]
 
 
-def fork_figures(data: str, n: int) -> None:
+def _copy_fork(log: Log, parent: str, child: str, n: int) -> None:
+    """A fork as they were made before forks by reference: the prefix copied."""
+    records = _prefix(log, parent, n)
+    prov = {"fork.parent": parent, "fork.seq": str(n), "fork.root": fork_root(records)}
+    events = [r.event() for r in records]
+    log.append(child, [*events, Event(kind=Kind.PROPERTIES, properties=prov)], expected_seq=0)
+
+
+def _stored(log: Log, stream: str) -> int:
+    """Bytes of the rows ``stream`` stores itself (a fork's prefix is not among them)."""
+    link = log.fork_link(stream)
+    first = link[1] if link else 0
+    return sum(len(r.payload) + len(r.stream) + 24 for r in log.read(stream, first, None))
+
+
+def _write_parent(log: Log, n: int) -> None:
+    events = _turns(n)
+    for i in range(0, n, 5000):
+        log.append("parent", events[i : i + 5000])
+
+
+def fork_figures(log: Log, size: Callable[[], int], n: int, label: str) -> None:
+    _write_parent(log, n)
+    before = size()
+    t0 = time.perf_counter()
+    _copy_fork(log, "parent", "copy", n)
+    took = time.perf_counter() - t0
+    grown = size() - before
+    print(
+        f"{label} copy fork of {n} events: {took * 1e3:.1f} ms, rows "
+        f"{_stored(log, 'copy') / 1024:.0f} KiB, database +{grown / 1024:.0f} KiB"
+    )
+    times = []
+    before = size()
+    for i in range(20):
+        t0 = time.perf_counter()
+        log.fork(f"ref-{i}", "parent", n, fork_events(log, "parent", n, {}))
+        times.append(time.perf_counter() - t0)
+    grown = size() - before
+    print(
+        f"{label} reference fork of {n} events: median {pct(times, 0.5) * 1e3:.2f} ms, max "
+        f"{max(times) * 1e3:.2f} ms; rows {_stored(log, 'ref-0')} B each, database "
+        f"+{grown / 20 / 1024:.1f} KiB each (20 forks)"
+    )
+
+
+def sqlite_forks(data: str, n: int) -> None:
     path = os.path.join(data, "fork.db")
     log = SqliteLog(path)
+
+    def size() -> int:
+        c = sqlite3.connect(path)
+        try:
+            c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            c.close()
+        return os.path.getsize(path)
+
     try:
-        events = _turns(n)
-        for i in range(0, n, 5000):
-            log.append("parent", events[i : i + 5000])
-        before = os.path.getsize(path)
-        t0 = time.perf_counter()
-        records = _prefix(log, "parent", n)
-        log.append("child", fork_events(records, "parent", n, {}), expected_seq=0)
-        took = time.perf_counter() - t0
+        fork_figures(log, size, n, "sqlite")
     finally:
         log.close()
-    wal = path + "-wal"
-    grown = os.path.getsize(path) + (os.path.getsize(wal) if os.path.exists(wal) else 0) - before
-    print(f"fork of {n} events: {took * 1e3:.1f} ms, new storage about {grown / 1024:.0f} KiB")
+
+
+def postgres_forks(n: int) -> None:
+    from spine import open_log
+    from spine.testing import fresh_schema, postgres_cluster
+
+    url = os.environ.get("VERTEBRA_BENCH_PG")
+    with contextlib.ExitStack() as stack:
+        if not url:
+            url = stack.enter_context(postgres_cluster(fsync=True))
+        scoped = stack.enter_context(fresh_schema(url))
+        log = open_log(scoped)
+        stack.callback(log.close)
+        import psycopg
+
+        c = stack.enter_context(psycopg.connect(scoped, autocommit=True))
+
+        def size() -> int:
+            row = c.execute(
+                "SELECT sum(pg_total_relation_size(oid)) FROM pg_class WHERE relname LIKE "
+                "'spine_%' AND relkind = 'r' AND relnamespace = current_schema()::regnamespace"
+            ).fetchone()
+            return int(row[0] or 0) if row else 0
+
+        fork_figures(log, size, n, "postgresql")
 
 
 def steer_figures(data: str, count: int) -> None:
@@ -99,13 +175,18 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--events", type=int, default=100_000)
     ap.add_argument("--steers", type=int, default=300)
+    ap.add_argument("--postgres", action="store_true", help="fork on PostgreSQL too")
+    ap.add_argument("--no-steer", action="store_true", help="the fork figures only")
     args = ap.parse_args()
     n = 10_000 if args.quick else args.events
     steers = 50 if args.quick else args.steers
     data = tempfile.mkdtemp(prefix="vertebra-conv-")
     try:
-        fork_figures(data, n)
-        steer_figures(data, steers)
+        sqlite_forks(data, n)
+        if args.postgres:
+            postgres_forks(n)
+        if not args.no_steer:
+            steer_figures(data, steers)
     finally:
         shutil.rmtree(data, ignore_errors=True)
 

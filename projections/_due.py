@@ -3,10 +3,10 @@ checkpointed, so the Runner wakes the right sessions at the right time without p
 any of them and without a process per waiting session.
 
 The fold reads only the ``timer.*`` kinds (`read_all` with a kind filter from the
-checkpointed position): a ``timer.set`` puts a timer in, a ``timer.fired`` moves it to its
-next time (or takes it out), a ``timer.cancelled`` takes it out. Each session is the only
-writer of its timers, so the index only ever lags the truth; a session asked to fire
-decides for itself what is due.
+checkpointed position, and a fork's prefix through the fork's first row): a ``timer.set``
+puts a timer in, a ``timer.fired`` moves it to its next time (or takes it out), a
+``timer.cancelled`` takes it out. Each session is the only writer of its timers, so the
+index only ever lags the truth; a session asked to fire decides for itself what is due.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from spine import Kind, Log, Record
 
 #: The kinds the index folds.
 DUE_KINDS = (Kind.TIMER_SET, Kind.TIMER_CANCELLED, Kind.TIMER_FIRED)
+#: What catch-up reads: the timers, and the first row of each fork (its prefix's timers).
+_READ_KINDS = (*DUE_KINDS, Kind.SESSION_FORKED)
 #: Rows read per page while catching up.
 PAGE = 1000
 
@@ -85,8 +87,8 @@ class DueIndex:
         changed: dict[tuple[str, str], float | None] = {}
         position = self.position
         while True:
-            page = self._log.read_all(position, PAGE, kinds=DUE_KINDS)
-            changed.update(self.fold(page))
+            page = self._log.read_all(position, PAGE, kinds=_READ_KINDS)
+            changed.update(self.fold(self._with_prefixes(page)))
             if page:
                 position = page[-1].position
             if len(page) < PAGE:
@@ -95,6 +97,16 @@ class DueIndex:
                 break
         self._commit(position, changed)
         return {stream for stream, _ in changed}
+
+    def _with_prefixes(self, page: list[Record]) -> Iterator[Record]:
+        """``page`` with the timers a fork's prefix (read by reference, not stored in
+        the fork) set, before the fork's first row: a fork keeps its parent's timers."""
+        for r in page:
+            if r.kind == Kind.SESSION_FORKED:
+                prefix = self._log.read(r.stream, 0, None, kinds=DUE_KINDS)
+                yield from (p for p in prefix if p.seq < r.seq)
+            else:
+                yield r
 
     def _commit(self, position: int, changed: dict[tuple[str, str], float | None]) -> None:
         db = self._db

@@ -180,7 +180,7 @@ class StatusReducer(PageFolding):
         return StepResult(
             folded=folded,
             position=st.position,
-            more=failure is None and len(rows) == n,
+            more=failure is None and len(rows) >= n,
             rebuilt=rebuilt,
         )
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from spine import SCHEMA_VERSION, Record, event_to_dict
+from spine import DEFAULT_PAGE, SCHEMA_VERSION, Kind, Record, event_to_dict
 
 from ._index import INFO_STATE_HANDLERS, InfoFolder
 from ._reader import LogReader
@@ -101,8 +101,6 @@ def _row_reader(log: LogReader) -> Callable[[int, int], list[Row]]:
     `read_all`.
     """
     fast = getattr(log, "read_rows", None)
-    if fast is not None:
-        return fast  # type: ignore[no-any-return]
 
     def read_records(after: int, limit: int) -> list[Row]:
         return [
@@ -110,7 +108,40 @@ def _row_reader(log: LogReader) -> Callable[[int, int], list[Row]]:
             for r in log.read_all(after, limit)
         ]
 
-    return read_records
+    plain: Callable[[int, int], list[Row]] = fast if fast is not None else read_records
+
+    def read(after: int, limit: int) -> list[Row]:
+        rows = plain(after, limit)
+        if _FORKED not in map(itemgetter(3), rows):
+            return rows
+        return with_prefixes(log, rows)
+
+    return read
+
+
+_FORKED = str(Kind.SESSION_FORKED)
+
+
+def with_prefixes(log: LogReader, rows: Sequence[Row]) -> list[Row]:
+    """``rows`` with each fork's prefix (the parent's rows up to the fork seq, read by
+    reference) placed before the fork's first row, as rows of the fork at that row's
+    position: the global reads hold each stored row once, so a fold of the whole log
+    would otherwise start a fork's session from its own rows, without its history.
+    Nothing is folded twice: a prefix enters with the row that made the fork, and the
+    position committed after a page is that of the page's last stored row."""
+    out: list[Row] = []
+    for row in rows:
+        stream, seq, position, kind = row[0], row[1], row[2], row[3]
+        if kind == _FORKED and seq > 1:
+            after = 0
+            while after < seq - 1:
+                page = log.read(stream, after, min(DEFAULT_PAGE, seq - 1 - after))
+                if not page:
+                    break
+                out.extend((stream, r.seq, position, r.kind, r.version, r.payload) for r in page)
+                after = page[-1].seq
+        out.append(row)
+    return out
 
 
 def _stored_dict(r: Record) -> dict[str, Any]:

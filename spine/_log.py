@@ -103,6 +103,18 @@ class Log(Protocol):
         """
         ...
 
+    def fork(self, stream: str, parent: str, at: int, events: Sequence[Event] = ()) -> AppendResult:
+        """Make ``stream`` a fork of ``parent`` at seq ``at``, by reference: one
+        ``session.forked`` event at seq ``at + 1`` naming both, then ``events``, in one
+        transaction; nothing of the parent is copied. Per-stream reads of ``stream`` serve
+        seqs 1..``at`` from the parent's rows (see `spine._forks`). `ConflictError` if
+        ``stream`` exists, `InvalidArgumentError` if ``parent`` has fewer than ``at``."""
+        ...
+
+    def fork_link(self, stream: str) -> tuple[str, int] | None:
+        """``(parent, seq)`` for a fork by reference, None for any other stream."""
+        ...
+
     def find_key(self, stream: str, idempotency_key: str) -> AppendResult | None:
         """The append that ``idempotency_key`` made on ``stream`` (``duplicate=True``, as
         a repeated append would return it), or None if the key was never used there."""

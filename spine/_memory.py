@@ -8,8 +8,9 @@ from collections.abc import Iterable, Sequence
 import attrs
 from sortedcontainers import SortedDict
 
-from ._errors import ConflictError
+from ._errors import ConflictError, InvalidArgumentError
 from ._event import Event
+from ._forks import ForkReads, Links, check_fork, link_event
 from ._log import (
     DEFAULT_PAGE,
     AppendResult,
@@ -24,7 +25,7 @@ from ._log import (
 )
 
 
-class MemoryLog:
+class MemoryLog(ForkReads):
     """A `Log` held in memory; same encoding, ordering and errors as the durable backends."""
 
     def __init__(self) -> None:
@@ -35,6 +36,7 @@ class MemoryLog:
         self._first: SortedDict = SortedDict()
         self._keys: dict[tuple[str, str], AppendResult] = {}
         self.wakeup = Wakeup()
+        self._links = Links(self._first_row)
 
     def append(
         self,
@@ -59,31 +61,39 @@ class MemoryLog:
                         duplicate=True,
                     )
             rows = self._streams.get(stream)
-            last = len(rows) if rows else 0
+            last = rows[-1].seq if rows else 0
             if expected_seq is not None and expected_seq != last:
                 raise ConflictError(stream, expected_seq, last)
             encoded = encode_batch(events, last + 1, stream)
-            pos = len(self._all)
-            records = tuple(
-                Record(stream, seq, pos + i + 1, kind, payload)
-                for i, (seq, kind, payload) in enumerate(encoded)
-            )
-            if rows is None:
-                rows = self._streams[stream] = []
-                self._first[records[0].position] = stream
-            rows.extend(records)
-            self._all.extend(records)
-            result = AppendResult(
-                stream=stream,
-                first_seq=records[0].seq,
-                last_seq=records[-1].seq,
-                first_position=records[0].position,
-                last_position=records[-1].position,
-                records=records,
-            )
-            if idempotency_key is not None:
-                self._keys[(stream, idempotency_key)] = result
+            result = self._store(stream, encoded, idempotency_key)
         self.wakeup.bump([(stream, r.kind, r.seq) for r in result.records])
+        return result
+
+    def _store(
+        self, stream: str, encoded: list[tuple[int, str, bytes]], key: str | None
+    ) -> AppendResult:
+        # Caller holds the lock.
+        pos = len(self._all)
+        records = tuple(
+            Record(stream, seq, pos + i + 1, kind, payload)
+            for i, (seq, kind, payload) in enumerate(encoded)
+        )
+        rows = self._streams.get(stream)
+        if rows is None:
+            rows = self._streams[stream] = []
+            self._first[records[0].position] = stream
+        rows.extend(records)
+        self._all.extend(records)
+        result = AppendResult(
+            stream=stream,
+            first_seq=records[0].seq,
+            last_seq=records[-1].seq,
+            first_position=records[0].position,
+            last_position=records[-1].position,
+            records=records,
+        )
+        if key is not None:
+            self._keys[(stream, key)] = result
         return result
 
     def find_key(self, stream: str, idempotency_key: str) -> AppendResult | None:
@@ -91,23 +101,46 @@ class MemoryLog:
             prior = self._keys.get((stream, idempotency_key))
         return None if prior is None else attrs.evolve(prior, duplicate=True)
 
-    def read(
+    def _own_read(
         self,
         stream: str,
-        after_seq: int = 0,
-        limit: int | None = DEFAULT_PAGE,
-        kinds: Iterable[str] | None = None,
+        after: int,
+        upto: int | None,
+        limit: int | None,
+        kinds: tuple[str, ...] | None,
     ) -> list[Record]:
-        check_page(after_seq, limit, "after_seq")
-        ks = check_kinds(kinds)
         with self._lock:
             rows = self._streams.get(stream)
             if not rows:
                 return []
-            return _take(rows, after_seq, limit, ks)
+            # A fork's own rows start after its fork seq (`rows[i].seq == base + i + 1`).
+            base = rows[0].seq - 1
+            own = rows[max(0, after - base) : None if upto is None else max(0, upto - base)]
+            return _take(own, 0, limit, kinds)
 
-    def read_events(self, stream: str, after_seq: int = 0) -> list[Event]:
-        return [r.event() for r in self.read(stream, after_seq, None)]
+    def _own_events(self, stream: str, after: int, upto: int | None) -> list[Event]:
+        return [r.event() for r in self._own_read(stream, after, upto, None, None)]
+
+    def _first_row(self, stream: str) -> Record | None:
+        with self._lock:
+            rows = self._streams.get(stream)
+            return rows[0] if rows else None
+
+    def fork(self, stream: str, parent: str, at: int, events: Sequence[Event] = ()) -> AppendResult:
+        """Make ``stream`` a fork of ``parent`` at ``at`` by reference (`spine._forks`)."""
+        check_fork(stream, parent, at, events)
+        with self._lock:
+            if stream in self._streams:
+                raise ConflictError(stream, 0, self._streams[stream][-1].seq)
+            has = self._streams[parent][-1].seq if parent in self._streams else 0
+            if has < at:
+                raise InvalidArgumentError(
+                    f"cannot fork {parent!r} at seq {at}: it has {has} events; nothing was written"
+                )
+            encoded = encode_batch([link_event(parent, at), *events], at + 1, stream)
+            result = self._store(stream, encoded, None)
+        self.wakeup.bump([(stream, r.kind, r.seq) for r in result.records])
+        return result
 
     def read_all(
         self,
@@ -139,7 +172,7 @@ class MemoryLog:
     def last_seq(self, stream: str) -> int:
         with self._lock:
             rows = self._streams.get(stream)
-            return len(rows) if rows else 0
+            return rows[-1].seq if rows else 0
 
     def last_position(self) -> int:
         with self._lock:

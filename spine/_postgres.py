@@ -37,6 +37,7 @@ import psycopg
 from ._codec import SCHEMA_VERSION
 from ._errors import ConflictError, FencedError, InvalidArgumentError, StorageError
 from ._event import Event
+from ._forks import ForkReads, Links, check_fork, link_event
 from ._log import AppendResult, Wakeup, check_append, encode_batch, make_record
 from ._postgres_reads import PostgresReads
 from ._postgres_schema import (
@@ -62,7 +63,7 @@ def _redact(url: str) -> str:
     return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
 
 
-class PostgresLog(PostgresReads, PostgresWatch):
+class PostgresLog(ForkReads, PostgresReads, PostgresWatch):
     """A `Log` in a PostgreSQL database (tables ``spine_*`` in the connection's schema).
 
     ``url`` is a libpq URL. ``single_connection`` makes reads share the writer's
@@ -98,6 +99,7 @@ class PostgresLog(PostgresReads, PostgresWatch):
         self._watchers = 0
         self._watch_lock = threading.Lock()
         self._watch_thread: threading.Thread | None = None
+        self._links = Links(self._first_row)
         self._w = self._connect()
         try:
             self.channel = init_schema(self._w, self.where, self._read_only)
@@ -269,6 +271,66 @@ class PostgresLog(PostgresReads, PostgresWatch):
             ),
         ).fetchone()
         return row or ("", 0, 0, 0, 0)
+
+    def fork(self, stream: str, parent: str, at: int, events: Sequence[Event] = ()) -> AppendResult:
+        """Make ``stream`` a fork of ``parent`` at ``at`` by reference (`spine._forks`):
+        a ``session.forked`` event at seq ``at + 1``, then ``events``, and no copy.
+        `ConflictError` if ``stream`` exists; `InvalidArgumentError` if ``parent`` has
+        fewer than ``at`` events."""
+        check_fork(stream, parent, at, events)
+        encoded = encode_batch([link_event(parent, at), *events], at + 1, stream)
+        with self._wlock:
+            if self._closed:
+                raise StorageError(f"spine log {self.where!r} is closed")
+            if self._read_only:
+                raise StorageError(f"spine log {self.where!r} is open read-only")
+            c = self._writer()
+            try:
+                with c.transaction():
+                    pos0 = self._start_fork(c, stream, parent, at)
+                    outcome = self._call_append(c, stream, at, None, None, encoded)[0]
+                    if outcome != "ok":
+                        raise StorageError(f"fork into {stream!r}: the append said {outcome!r}")
+            except psycopg.Error as exc:
+                raise StorageError(f"fork into {stream!r} failed: {exc}") from exc
+        rows = [
+            (stream, seq, pos0 + seq - at, kind, payload, SCHEMA_VERSION)
+            for seq, kind, payload in encoded
+        ]
+        self.wakeup.bump([(stream, kind, seq) for seq, kind, _ in encoded])
+        return AppendResult(
+            stream=stream,
+            first_seq=at + 1,
+            last_seq=encoded[-1][0],
+            first_position=pos0 + 1,
+            last_position=pos0 + len(rows),
+            records=tuple(map(make_record, rows)),
+        )
+
+    @staticmethod
+    def _start_fork(c: psycopg.Connection[Any], stream: str, parent: str, at: int) -> int:
+        """Inside the fork's transaction: take the position counter (as every append
+        does first, so racing forks into one id serialize), check both streams, and
+        start the new one at ``at``. Returns the counter."""
+        row = c.execute("SELECT position FROM spine_position WHERE id = 1 FOR UPDATE").fetchone()
+        if row is None:
+            raise StorageError("the spine's position counter row is missing")
+        have = c.execute(LAST_SEQ, (stream,)).fetchone()
+        if have is not None:
+            raise ConflictError(stream, 0, int(have[0]))
+        top = c.execute(LAST_SEQ, (parent,)).fetchone()
+        has = 0 if top is None else int(top[0])
+        if has < at:
+            raise InvalidArgumentError(
+                f"cannot fork {parent!r} at seq {at}: it has {has} events; nothing was written"
+            )
+        pos0 = int(row[0])
+        c.execute(
+            "INSERT INTO spine_streams (stream, last_seq, last_position, first_position) "
+            "VALUES (%s, %s, %s, %s)",
+            (stream, at, pos0, pos0 + 1),
+        )
+        return pos0
 
     def find_key(self, stream: str, idempotency_key: str) -> AppendResult | None:
         with self._reading() as c:

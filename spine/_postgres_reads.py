@@ -26,6 +26,8 @@ from ._log import (
 from ._postgres_schema import _COLUMNS, _READ_ROWS, LAST_SEQ
 
 _REPLAY_PAGE = 2000
+#: Above every seq (a BIGINT).
+_NO_END = 2**63 - 1
 
 
 class PostgresReads:
@@ -71,37 +73,42 @@ class PostgresReads:
         except psycopg.Error as exc:
             raise StorageError(f"read from {self.where!r} failed: {exc}") from exc
 
-    def read(
+    def _own_read(
         self,
         stream: str,
-        after_seq: int = 0,
-        limit: int | None = DEFAULT_PAGE,
-        kinds: Iterable[str] | None = None,
+        after: int,
+        upto: int | None,
+        limit: int | None,
+        kinds: tuple[str, ...] | None,
     ) -> list[Record]:
-        check_page(after_seq, limit, "after_seq")
-        ks = check_kinds(kinds)
         q = f"SELECT {_COLUMNS} FROM spine_events WHERE stream = %s AND seq > %s"
-        args: list[object] = [stream, after_seq]
-        if ks is not None:
+        args: list[object] = [stream, after]
+        if upto is not None:
+            q += " AND seq <= %s"
+            args.append(upto)
+        if kinds is not None:
             q += " AND kind = ANY(%s)"
-            args.append(list(ks))
+            args.append(list(kinds))
         q += " ORDER BY seq LIMIT %s"
         args.append(limit)
         return list(map(make_record, self._query(q, args)))
 
-    def read_events(self, stream: str, after_seq: int = 0) -> list[Event]:
-        """Every event of ``stream`` after ``after_seq``, decoded: the replay fast path.
+    def _first_row(self, stream: str) -> Record | None:
+        rows = self._query(
+            f"SELECT {_COLUMNS} FROM spine_events WHERE stream = %s ORDER BY seq LIMIT 1",
+            (stream,),
+        )
+        return make_record(rows[0]) if rows else None
 
-        One statement, so the events come from one consistent snapshot of the stream.
-        """
-        check_page(after_seq, None, "after_seq")
+    def _own_events(self, stream: str, after: int, upto: int | None) -> list[Event]:
+        # One statement, so the events come from one consistent snapshot of the stream.
         out: list[Event] = []
         with self._reading() as c:
             cur = c.cursor(binary=True)
             cur.execute(
                 "SELECT seq, version, payload FROM spine_events WHERE stream = %s AND seq > %s "
-                "ORDER BY seq",
-                (stream, after_seq),
+                "AND seq <= %s ORDER BY seq",
+                (stream, after, _NO_END if upto is None else upto),
             )
             with contextlib.closing(cur), gc_paused():
                 while rows := cur.fetchmany(_REPLAY_PAGE):

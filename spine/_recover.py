@@ -18,7 +18,7 @@ import attrs
 
 from ._codec import decode_event, encode_events
 from ._errors import DecodeError, InvalidArgumentError, StorageError
-from ._event import Event
+from ._event import Event, Kind
 from ._log import _now
 from ._sqlite import SqliteLog
 
@@ -150,6 +150,9 @@ class _Copy:
             unplaced.append(f"a row with stream {stream!r} and seq {seq!r}")
             return
         nxt = self.due.get(stream, 1)
+        if stream not in self.due and kind == Kind.SESSION_FORKED:
+            # A fork by reference starts at its fork seq: its prefix is the parent's rows.
+            nxt = seq
         if seq < nxt:
             self.lost.append(LostRow(stream=stream, seq=seq, problem="a second row at this seq"))
             return

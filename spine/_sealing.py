@@ -95,27 +95,38 @@ Origins = tuple[tuple[str, int], ...]
 
 
 def origin_in(records: Sequence[Record]) -> Origins:
-    """``(original stream, N)`` for each import that copied seqs 1..N into these records:
-    its provenance event is at seq N + 1, where nothing written later can be. Empty for a
-    stream that was never imported."""
-    props = str(Kind.PROPERTIES)
+    """``(original stream, N)`` for each import that copied seqs 1..N into these records,
+    and each fork by reference that reads them from its parent: the provenance event (a
+    ``session.properties`` with the import keys, or the fork's ``session.forked`` link) is
+    at seq N + 1, where nothing written later can be. Empty for a stream that was never
+    imported or forked."""
     found: list[tuple[str, int]] = []
     for r in records:
-        if r.kind != props:
+        if r.kind not in _ORIGIN_KINDS:
             continue
         try:
             d = orjson.loads(r.payload)
         except orjson.JSONDecodeError:
             continue
-        p = d.get("properties") if isinstance(d, dict) else None
-        if not isinstance(p, dict):
+        if not isinstance(d, dict):
             continue
-        src, n = p.get(IMPORT_STREAM), p.get(IMPORT_EVENTS)
+        if r.kind == _FORKED:
+            src, n = d.get("parent"), d.get("at")
+            n = str(n) if isinstance(n, int) and not isinstance(n, bool) else None
+        else:
+            p = d.get("properties")
+            if not isinstance(p, dict):
+                continue
+            src, n = p.get(IMPORT_STREAM), p.get(IMPORT_EVENTS)
         if not (isinstance(src, str) and src and isinstance(n, str) and n.isdigit()):
             continue
         if int(n) + 1 == r.seq:
             found.append((src, int(n)))
     return tuple(sorted(found, key=lambda o: o[1]))
+
+
+_FORKED = str(Kind.SESSION_FORKED)
+_ORIGIN_KINDS = (str(Kind.PROPERTIES), _FORKED)
 
 
 def sealed_in(origins: Origins, seq: int, stream: str) -> str:
@@ -127,8 +138,8 @@ def sealed_in(origins: Origins, seq: int, stream: str) -> str:
 
 
 def import_origin(log: Log, stream: str) -> Origins:
-    """`origin_in` over the stream's properties events, read from ``log``."""
-    return origin_in(_read_kind(log, stream, Kind.PROPERTIES))
+    """`origin_in` over the stream's properties and fork events, read from ``log``."""
+    return origin_in(_read_kind(log, stream, *_ORIGIN_KINDS))
 
 
 def seals(log: Log, stream: str) -> list[Seal]:
@@ -140,11 +151,11 @@ def seals(log: Log, stream: str) -> list[Seal]:
     return out
 
 
-def _read_kind(log: Log, stream: str, kind: str) -> list[Record]:
+def _read_kind(log: Log, stream: str, *kinds: str) -> list[Record]:
     out: list[Record] = []
     after = 0
     while True:
-        page = log.read(stream, after, _PAGE, kinds=[kind])
+        page = log.read(stream, after, _PAGE, kinds=kinds)
         if not page:
             return out
         out.extend(page)

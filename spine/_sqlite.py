@@ -14,9 +14,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ._codec import decode_event
-from ._errors import InvalidArgumentError, StorageError
+from ._errors import ConflictError, InvalidArgumentError, StorageError
 from ._event import Event
 from ._filewatch import FileWrites
+from ._forks import ForkReads, Links, check_fork, link_event
 from ._log import (
     DEFAULT_PAGE,
     AppendResult,
@@ -51,9 +52,11 @@ from ._sqlite_watch import SqliteWatch
 __all__ = ["_INSERT", "_MOVED", "_SCHEMA", "_UPSERT_STREAM", "SqliteLog"]
 
 _REPLAY_PAGE = 2000
+#: Above every seq (SQLite integers are 64-bit).
+_NO_END = 2**63 - 1
 
 
-class SqliteLog(SqliteWatch):
+class SqliteLog(ForkReads, SqliteWatch):
     """A `Log` in one SQLite file.
 
     Appends take ``BEGIN IMMEDIATE``, so writers in several processes serialize on the file
@@ -112,6 +115,7 @@ class SqliteLog(SqliteWatch):
             raise StorageError(f"spine database {self.path!r} does not exist")
         if not read_only and self.path != ":memory:" and not self.path.startswith("file:"):
             private_sqlite(self.path)
+        self._links = Links(self._first_row)
         self._w = self._connect()
         if not read_only:
             init_schema(self._w, self.path)
@@ -191,6 +195,60 @@ class SqliteLog(SqliteWatch):
             records=tuple(map(make_record, rows)),
         )
 
+    def fork(self, stream: str, parent: str, at: int, events: Sequence[Event] = ()) -> AppendResult:
+        """Make ``stream`` a fork of ``parent`` at ``at`` by reference (`spine._forks`):
+        a ``session.forked`` event at seq ``at + 1``, then ``events``, and no copy.
+        `ConflictError` if ``stream`` exists; `InvalidArgumentError` if ``parent`` has
+        fewer than ``at`` events."""
+        check_fork(stream, parent, at, events)
+        pre = encode_batch([link_event(parent, at), *events], at + 1, stream)
+        with self._wlock:
+            if self._closed:
+                raise StorageError(f"spine log {self.path!r} is closed")
+            if self._read_only:
+                raise StorageError(f"spine log {self.path!r} is open read-only")
+            c = self._w
+            try:
+                c.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StorageError(f"cannot begin a fork on {self.path!r}: {exc}") from exc
+            try:
+                _, pos0, encoded, rows = self._insert_fork(c, stream, parent, at, pre)
+                c.execute("COMMIT")
+            except BaseException as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    c.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise StorageError(f"fork into {stream!r} failed: {exc}") from exc
+                raise
+        self.wakeup.bump([(stream, kind, seq) for seq, kind, _ in encoded])
+        return AppendResult(
+            stream=stream,
+            first_seq=at + 1,
+            last_seq=encoded[-1][0],
+            first_position=pos0 + 1,
+            last_position=pos0 + len(rows),
+            records=tuple(map(make_record, rows)),
+        )
+
+    @staticmethod
+    def _insert_fork(
+        c: sqlite3.Connection, stream: str, parent: str, at: int, pre: list[tuple[int, str, bytes]]
+    ) -> tuple[int, int, list[tuple[int, str, bytes]], list[tuple[str, int, int, str, bytes, int]]]:
+        have = c.execute("SELECT last_seq FROM streams WHERE stream=?", (stream,)).fetchone()
+        if have is not None:
+            raise ConflictError(stream, 0, have[0])
+        top = c.execute("SELECT last_seq FROM streams WHERE stream=?", (parent,)).fetchone()
+        if top is None or top[0] < at:
+            has = 0 if top is None else top[0]
+            raise InvalidArgumentError(
+                f"cannot fork {parent!r} at seq {at}: it has {has} events; nothing was written"
+            )
+        pos0 = c.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()[0]
+        # The stream starts at the fork's seq: its first own row is at + 1.
+        c.execute(_UPSERT_STREAM, (stream, at, pos0, pos0 + 1))
+        return insert_batch(c, stream, (), at, None, pre)
+
     def find_key(self, stream: str, idempotency_key: str) -> AppendResult | None:
         try:
             with self._wlock:
@@ -218,20 +276,22 @@ class SqliteLog(SqliteWatch):
 
     # -- reads -------------------------------------------------------------------------
 
-    def read(
+    def _own_read(
         self,
         stream: str,
-        after_seq: int = 0,
-        limit: int | None = DEFAULT_PAGE,
-        kinds: Iterable[str] | None = None,
+        after: int,
+        upto: int | None,
+        limit: int | None,
+        kinds: tuple[str, ...] | None,
     ) -> list[Record]:
-        check_page(after_seq, limit, "after_seq")
-        ks = check_kinds(kinds)
         sql = f"SELECT {_COLUMNS} FROM events WHERE stream=? AND seq>?"
-        args: list[object] = [stream, after_seq]
-        if ks is not None:
-            sql += f" AND kind IN ({','.join('?' * len(ks))})"
-            args.extend(ks)
+        args: list[object] = [stream, after]
+        if upto is not None:
+            sql += " AND seq<=?"
+            args.append(upto)
+        if kinds is not None:
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            args.extend(kinds)
         sql += " ORDER BY seq"
         if limit is not None:
             sql += " LIMIT ?"
@@ -239,12 +299,14 @@ class SqliteLog(SqliteWatch):
         rows = self._query(sql, args)
         return list(map(make_record, rows))
 
-    def read_events(self, stream: str, after_seq: int = 0) -> list[Event]:
-        """Every event of ``stream`` after ``after_seq``, decoded: the replay fast path.
+    def _first_row(self, stream: str) -> Record | None:
+        rows = self._query(
+            f"SELECT {_COLUMNS} FROM events WHERE stream=? ORDER BY seq LIMIT 1", (stream,)
+        )
+        return make_record(rows[0]) if rows else None
 
-        One statement, so the events come from one consistent snapshot of the stream.
-        """
-        check_page(after_seq, None, "after_seq")
+    def _own_events(self, stream: str, after: int, upto: int | None) -> list[Event]:
+        # One statement, so the events come from one consistent snapshot of the stream.
         out: list[Event] = []
         try:
             # A shared connection is serialized with appends for the whole read.
@@ -252,8 +314,8 @@ class SqliteLog(SqliteWatch):
             with shared:
                 cur = self._reader().execute(
                     "SELECT seq, version, CAST(payload AS BLOB) FROM events "
-                    "WHERE stream=? AND seq>? ORDER BY seq",
-                    (stream, after_seq),
+                    "WHERE stream=? AND seq>? AND seq<=? ORDER BY seq",
+                    (stream, after, _NO_END if upto is None else upto),
                 )
                 # Decode page by page so rows do not pile up next to the events made from
                 # them. Close the cursor even if a row fails to decode: an open statement

@@ -126,3 +126,26 @@ def model_host(data: pathlib.Path, servers: Sequence[str] = ()) -> Iterator[Host
         yield h
     finally:
         h.close()
+
+
+def _stamp(args):  # type: ignore[no-untyped-def]
+    """Appends a line per run to the file named by ``args["log"]`` and answers something
+    new each time: a tool with a side effect and no deterministic result."""
+    import uuid
+
+    with open(args["log"], "a") as f:
+        f.write("stamp\n")
+    return f"stamp {uuid.uuid4().hex}"
+
+
+def stamping_tools():  # type: ignore[no-untyped-def]
+    """The built-ins plus ``stamp`` (free)."""
+    from actors.agents import Tool, builtin_tools
+
+    stamp = Tool(
+        name="stamp",
+        description="Stamp something.",
+        parameters={"type": "object"},
+        fn=_stamp,
+    )
+    return builtin_tools().with_tool(stamp)

@@ -910,6 +910,32 @@ def test_chat_talks_streams_interrupts_and_leaves_on_a_second_ctrl_c(daemon: Dae
     assert kinds_of(hist).count("turn.cancelled") == 1
 
 
+def test_chat_sends_a_line_typed_while_a_turn_runs_as_a_steer(daemon: Daemon) -> None:
+    """With --steer, a line typed while a slow answer streams is stored at once as a steer;
+    the turn has no safe point (no tool), so it ends first, the steer is handed to the
+    next turn, and the chat follows that turn's answer too before the prompt returns."""
+    term = _chat(daemon.data, "steer-chat", "--create", "--steer")
+    try:
+        at = term.expect("you> ")
+        term.type("!slow 0.2 one two three four five six seven eight\r")
+        at = term.expect("[scripted] one", after=at)
+        term.type("and in French\r")
+        at = term.expect("(sent while the turn runs: seq", after=at)
+        at = term.expect("eight", after=at)
+        at = term.expect("[scripted] and in French", after=at)
+        term.expect("you> ", after=at)
+    finally:
+        term.close()
+    hist = [
+        json.loads(x) for x in ok(run(daemon.data, "history", "steer-chat", "--json")).splitlines()
+    ]
+    steer = next(e for e in hist if e.get("text") == "and in French")
+    assert steer["kind"] == "user.message" and steer.get("steer") is True
+    dropped = [e for e in hist if e["kind"] == "steer.dropped"]
+    assert [(e["steer"], e["handed"]) for e in dropped] == [(steer["seq"], "next")]
+    assert [e["kind"] for e in hist].count("turn.completed") == 2
+
+
 def test_chat_shows_other_clients_messages_and_answers_live_at_the_prompt(
     daemon: Daemon,
 ) -> None:

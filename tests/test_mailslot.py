@@ -97,19 +97,21 @@ def test_in_flight_is_false_where_the_transport_cannot_say() -> None:
     assert in_flight(NoTransport(), object()) is False
 
 
-def test_thespian_waits_with_poll_after_lean_select_and_the_switch_is_idempotent() -> None:
-    """Thespian's TCP loop builds a selector per pass: poll, not a fresh epoll each time."""
+def test_thespian_waits_on_a_kept_poll_after_lean_select_and_the_switch_is_idempotent() -> None:
+    """Thespian's TCP loop builds a selector per pass: it gets one over a poll its thread
+    keeps, not a fresh epoll each time."""
     import selectors
 
     from thespian.system.transport import TCPTransport as tt
 
+    from actors._runtime.kept_poll import KeptPoll
     from actors._runtime.system import lean_select
 
     lean_select()
     first = tt.selectors
     lean_select()
     assert tt.selectors is first
-    assert tt.selectors.DefaultSelector is selectors.PollSelector
+    assert tt.selectors.DefaultSelector is KeptPoll
     assert tt.selectors.EVENT_READ == selectors.EVENT_READ
 
 

@@ -249,25 +249,51 @@ def test_a_branch_survives_a_restart_and_a_redelivered_regenerate_is_a_duplicate
 # -- fork (the Host's pure steps, over an in-memory log) ---------------------------------
 
 
-def test_a_fork_inside_a_turn_closes_it_in_the_copy_and_its_root_is_the_prefix() -> None:
+def test_a_fork_inside_a_turn_closes_it_in_the_fork_and_its_root_is_the_prefix() -> None:
     from actors.host.conversation import fork_events, fork_root, safe_point
 
     kit = _running()
     kit.send("queued", mode="steer")
-    records = kit.log.read(kit.session_id, 0, None)
+    sid = kit.session_id
+    records = kit.log.read(sid, 0, None)
     at = records[-1].seq
     events = [r.event() for r in records]
-    assert safe_point(events, kit.session_id) < at  # the turn is open at the end
-    out = fork_events(records, kit.session_id, at, {"ore.model.name": "other"})
-    assert out[:at] == events
-    prov = out[at]
+    assert safe_point(events, sid) < at  # the turn is open at the end
+    out = fork_events(kit.log, sid, at, {"ore.model.name": "other"}, root=True)
+    prov = out[0]
     assert prov.properties["fork.seq"] == str(at)
     assert prov.properties["fork.root"] == fork_root(records)
-    closing = [str(e.kind) for e in out[at + 1 :]]
+    closing = [str(e.kind) for e in out[1:]]
     assert "turn.cancelled" in closing and "steer.dropped" in closing
     assert out[-1].properties == {"ore.model.name": "other"}
     cancelled = next(e for e in out if e.kind == Kind.TURN_CANCELLED)
     assert cancelled.reason == "forked"
+    # Stored by reference: the fork reads the prefix, its link, then what closes the turn.
+    kit.log.fork("forked", sid, at, out)
+    mine = kit.log.read_events("forked")
+    assert mine[:at] == events and mine[at].kind == Kind.SESSION_FORKED
+    assert fork_root(kit.log.read("forked", 0, at)) == prov.properties["fork.root"]
+    # The fork folds as the parent at the fork seq; its own rows then close the turn.
+    from actors.session.rules.state import SessionState, fold
+
+    def state(evs: list[Event]) -> SessionState:
+        return fold(SessionState(session_id=sid), evs)
+
+    assert state(mine[:at]) == state(events)
+    assert state(events).open_turn is not None and state(mine).open_turn is None
+    assert not state(mine).steers
+
+
+def test_a_fork_at_a_safe_point_stores_only_its_provenance() -> None:
+    from actors.host.conversation import fork_events
+
+    kit = SessionKit()
+    kit.send("one")
+    kit.finish(text="answer one")
+    at = kit.log.last_seq(kit.session_id)
+    out = fork_events(kit.log, kit.session_id, at, {})
+    assert [e.kind for e in out] == [Kind.PROPERTIES]
+    assert "fork.root" not in out[0].properties
 
 
 # -- steers under any interleaving -------------------------------------------------------
@@ -328,3 +354,94 @@ def test_every_steer_is_delivered_once_or_dropped_once_whatever_happens(ops: lis
             assert not open_calls
         elif e.kind in (Kind.TURN_COMPLETED, Kind.TURN_CANCELLED):
             open_calls.clear()
+
+
+# -- replay: what a replayed turn is answered from (pure) ---------------------------------
+
+
+def _tool_turn(kit: SessionKit, text: str, calls: list[tuple[str, str, str, bool]]) -> int:
+    ack = kit.send(text)
+    progress = []
+    for i, (tool, args, _result, _err) in enumerate(calls):
+        progress.append(Event(kind=Kind.TOOL_CALL, tool=tool, tool_use_id=f"u{i}", input=args))
+    for i, (tool, _args, result, err) in enumerate(calls):
+        progress.append(
+            Event(
+                kind=Kind.TOOL_RESULT, tool=tool, tool_use_id=f"u{i}", result=result, is_error=err
+            )
+        )
+    kit.progress(events=progress)
+    kit.finish(text="done")
+    return ack.reply.seq
+
+
+@pytest.mark.parametrize(
+    ("metadata", "replay"),
+    [
+        ({}, None),
+        ({"replay.of": "parent"}, None),
+        ({"replay.of": "parent", "replay.turn": "7"}, ("parent", 7)),
+        ({"replay.of": "parent", "replay.turn": "seven"}, None),
+        ({"replay.of": "parent", "replay.turn": "0"}, None),
+        ({"replay.turn": "7"}, None),
+    ],
+)
+def test_a_turn_names_the_turn_it_replays_from_the_sessions_metadata(
+    metadata: dict[str, str], replay: tuple[str, int] | None
+) -> None:
+    kit = SessionKit()
+    if metadata:
+        kit.set_metadata(metadata)
+    out = kit.send("go")
+    (start,) = [e for e in out.effects if isinstance(e, c.StartTurn)]
+    assert start.input.replay == replay and start.input.recorded is None
+
+
+def test_the_recorded_calls_are_the_turns_own_with_their_stored_results() -> None:
+    from actors.session.rules.replaying import recorded_calls
+
+    kit = SessionKit()
+    one = _tool_turn(kit, "one", [("clock", "{}", "12:00", False), ("calc", '{"e": 1}', "x", True)])
+    two = _tool_turn(kit, "two", [("clock", "{}", "12:01", False)])
+    events = kit.events
+    assert recorded_calls(events, one) == (
+        ("clock", "{}", "12:00", False),
+        ("calc", '{"e": 1}', "x", True),
+    )
+    assert recorded_calls(events, two) == (("clock", "{}", "12:01", False),)
+    assert recorded_calls(events, 9999) == ()
+
+
+_RECORDED = (
+    ("clock", "{}", "12:00", False),
+    ("calc", '{"e": 1, "f": 2}', "3", False),
+    ("clock", "{}", "12:05", False),
+)
+
+
+@pytest.mark.parametrize(
+    ("asked", "answers"),
+    [
+        # In order, each recorded call once; equal JSON values match however spelled.
+        (
+            [("clock", "{}"), ("calc", '{"f":2,"e":1}'), ("clock", "")],
+            [("12:00", False), ("3", False), ("12:05", False)],
+        ),
+        # A third clock call, or other arguments, or another tool: refused, never run.
+        ([("clock", "{}")] * 3, [("12:00", False), ("12:05", False), None]),
+        ([("calc", '{"e": 2}')], [None]),
+        ([("shell", "{}")], [None]),
+    ],
+)
+def test_a_replay_answers_only_the_calls_the_recorded_turn_made(
+    asked: list[tuple[str, str]], answers: list[tuple[str, bool] | None]
+) -> None:
+    from actors.agents.replayed import NOT_RECORDED, Replayed
+
+    r = Replayed(_RECORDED)
+    for (tool, args), want in zip(asked, answers, strict=True):
+        got = r.answer(tool, args)
+        if want is None:
+            assert got[1] is True and got[0].startswith(NOT_RECORDED)
+        else:
+            assert got == want

@@ -5,6 +5,7 @@ on the scripted model, over a real SQLite file."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import signal
@@ -19,7 +20,7 @@ from fake_models import FakeModelServer, chunk, tool_delta
 from actors.errors import InvalidRequest, SessionAlreadyExists
 from actors.host import Host
 from projections import project
-from spine import Kind, SqliteLog
+from spine import Event, Kind, SqliteLog
 from spine.seal import merkle_root, row_leaf_hash
 
 pytestmark = pytest.mark.timeout(120)
@@ -150,12 +151,13 @@ def test_regenerate_edit_branches_switch_fork_and_replay_on_the_scripted_model(
 
     # A fork at the end of the second turn folds to the parent's state there.
     at = mp.wait_turn(sid, two.seq).seq
-    child = mp.fork(sid, at)
+    child = mp.fork(sid, at, root=True)
     parent_events = [e for e in mp.history(sid) if e.seq <= at]
     child_events = mp.history(child)
     assert child_events[:at] == parent_events
     assert project(child_events[:at]) == project(parent_events)
-    prov = child_events[at]
+    link, prov = child_events[at : at + 2]
+    assert link.kind == Kind.SESSION_FORKED and link.extra == {"parent": sid, "at": at}
     assert prov.properties["fork.parent"] == sid and prov.properties["fork.seq"] == str(at)
     log = SqliteLog(tmp_path / "data" / "spine.db")
     try:
@@ -182,7 +184,7 @@ def test_regenerate_edit_branches_switch_fork_and_replay_on_the_scripted_model(
     assert other.turns[0].reply.startswith("[other]")
 
 
-def test_a_fork_on_a_postgres_spine_folds_to_its_parent_and_records_the_root(
+def test_a_fork_on_a_postgres_spine_folds_to_its_parent_by_reference(
     tmp_path: pathlib.Path, pg_url: str, no_leftover_processes: object
 ) -> None:
     h = Host(tmp_path / "data", spine=pg_url, timeout=30)
@@ -196,13 +198,17 @@ def test_a_fork_on_a_postgres_spine_folds_to_its_parent_and_records_the_root(
         copied = h.history(child)
         assert copied[: len(parent)] == parent
         assert project(copied[: len(parent)]) == project(parent)
-        prov = copied[len(parent)]
-        assert prov.properties["fork.parent"] == sid
+        link, prov = copied[len(parent) : len(parent) + 2]
+        assert link.kind == Kind.SESSION_FORKED
+        assert prov.properties["fork.parent"] == sid and "fork.root" not in prov.properties
         again = h.send(child, "three")
         h.wait_turn(child, again.seq)
         from projections import turns
 
         assert [t.text for t in turns(h.history(child))] == ["one", "three"]
+        # A replay of the fork reads through two references to the parent's rows.
+        again = h.replay(child)
+        assert [t.text for t in again.turns] == ["one", "three"] and again.diverged_at == 0
     finally:
         h.close()
 
@@ -237,3 +243,129 @@ def test_a_replay_reports_the_tool_calls_and_the_tokens_of_each_run(mp: Host) ->
     assert t.parent_calls == (("calculator", '{"expression": "2+3"}'),) == t.calls
     assert t.reply == t.parent_reply == "calculator returned 5" and same.diverged_at == 0
     assert same.tokens_delta == 0 and t.usage.output_tokens > 0
+
+
+def _answered(events: list[Any], turn_id: int) -> list[tuple[Any, ...]]:
+    """A turn's events as a replay must reproduce them (without seqs and times)."""
+    from projections import thread_from
+
+    turn = thread_from(events).turn(turn_id)
+    assert turn is not None
+    answers = set(turn.answers)
+    return [
+        (
+            e.kind,
+            e.turn,
+            e.text,
+            e.tool,
+            e.tool_use_id,
+            e.input,
+            e.result,
+            e.is_error,
+            e.stop_reason,
+        )
+        for e in events
+        if e.seq in answers
+    ]
+
+
+def test_a_replay_serves_every_stored_tool_result_and_runs_no_tool(
+    tmp_path: pathlib.Path, no_leftover_processes: object
+) -> None:
+    """A tool with a side effect and a fresh answer each run: the replay on the scripted
+    model reproduces the parent's turns event for event, and the tool ran once in all."""
+    from actor_helpers import stamping_tools
+
+    from actors.agents import ModelFactory
+
+    runs = tmp_path / "runs.txt"
+    factory = ModelFactory(backoff=0.01, tools=stamping_tools())
+    h = Host(tmp_path / "data", base="multiprocTCPBase", timeout=20, factory=factory)
+    try:
+        sid = h.create()
+        ask = h.send(sid, "!tool stamp " + json.dumps({"log": str(runs)}))
+        h.wait_turn(sid, ask.seq)
+        plain = h.send(sid, "and then")
+        h.wait_turn(sid, plain.seq)
+        assert runs.read_text() == "stamp\n"
+        same = h.replay(sid)
+        assert same.diverged_at == 0
+        first, _ = same.turns
+        assert first.results == first.parent_results and first.results[0][0].startswith("stamp ")
+        assert runs.read_text() == "stamp\n"  # nothing ran again
+        parent, child = h.history(sid), h.history(same.session_id)
+        for t in same.turns:
+            assert _answered(child, t.seq) == _answered(parent, t.parent_seq)
+        # The fork serves on as any session after its replay: its tools run again.
+        again = h.send(same.session_id, "!tool stamp " + json.dumps({"log": str(runs)}))
+        h.wait_turn(same.session_id, again.seq)
+        assert runs.read_text() == "stamp\nstamp\n"
+    finally:
+        h.close()
+
+
+def test_a_replay_refuses_a_call_the_parent_never_made_and_reports_it(mp: Host) -> None:
+    """The parent's stored turn called the calculator with other arguments than the new
+    run asks for: the call is refused, not run, and the replay diverges there."""
+    stored = [
+        Event(kind=Kind.LIFECYCLE, phase="opened"),
+        Event(kind=Kind.USER_MESSAGE, text='!tool calculator {"expression": "2+3"}'),
+        Event(kind=Kind.TURN_STARTED, turn=1),
+        Event(
+            kind=Kind.TOOL_CALL,
+            turn=1,
+            tool="calculator",
+            tool_use_id="t1",
+            input='{"expression": "1+1"}',
+        ),
+        Event(kind=Kind.TOOL_RESULT, turn=1, tool="calculator", tool_use_id="t1", result="2"),
+        Event(kind=Kind.ASSISTANT, turn=1, text="calculator returned 2"),
+        Event(kind=Kind.TURN_COMPLETED, turn=1, stop_reason="end_turn"),
+    ]
+    mp._log.append("crafted", stored)
+    out = mp.replay("crafted")
+    (t,) = out.turns
+    assert out.diverged_at == t.parent_seq
+    assert t.parent_calls == (("calculator", '{"expression": "1+1"}'),)
+    assert t.calls == (("calculator", '{"expression": "2+3"}'),)
+    ((result, is_error),) = t.results
+    assert is_error and result.startswith("not run: this is a replay")
+
+
+def test_a_fork_of_a_long_session_restarts_from_its_snapshot_after_a_sigkill(
+    mp: Host, tmp_path: pathlib.Path
+) -> None:
+    """A fork of 1,200 events folds to its parent's state, snapshots itself past its fork
+    seq, and a SIGKILLed fork comes back from that snapshot with its prefix intact; the
+    parent's later events never reach it."""
+    from projections import turns
+    from spine import open_snapshots
+
+    stored: list[Event] = [Event(kind=Kind.LIFECYCLE, phase="opened")]
+    for t in range(1, 241):
+        stored += [
+            Event(kind=Kind.USER_MESSAGE, text=f"q{t}"),
+            Event(kind=Kind.TURN_STARTED, turn=t),
+            Event(kind=Kind.ASSISTANT, turn=t, text=f"a{t}"),
+            Event(kind=Kind.TURN_COMPLETED, turn=t, stop_reason="end_turn"),
+            Event(kind=Kind.LIFECYCLE, phase="done", turn=t),
+        ]
+    mp._log.append("long", stored)
+    at = mp._log.last_seq("long")
+    child = mp.fork("long", at)
+    assert project(mp.history(child)[:at]) == project(mp.history("long"))
+    one = mp.send(child, "mine")
+    mp.wait_turn(child, one.seq)
+    snaps = open_snapshots(str(tmp_path / "data" / "snapshots.db"))
+    try:
+        snap = snaps.load(child)
+        assert snap is not None and snap.seq > at
+    finally:
+        snaps.close()
+    mp._log.append("long", [Event(kind=Kind.USER_MESSAGE, text="the parent's, later")])
+    os.kill(mp.session_pid(child), signal.SIGKILL)
+    two = mp.send(child, "after the kill")
+    mp.wait_turn(child, two.seq)
+    texts = [t.text for t in turns(mp.history(child))]
+    assert texts[:2] == ["q1", "q2"] and texts[-2:] == ["mine", "after the kill"]
+    assert len(texts) == 242 and "the parent's, later" not in texts

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from .forking import on_fresh_chunk
+from .kept_poll import kept_poll_module
 from .thespian_log import route_thespian_log
 
 _patched = False
@@ -99,27 +100,35 @@ def _running(pid: int) -> bool:
 
 
 def lean_select() -> None:
-    """Let Thespian's TCP transport wait with ``poll`` instead of a new ``epoll`` per pass.
+    """Let Thespian's TCP transport wait on a poll kept per thread (`KeptPoll`) instead of
+    a new selector per pass of its loop.
 
-    The transport builds a fresh selector on every pass of its loop and registers every
-    socket in it: with epoll that is a system call to create it, one per socket and one to
-    close it, for a single wait; ``poll`` is one system call for the same wait. Measured
-    in profiles of the Runner, a session and a Host, the selector's setup and teardown was
-    10-25% of each process's transport time. Idempotent; affects every process forked
-    after it.
+    The transport builds a fresh selector on every pass and registers every socket in it:
+    with Thespian's default (epoll) that is a system call to create it, one per socket
+    and one to close it, for a single wait; in the profiles of the Runner, a session and a
+    Host, the selector's setup and teardown was 10-25% of each process's transport time.
+    ``VERTEBRA_SELECT=poll`` waits with a new ``poll`` selector per pass (the previous
+    fix), ``VERTEBRA_SELECT=thespian`` (or the older ``VERTEBRA_EPOLL=1``) restores
+    Thespian's own choice. Idempotent; affects every process forked after it.
     """
-    if os.environ.get("VERTEBRA_EPOLL"):
+    choice = os.environ.get("VERTEBRA_SELECT", "kept")
+    if os.environ.get("VERTEBRA_EPOLL") or choice == "thespian":
         return
     import selectors
     import types
 
     from thespian.system.transport import TCPTransport as tt
 
-    if getattr(tt.selectors, "DefaultSelector", None) is not selectors.PollSelector:
+    if getattr(tt.selectors, "_vertebra_select", None) is not None:
+        return
+    if choice == "poll":
         lean = types.ModuleType("selectors")
         lean.__dict__.update(selectors.__dict__)
         lean.DefaultSelector = selectors.PollSelector  # type: ignore[attr-defined]
-        tt.selectors = lean
+    else:
+        lean = kept_poll_module()
+    lean._vertebra_select = choice  # type: ignore[attr-defined]
+    tt.selectors = lean
 
 
 class _Described:

@@ -31,6 +31,7 @@ from .context import (
 from .governance import Fault, Requirement, Verdict
 from .model_call import Flusher, UsageTally, completed, drain_now, stream_reply
 from .provider_loop import provider_loop
+from .replayed import Replayed
 from .tool_run import run_tool
 from .toolnames import WireNames
 from .tools import FINISH, RECALL, ToolContext, ToolRegistry
@@ -283,7 +284,10 @@ class ModelAgent:
         if announce:
             for c in calls:
                 out.tool_call(c.name, c.id, c.arguments)
-        results = await asyncio.gather(*(self._answered(c, out, ctx, tools) for c in calls))
+        replayed = view.replayed
+        results = await asyncio.gather(
+            *(self._answered(c, out, ctx, tools, replayed) for c in calls)
+        )
         finished = False
         for c, (result, is_error) in zip(calls, results, strict=True):
             view.msgs.append(
@@ -300,11 +304,16 @@ class ModelAgent:
         return finished
 
     async def _answered(
-        self, call: ToolCall, out: TurnOutput, ctx: ToolContext, tools: ToolRegistry
+        self,
+        call: ToolCall,
+        out: TurnOutput,
+        ctx: ToolContext,
+        tools: ToolRegistry,
+        replayed: Replayed | None,
     ) -> tuple[str, bool]:
         """One call's result, stored the moment it is known: a sibling still waiting (for a
         human, say) must not hold back the outcome of a call that has run."""
-        result, is_error, extra = await self._governed(call, out, ctx, tools)
+        result, is_error, extra = await self._governed(call, out, ctx, tools, replayed)
         if extra:  # an MCP call's record
             out.tool_result(call.name, call.id, result, is_error, extra=extra)
         else:
@@ -312,7 +321,12 @@ class ModelAgent:
         return result, is_error
 
     async def _governed(
-        self, call: ToolCall, out: TurnOutput, ctx: ToolContext, tools: ToolRegistry
+        self,
+        call: ToolCall,
+        out: TurnOutput,
+        ctx: ToolContext,
+        tools: ToolRegistry,
+        replayed: Replayed | None,
     ) -> tuple[str, bool, Mapping[str, Any]]:
         if call.error:
             return call.error, True, {}
@@ -327,6 +341,11 @@ class ModelAgent:
         if verdict != Verdict.ADMIT:
             # The model hears why, so it can do without; the tool never runs.
             return refused_text(fault), True, {}
+        if replayed is not None:
+            # A replay: the stored result, and the tool never runs.
+            result, is_error = replayed.answer(call.name, call.arguments)
+            out.emit(completed(cid, call.name, call.id, "tool_error" if is_error else ""))
+            return result, is_error, {}
         key_of = getattr(out, "idempotency_key", None)
         key = key_of(call.name, call.id) if key_of is not None else ""
         here = attrs.evolve(ctx, tool_use_id=call.id, idempotency_key=key)
@@ -343,6 +362,8 @@ class _View:
         self.extra = extra
         self.spec_system = system
         self.retried = False
+        #: A replay's recorded calls, answered in place of running a tool.
+        self.replayed = Replayed(turn.recorded) if turn.recorded is not None else None
         self.msgs: list[Message] = []
         self.base = 0
         self._reset(turn)

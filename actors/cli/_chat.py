@@ -8,8 +8,12 @@ answers they get above the prompt (drawn again with what was typed); an action w
 approval is held for the reading thread, which asks about it once the line is read. The
 subscription has one reader at a time, so every stored event is shown exactly once.
 
-Ctrl-C in a turn interrupts it (a second stops waiting); at the prompt it asks for a second
-to leave; Ctrl-D leaves. Slash commands are messages the session's interceptors answer.
+A line typed while a turn runs is sent when Enter ends it (`Chat.send_typed`): stored when
+acknowledged, it waits for its own turn, steers this one (``chat --steer``, or the
+session's ``session.busy_policy``), or is refused, as the busy policy says; the chat then
+follows the turns such messages run too. Ctrl-C in a turn interrupts it (a second stops
+waiting); at the prompt it asks for a second to leave; Ctrl-D leaves. Slash commands are
+messages the session's interceptors answer.
 Approvals (``action.pending``) arrive through the same subscription; `Chat.on_event` asks
 inline (a pause for the cost budget: by how much to raise it), then the turn goes on.
 """
@@ -17,7 +21,6 @@ inline (a pause for the cost budget: by how much to raise it), then the turn goe
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import signal
 import sys
@@ -29,8 +32,10 @@ from spine import Event, Kind
 
 from ..errors import ActorsError, SessionClosed, SessionNotFound
 from ..host import Host
+from ._chat_render import render
+from ._chat_terminal import readline_history, stdin_line
 from ._daemon import EXIT_UNKNOWN_SESSION, CliError
-from ._format import QUIET_KINDS, Style, detail, event_line
+from ._format import Style
 from ._timer_commands import chat_decision
 
 ASSISTANT_DELTA = "assistant.delta"
@@ -39,58 +44,6 @@ HISTORY_FILE = "chat_history"
 HISTORY_LENGTH = 1000
 #: How long one wait for the next event lasts before deltas and Ctrl-C are looked at.
 POLL = 0.05
-RESULT_WIDTH = 200
-#: Kinds the chat does not show: the user sees the turn itself.
-QUIET = frozenset({Kind.TURN_STARTED, Kind.SESSION_STARTED})
-
-
-def render(ev: Event, style: Style, own: bool) -> str | None:
-    """How the chat shows a stored event (None: not at all). ``own``: the user typed it
-    here, so it is on the screen already."""
-    kind = ev.kind
-    if kind == Kind.USER_MESSAGE:
-        return None if own else style.paint("cyan", f"(elsewhere) > {ev.text}")
-    if kind == Kind.INTERRUPT:
-        return None if own else style.paint("magenta", f"  (interrupted elsewhere: {ev.reason})")
-    if kind in QUIET:
-        return None
-    if kind == Kind.LIFECYCLE:
-        # "done" after every turn and the like are bookkeeping; endings matter.
-        if ev.phase not in ("closed", "failed", "poisoned", "restarted", "recovered"):
-            return None
-        return style.paint(
-            "blue", f"  session {ev.phase}" + (f": {ev.reason}" if ev.reason else "")
-        )
-    if kind == Kind.ASSISTANT:
-        return ev.text
-    if kind == Kind.TOOL_CALL:
-        return style.paint("yellow", f"  tool {ev.tool} {ev.input}")
-    if kind == Kind.TOOL_RESULT:
-        result = ev.result if len(ev.result) <= RESULT_WIDTH else ev.result[:RESULT_WIDTH] + "…"
-        return style.paint("yellow", f"  -> {result}")
-    if kind == Kind.TURN_COMPLETED:
-        if ev.error:
-            return style.paint("red", f"  turn failed: {ev.error}")
-        u = ev.usage
-        if u is None:
-            return None
-        return style.paint("dim", f"  [in {u.input_tokens} / out {u.output_tokens} tokens]")
-    if kind == Kind.TURN_CANCELLED:
-        return style.paint("magenta", f"  turn cancelled ({ev.reason or 'interrupted'})")
-    if kind in QUIET_KINDS:
-        return None  # governance bookkeeping; refusals and waits are shown
-    if kind == Kind.ACTION_PENDING:
-        return None  # asked about by on_event
-    if kind == Kind.ACTION_REJECTED:
-        return style.paint("red", f"  {ev.action or 'action'} refused: {ev.fault}")
-    if kind == Kind.EGRESS:
-        verdict = "allowed" if ev.allowed else "blocked"
-        return style.paint(
-            "dim" if ev.allowed else "red", f"  egress {ev.host} {verdict} ({ev.reason})"
-        )
-    if kind in (Kind.PROPERTIES, Kind.SESSION_SWITCH):
-        return style.paint("dim", f"  {kind}: {detail(ev)}")
-    return style.paint("dim", "  " + event_line(ev, style))
 
 
 class _Signals:
@@ -124,6 +77,8 @@ class Chat:
         style: Style,
         read_line: Callable[[str], str] = input,
         terminal: bool = False,
+        poll_line: Callable[[], str | None] | None = None,
+        busy_mode: str = "",
     ) -> None:
         self.host = host
         self.sid = sid
@@ -141,6 +96,12 @@ class Chat:
         self.held: list[Event] = []
         #: On a terminal, lines printed at the prompt redraw it below them.
         self.terminal = terminal
+        #: A line typed while a turn runs (None: none yet), sent at once under
+        #: ``busy_mode`` (empty: the session's busy policy; ``steer``: into the turn).
+        self.poll_line = poll_line
+        self.busy_mode = busy_mode
+        #: Messages sent while a turn ran whose own turns are still to follow.
+        self.mid_turn: set[int] = set()
         host.add_sink(self._on_live, kinds=(ASSISTANT_DELTA,))
 
     def _on_live(self, sid: str, ev: Any, live: Any) -> None:
@@ -281,6 +242,7 @@ class Chat:
         self._streamed = ""
         self._streaming.set()
         interrupted = self._interrupted = False
+        follow = 0  # turns still to follow: messages typed meanwhile wait for them
         try:
             while True:
                 if self.signals.count and not interrupted:
@@ -293,17 +255,46 @@ class Chat:
                     self.say(self.style.paint("dim", "(no longer waiting for the turn)"))
                     return
                 self.print_deltas()
+                self.send_typed()
                 ev = self.sub.get(POLL)
                 if ev is None:
                     if self.sub.closed:
                         return
                     continue
                 self.show(ev)
+                follow += self.turns_due(ev)
                 if ev.kind in TURN_ENDS and ev.seq > after_seq:
-                    return
+                    if follow <= 0:
+                        return
+                    follow -= 1
         finally:
             self._streaming.clear()
             self.print_deltas(drop=True)
+
+    def send_typed(self) -> None:
+        """Send a line typed while the turn runs, at once: stored when acknowledged, it
+        waits for its own turn or steers this one, as the busy policy says."""
+        text = self.poll_line() if self.poll_line is not None else None
+        if not text or not text.strip():
+            return
+        try:
+            ack = self.host.send(self.sid, text, mode=self.busy_mode)
+        except ActorsError as exc:
+            self.say(self.style.paint("red", f"error: {exc}"))
+            return
+        if ack.seq and not ack.consumed:
+            self.own.add(ack.seq)
+            self.mid_turn.add(ack.seq)
+            self.say(self.style.paint("dim", f"  (sent while the turn runs: seq {ack.seq})"))
+
+    def turns_due(self, ev: Event) -> int:
+        """Turns ``ev`` says a message typed meanwhile will run: a queued message's own,
+        or a steer's that its turn ended before taking."""
+        if ev.kind == Kind.USER_MESSAGE and ev.seq in self.mid_turn:
+            return 0 if ev.extra.get("steer") is True else 1
+        if ev.kind == Kind.STEER_DROPPED and ev.extra.get("handed") == "next":
+            return 1 if ev.extra.get("steer") in self.mid_turn else 0
+        return 0
 
     def print_deltas(self, drop: bool = False) -> None:
         while True:
@@ -379,28 +370,9 @@ class Chat:
             self.say(self.style.paint("red", f"error: {exc}"))
 
 
-@contextlib.contextmanager
-def _readline_history(data: str) -> Iterator[None]:
-    try:
-        import readline
-    except ImportError:  # not every platform has it: plain input() still works
-        yield
-        return
-    path = os.path.join(data, HISTORY_FILE)
-    with contextlib.suppress(OSError):
-        # Owner-only before readline writes it: the lines typed are the conversation.
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-        os.chmod(path, 0o600)
-        readline.read_history_file(path)
-    readline.set_history_length(HISTORY_LENGTH)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            readline.write_history_file(path)
-
-
-def run_chat(host: Host, sid: str | None, *, create: bool, out: Any, data: str) -> int:
+def run_chat(
+    host: Host, sid: str | None, *, create: bool, out: Any, data: str, busy_mode: str = ""
+) -> int:
     if sid is None:
         sid = host.create()
         after = 0
@@ -422,9 +394,19 @@ def run_chat(host: Host, sid: str | None, *, create: bool, out: Any, data: str) 
         out.stdout.write(text)
         out.stdout.flush()
 
-    with _readline_history(data):
+    with readline_history(data):
         terminal = out.stdout.isatty() and sys.stdin.isatty()
-        return Chat(host, sid, after, write, out.style, terminal=terminal).run()
+        chat = Chat(
+            host,
+            sid,
+            after,
+            write,
+            out.style,
+            terminal=terminal,
+            poll_line=stdin_line if terminal else None,
+            busy_mode=busy_mode,
+        )
+        return chat.run()
 
 
 __all__ = ["Chat", "render", "run_chat"]

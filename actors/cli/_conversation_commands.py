@@ -155,11 +155,15 @@ def replay(args: argparse.Namespace, out: Out) -> int:
             out.line(json_line({"parentSeq": t.parent_seq, "seq": t.seq, "same": t.same,
                                 "reply": t.reply, "parentReply": t.parent_reply,
                                 "calls": [list(c) for c in t.calls],
-                                "parentCalls": [list(c) for c in t.parent_calls]}))  # fmt: skip
+                                "parentCalls": [list(c) for c in t.parent_calls],
+                                "results": [list(r) for r in t.results],
+                                "parentResults": [list(r) for r in t.parent_results]}))  # fmt: skip
         else:
             out.line(f"{'=' if t.same else '!'} {t.parent_seq:>6} {t.text[:40]!r} -> {t.reply!r}")
             if t.calls != t.parent_calls:
                 out.line(f"         tools {t.parent_calls} -> {t.calls}")
+            elif t.results != t.parent_results:
+                out.line(f"         results {t.parent_results} -> {t.results}")
     where = f"diverges at seq {done.diverged_at}" if done.diverged_at else "same answers"
     if not args.json:
         out.line(f"replayed {sid} into {done.session_id}: {where}, tokens {done.tokens_delta:+d}")

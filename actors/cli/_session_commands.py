@@ -389,6 +389,7 @@ def pending(args: argparse.Namespace, out: Out) -> int:
 def chat_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", nargs="?", metavar="SESSION", help="the session (default: a new one)")
     p.add_argument("--create", action="store_true", help="create SESSION if it is new")
+    p.add_argument("--steer", action="store_true", help="a line typed while a turn runs steers it")
 
 
 def chat(args: argparse.Namespace, out: Out) -> int:
@@ -402,7 +403,8 @@ def chat(args: argparse.Namespace, out: Out) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     sid = None if args.session is None else session_id(args.session)
     with attach(args) as host:
-        return run_chat(host, sid, create=args.create, out=out, data=args.data)
+        mode = "steer" if args.steer else ""
+        return run_chat(host, sid, create=args.create, out=out, data=args.data, busy_mode=mode)
 
 
 __all__ = [

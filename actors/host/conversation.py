@@ -2,14 +2,14 @@
 turn (`send(..., mode="steer")` is in `SessionCommands`), edit and regenerate on the turn
 tree, list and switch branches, fork a session at any seq, replay it on another model.
 
-A fork copies the parent's events up to the seq (their seqs, times and bytes as stored)
-into a new stream, then one ``session.properties`` event of provenance: the parent, the
-seq, the Merkle root of the parent's prefix (`spine.seal.merkle_root` over the stored
-rows), and the import keys under which the copied seals verify as the parent's. A copy,
-not a reference: the log has no reads across streams, and a prefix read by reference
-would need every reader (replay, subscriptions, projections, seals, SQLite and
-PostgreSQL) to resolve it; the recorded root lets anyone check that the copy's prefix is
-the parent's byte for byte (`fork_root`).
+A fork is by reference (`spine.Log.fork`): the new stream stores one ``session.forked``
+row naming the parent and the seq (under which the parent's seals in the prefix verify as
+the parent's), then one ``session.properties`` event of provenance (the parent and the
+seq, as metadata `Host.info` shows), then, for a fork inside a turn, that turn's end (reason
+``forked``). The prefix is read through the parent's rows by every per-stream read, so a
+fork costs the same at any length. ``root=True`` also records the Merkle root of the
+prefix (`fork_root`), which reads it whole. Forks made by copying, before forks by
+reference, are ordinary streams and read as they always did.
 """
 
 from __future__ import annotations
@@ -30,13 +30,14 @@ from spine import (
     new_session_id,
     validate_session_id,
 )
-from spine.seal import IMPORT_EVENTS, IMPORT_STREAM, merkle_root, row_leaf_hash
+from spine.seal import merkle_root, row_leaf_hash
 
 from .. import messages as m
 from ..errors import InvalidRequest, SessionAlreadyExists, SessionNotFound
 from ..policy import BusyPolicy
 from ..session.rules.recovery import recovery_events
 from ..session.rules.state import SessionState, fold
+from ..spec import REPLAY_OF, REPLAY_TURN
 from .replies import request_id
 
 #: Provenance keys a fork stores (as metadata: `Host.info` shows them).
@@ -59,12 +60,20 @@ class ReplayTurn:
     #: The tool calls each run asked for, as (tool, input JSON), in order.
     parent_calls: tuple[tuple[str, str], ...] = ()
     calls: tuple[tuple[str, str], ...] = ()
+    #: Each tool result as (result, is_error), in order: a replay's are the parent's
+    #: stored ones, or a refusal where the call differs.
+    parent_results: tuple[tuple[str, bool], ...] = ()
+    results: tuple[tuple[str, bool], ...] = ()
     parent_usage: Usage = attrs.field(factory=Usage)
     usage: Usage = attrs.field(factory=Usage)
 
     @property
     def same(self) -> bool:
-        return self.parent_reply == self.reply and self.parent_calls == self.calls
+        return (
+            self.parent_reply == self.reply
+            and self.parent_calls == self.calls
+            and self.parent_results == self.results
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -108,6 +117,25 @@ def _prefix(log: Log, sid: str, at: int) -> list[Record]:
     return out
 
 
+def _tail(log: Log, sid: str, at: int) -> list[Event]:
+    """The events of ``sid`` up to ``at`` from its last ``turn.started`` (all of them if
+    it has none), read backwards in growing windows: a fork needs only the turn it is in."""
+    window = 256
+    while True:
+        start = max(0, at - window)
+        events = [r.event() for r in log.read(sid, start, at - start)]
+        first = _last_start(events)
+        if first >= 0 or start == 0:
+            return events[max(first, 0) :]
+        window *= 4
+
+
+def _last_start(events: list[Event]) -> int:
+    return next(
+        (i for i in range(len(events) - 1, -1, -1) if events[i].kind == Kind.TURN_STARTED), -1
+    )
+
+
 _ENDS = frozenset({Kind.TURN_COMPLETED, Kind.TURN_CANCELLED})
 
 
@@ -143,36 +171,31 @@ def safe_point(events: list[Event], sid: str) -> int:
     return best
 
 
-def _left_open(events: list[Event], sid: str) -> list[Event]:
+def _left_open(log: Log, sid: str, at: int) -> list[Event]:
     """What closes a turn the prefix ends inside (reason ``forked``): the session's own
     recovery, folded from that turn's start only (a whole long stream needs no fold)."""
-    start = next(
-        (i for i in range(len(events) - 1, -1, -1) if events[i].kind == Kind.TURN_STARTED),
-        -1,
-    )
-    if start < 0 or any(e.kind in _ENDS and _own(e, sid) for e in events[start:]):
+    events = _tail(log, sid, at)
+    if not events or events[0].kind != Kind.TURN_STARTED:
         return []
-    meta = [e for e in events[:start] if e.kind == Kind.PROPERTIES]
-    st = fold(SessionState(session_id=sid), [*meta, *events[start:]])
+    if any(e.kind in _ENDS and _own(e, sid) for e in events):
+        return []
+    meta = [
+        e.event() for e in log.read(sid, 0, None, kinds=[Kind.PROPERTIES]) if e.seq < events[0].seq
+    ]
+    st = fold(SessionState(session_id=sid), [*meta, *events])
     return recovery_events(st, "forked")
 
 
 def fork_events(
-    records: list[Record], parent: str, at: int, metadata: Mapping[str, str]
+    log: Log, parent: str, at: int, metadata: Mapping[str, str], *, root: bool = False
 ) -> list[Event]:
-    """What a fork at ``at`` stores: the copied prefix, its provenance, the end of a turn
-    the prefix left open (reason ``forked``), and the new metadata, if any."""
-    # Appended as read: the log numbers them again, 1..at, as they were.
-    events = [r.event() for r in records]
-    prov = {
-        IMPORT_STREAM: parent,
-        IMPORT_EVENTS: str(at),
-        FORK_PARENT: parent,
-        FORK_SEQ: str(at),
-        FORK_ROOT: fork_root(records),
-    }
-    out = [*events, Event(kind=Kind.PROPERTIES, properties=prov)]
-    out.extend(_left_open(events, parent))
+    """What a fork at ``at`` stores after its link: its provenance, the end of a turn the
+    prefix left open (reason ``forked``), and the new metadata, if any."""
+    prov = {FORK_PARENT: parent, FORK_SEQ: str(at)}
+    if root:
+        prov[FORK_ROOT] = fork_root(_prefix(log, parent, at))
+    out = [Event(kind=Kind.PROPERTIES, properties=prov)]
+    out.extend(_left_open(log, parent, at))
     if metadata:
         out.append(Event(kind=Kind.PROPERTIES, properties=dict(metadata)))
     return out
@@ -200,6 +223,9 @@ class ConversationCommands:
             self, session_id: str, after_seq: int = 0, timeout: float = 30.0
         ) -> Event: ...
         def get(self, session_id: str) -> m.SessionInfo: ...
+        def set_metadata(
+            self, session_id: str, properties: Mapping[str, str | None], *, key: str | None = None
+        ) -> m.Ack: ...
 
     def edit(self, session_id: str, seq: int, text: str, *, key: str | None = None) -> m.Ack:
         """Start a new branch from the user message at ``seq``, with ``text`` in its place;
@@ -238,10 +264,12 @@ class ConversationCommands:
         *,
         new_id: str | None = None,
         metadata: Mapping[str, str] | None = None,
+        root: bool = False,
     ) -> str:
         """A new session whose stream starts with ``session_id``'s events up to ``at``
-        (default: its last seq with no turn running and no message waiting), then their
-        provenance; its fold at ``at`` is the parent's. Returns the new id."""
+        (default: its last seq with no turn running and no message waiting, which reads
+        the parent whole), by reference, then their provenance; its fold at ``at`` is the
+        parent's. ``root``: record the prefix's Merkle root too. Returns the new id."""
         child = new_id if new_id is not None else new_session_id()
         try:
             validate_session_id(child)
@@ -255,9 +283,9 @@ class ConversationCommands:
         _positive("at", at)
         if at > last:
             raise InvalidRequest(f"session {session_id} has {last} events, not {at}")
-        events = fork_events(_prefix(self._log, session_id, at), session_id, at, metadata or {})
+        events = fork_events(self._log, session_id, at, metadata or {}, root=root)
         try:
-            self._log.append(child, events, expected_seq=0)
+            self._log.fork(child, session_id, at, events)
         except ConflictError:
             raise SessionAlreadyExists(
                 f"session {child} already exists: a fork never overwrites a stream",
@@ -277,33 +305,51 @@ class ConversationCommands:
     ) -> Replay:
         """Fork before the first user message after ``at`` (default: the first) with
         ``metadata`` (e.g. ``ore.model.*``), re-send the parent's user messages of its
-        active path one turn at a time, and compare the answers."""
+        active path one turn at a time, and compare the answers. No tool runs: each call
+        the new run makes is answered with the result the parent's turn stored for the
+        same call (`TurnInput.recorded`), and a call the parent did not make is refused
+        and shows as the divergence. The fork serves on as usual afterwards."""
         events = self._log.read_events(session_id)
         path = [t for t in thread_from(events).turns() if t.id > (at or 0)]
         if not path:
             raise InvalidRequest(f"session {session_id} has no user message to replay")
-        child = self.fork(session_id, path[0].id - 1, new_id=new_id, metadata=metadata)
+        md = {**(metadata or {}), REPLAY_OF: session_id}
+        child = self.fork(session_id, path[0].id - 1, new_id=new_id, metadata=md)
         done: list[ReplayTurn] = []
-        for t in path:
-            ack = self.send(child, t.text)
-            end = self.wait_turn(child, ack.seq, timeout)
-            now = self._log.read_events(child)
-            mine = thread_from(now).turns()[-1]
-            done.append(
-                ReplayTurn(
-                    parent_seq=t.id,
-                    seq=ack.seq,
-                    text=t.text,
-                    parent_reply=t.reply,
-                    reply=mine.reply,
-                    stop_reason=end.stop_reason or end.reason,
-                    parent_calls=_calls(events, t),
-                    calls=_calls(now, mine),
-                    parent_usage=t.usage,
-                    usage=mine.usage,
-                )
-            )
+        try:
+            for t in path:
+                self.set_metadata(child, {REPLAY_TURN: str(t.id)})
+                done.append(self._replay_turn(child, events, t, timeout))
+        finally:
+            self.set_metadata(child, {REPLAY_OF: None, REPLAY_TURN: None})
         return Replay(session_id=child, at=path[0].id - 1, turns=tuple(done))
+
+    def _replay_turn(self, child: str, events: list[Event], t: Turn, timeout: float) -> ReplayTurn:
+        ack = self.send(child, t.text)
+        end = self.wait_turn(child, ack.seq, timeout)
+        now = self._log.read_events(child)
+        mine = thread_from(now).turns()[-1]
+        return ReplayTurn(
+            parent_seq=t.id,
+            seq=ack.seq,
+            text=t.text,
+            parent_reply=t.reply,
+            reply=mine.reply,
+            stop_reason=end.stop_reason or end.reason,
+            parent_calls=_calls(events, t),
+            calls=_calls(now, mine),
+            parent_results=_results(events, t),
+            results=_results(now, mine),
+            parent_usage=t.usage,
+            usage=mine.usage,
+        )
+
+
+def _results(events: list[Event], turn: Turn) -> tuple[tuple[str, bool], ...]:
+    answers = set(turn.answers)
+    return tuple(
+        (e.result, e.is_error) for e in events if e.seq in answers and e.kind == Kind.TOOL_RESULT
+    )
 
 
 def _positive(name: str, value: object) -> None:

@@ -129,6 +129,19 @@ class DurableLogContract(LogContract):
         finally:
             other.close()
 
+    def test_a_fork_reads_the_same_after_reopening(self, log: Log, tmp_path: pathlib.Path) -> None:
+        """Another connection (a fresh process's log) resolves the link from storage."""
+        log.append("a", [ev("1"), ev("2"), ev("3")])
+        log.fork("f", "a", 2, [ev("own")])
+        before = log.read("f", 0, None)
+        other = self.reopen(log, tmp_path)
+        try:
+            assert other.read("f", 0, None) == before
+            assert other.fork_link("f") == ("a", 2)
+            assert other.append("f", [ev("4")], expected_seq=4).first_seq == 5
+        finally:
+            other.close()
+
     def test_stored_payload_bytes_are_exactly_the_encoded_event(self, log: Log) -> None:
         """The bytes kept (and later sealed) are the event's canonical JSON, seq and time set."""
         res = log.append("s", [Event(kind="x", text="hi", time=datetime(2030, 1, 1, tzinfo=UTC))])

@@ -8,10 +8,11 @@ import threading
 from .. import Log
 from .appends import AppendContract
 from .events import WAIT, ev, snapshot, texts
+from .forks import ForkContract
 from .reads import MisuseContract, ReadContract
 
 
-class LogContract(AppendContract, ReadContract, MisuseContract):
+class LogContract(AppendContract, ReadContract, MisuseContract, ForkContract):
     """Append, read and list semantics shared by every backend."""
 
     # -- concurrency within a process ------------------------------------------------

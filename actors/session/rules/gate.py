@@ -18,7 +18,7 @@ from spine import Event, Kind, Usage
 from ... import messages as m
 from ...agents.egress_rules import EgressDecision, destination, precheck
 from ...agents.governance import Ask, Fault, Policy, PolicyError, Ruling, Spent, Verdict, rule
-from ...spec import AgentSpec, SettingsError, TurnInput
+from ...spec import AgentSpec, SettingsError, TurnInput, replay_of
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
 from .conversation import delivered
 from .goals import goal_budget
@@ -366,6 +366,7 @@ def resumed(st: SessionState, turn: int) -> StartTurn:
         resume=True,
         egress_allow=allow,
         context=context,
+        replay=replay_of(st.metadata),
     )
     return StartTurn(turn=turn, spec=spec, input=turn_input)
 

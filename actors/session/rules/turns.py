@@ -8,7 +8,7 @@ import attrs
 from spine import Event, Kind, Phase, Usage
 
 from ...agents.governance import Fault, Policy, PolicyError, Requirement, Spent, Verdict, gate
-from ...spec import AgentSpec, SettingsError, TurnInput
+from ...spec import AgentSpec, SettingsError, TurnInput, replay_of
 from . import goals
 from .commands import (
     ASSISTANT_DELTA,
@@ -102,6 +102,7 @@ def settle(s: Session, cmd: Settle) -> Decision:
         model_call=call,
         finish=st.running_goal is not None and goals.finish_mode(st.metadata) == "tool",
         context=context,
+        replay=replay_of(st.metadata),
     )
     return Decision(
         state=replace(s, running=Running(turn=n)),

@@ -11,16 +11,20 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from spine import AppendResult, Event, open_log
+import attrs
+
+from spine import AppendResult, Event, Log, open_log
 from spine.seal import KeyStore
 
 from ... import messages as m
 from ..._runtime.logformat import set_context
 from ...agents import ModelFactory
+from ...spec import TurnInput
 from ..protocol import SessionConfig
 from ..rules import commands as c
 from ..rules.decide import decide
 from ..rules.replace import replace
+from ..rules.replaying import recorded_calls
 from ..rules.state import fold
 from . import effects
 from .executor import Executor
@@ -47,6 +51,21 @@ def session_log() -> logging.Logger:
 def keys(cfg: SessionConfig) -> KeyStore:
     """The host's key store (beside the spine's file)."""
     return KeyStore(os.path.join(os.path.dirname(cfg.db_path), "keys"))
+
+
+def with_recorded(log: Log, turn: TurnInput) -> TurnInput:
+    """A replay's turn with the calls the replayed turn stored (`TurnInput.recorded`), read
+    from the replayed session's stream; one that cannot be read serves nothing, so every
+    call is refused rather than run."""
+    if turn.replay is None or turn.recorded is not None:
+        return turn
+    source, seq = turn.replay
+    try:
+        recorded = recorded_calls(log.read_events(source), seq)
+    except Exception:
+        session_log().exception("replay of %s: its turn %d cannot be read", source, seq)
+        recorded = ()
+    return attrs.evolve(turn, recorded=recorded)
 
 
 def executor(inc: Incarnation, reply_to: Any) -> Executor:
@@ -86,7 +105,8 @@ class IncarnationPorts:
         if isinstance(agent, Exception):
             return d
         ended: list[Any] = []
-        if not TurnWorker(ended.append, start.turn, 0.0).run_instant(agent, start.input):
+        turn_input = with_recorded(self.inc.log, start.input)
+        if not TurnWorker(ended.append, start.turn, 0.0).run_instant(agent, turn_input):
             return d
         self.built = None
         st = state.stored
@@ -147,7 +167,7 @@ class IncarnationPorts:
             open_log=lambda: open_log(cfg.spine or cfg.db_path, read_only=True),
         )
         inc.workers = {effect.turn: worker}
-        worker.start(agent, effect.input, instant=not ahead)
+        worker.start(agent, with_recorded(inc.log, effect.input), instant=not ahead)
         return None
 
     def _build(self, start: c.StartTurn) -> Any:
