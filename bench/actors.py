@@ -632,8 +632,11 @@ def new_sid() -> str:
 # -- memory ----------------------------------------------------------------------------
 
 
-def memory(root: str, sessions: int) -> None:
-    with host(os.path.join(root, "memory")) as h, echo_system() as echo:
+def memory(root: str, sessions: int, warm_spares: bool = True) -> None:
+    with (
+        host(os.path.join(root, "memory"), warm_spares=warm_spares) as h,
+        echo_system() as echo,
+    ):
         sids = [h.create() for _ in range(sessions)]
         # A live session has run a turn: its worker thread and log connections exist.
         acks = [h.send(s, "hello") for s in sids]
@@ -651,7 +654,8 @@ def memory(root: str, sessions: int) -> None:
     b_rss, b_pss = statistics.mean(x[0] for x in b), statistics.mean(x[1] for x in b)
     mb = 1024 * 1024
     verdict = "met" if pss <= 8 * mb else "MISSED"
-    print(f"memory per live session process, {sessions} live sessions (mean)")
+    spares = "warm" if warm_spares else "cold"
+    print(f"memory per live session process, {sessions} live sessions (mean), {spares} spares")
     print(
         f"  vertebra  RSS {rss / mb:6.1f} MB  PSS {pss / mb:6.2f} MB  target PSS <= 8 MB: {verdict}"
     )
@@ -666,6 +670,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a fast smoke run")
     ap.add_argument("--only-auth", action="store_true", help="only the authenticated frame's cost")
+    ap.add_argument(
+        "--cold-spares", action="store_true", help="measure memory with cold spare processes"
+    )
     ap.add_argument(
         "--only-throughput",
         type=int,
@@ -688,7 +695,7 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="vertebra-bench-")
     try:
         if args.only_memory:
-            memory(root, sessions=args.only_memory)
+            memory(root, sessions=args.only_memory, warm_spares=not args.cold_spares)
             return
         if args.only_throughput:
             throughput(root, sessions=50, rounds=args.only_throughput, seconds=3.0)
@@ -707,7 +714,7 @@ def main() -> None:
         )
         if not args.only_auth:
             recovery(root, kills=2 if q else 10)
-            memory(root, sessions=20 if q else 200)
+            memory(root, sessions=20 if q else 200, warm_spares=not args.cold_spares)
     finally:
         shutil.rmtree(root, ignore_errors=True)
         # Shutting 200 session processes down takes Thespian a while after shutdown() returns.

@@ -181,6 +181,11 @@ def _unpend(p: Projection, call: int, owner: str) -> tuple[PendingEntry, ...]:
     return tuple(x for x in p.pending if x.call != call)
 
 
+def _action_approval(p: Projection, ev: Event) -> Projection:
+    # A decision settles what waited (an answered question has nothing else).
+    return attrs.evolve(p, pending=_unpend(p, ev.call, _owner(p, ev.goal)))
+
+
 def _action_pending(p: Projection, ev: Event) -> Projection:
     entry = PendingEntry(call=ev.call, action=ev.action, input=ev.input, turn=ev.turn)
     return attrs.evolve(p, pending=(*p.pending, entry))
@@ -318,6 +323,7 @@ HANDLERS: Mapping[str, Handler] = {
     Kind.ACTION_IN_DOUBT: _action_in_doubt,
     Kind.ACTION_REJECTED: _action_rejected,
     Kind.ACTION_PENDING: _action_pending,
+    Kind.ACTION_APPROVAL: _action_approval,
     Kind.EGRESS: _egress,
     Kind.RECORD_SEALED: _record_sealed,
     Kind.RECORD_VERIFIED: _record_verified,

@@ -183,6 +183,11 @@ def _unpend(s: StatusFolder, d: Mapping[str, Any]) -> None:
     s.pending = [x for x in s.pending if x[0] != call]
 
 
+def _action_approval(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    if s.pending and not _owner(s, d):
+        _unpend(s, d)
+
+
 def _action_pending(s: StatusFolder, d: Mapping[str, Any]) -> None:
     raw = d.get("input", "")
     # A decoded row holds the parsed arguments; `PendingEntry.input` is JSON text, as
@@ -301,6 +306,7 @@ STATUS_HANDLERS: dict[str, FastHandler] = {
     str(Kind.ACTION_IN_DOUBT): _action_in_doubt,
     str(Kind.ACTION_REJECTED): _action_rejected,
     str(Kind.ACTION_PENDING): _action_pending,
+    str(Kind.ACTION_APPROVAL): _action_approval,
     str(Kind.EGRESS): _egress,
     str(Kind.RECORD_SEALED): _record_sealed,
     str(Kind.RECORD_VERIFIED): _record_verified,

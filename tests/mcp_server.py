@@ -9,9 +9,17 @@ import asyncio
 import base64
 import os
 import sys
+from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import ImageContent, TextContent, ToolAnnotations
+from mcp_types import (
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ImageContent,
+    InputRequiredResult,
+    TextContent,
+    ToolAnnotations,
+)
 
 app = MCPServer("notes")
 _NOTES: dict[str, str] = {}
@@ -58,6 +66,34 @@ async def slow_echo(text: str, seconds: float, ctx: Context) -> str:
     key = (ctx.request_context.meta or {}).get("io.vertebra/idempotency-key", "")
     await asyncio.sleep(seconds)
     return f"{text} (key {key})"
+
+
+#: What ``pick`` asks: one required string.
+COLOR = {
+    "type": "object",
+    "properties": {"color": {"type": "string", "description": "a color"}},
+    "required": ["color"],
+}
+
+
+@app.tool()
+async def pick(ctx: Context) -> Any:
+    """Ask the human which color (elicitation), then say the answer back. Each round it
+    serves is appended to ``$MCP_TEST_CALLS`` when set."""
+    calls = os.environ.get("MCP_TEST_CALLS")
+    got = ctx.input_responses
+    if calls:
+        with open(calls, "a") as f:
+            f.write("answered\n" if got else "asked\n")
+    if not got:
+        # The 2026-07-28 way: the question comes back as the call's result, the answer
+        # with the call sent again.
+        ask = ElicitRequestFormParams(message="Which color?", requested_schema=COLOR)
+        return InputRequiredResult(
+            input_requests={"color": ElicitRequest(params=ask)}, request_state="pick"
+        )
+    answer = got["color"]
+    return f"{answer.action} {answer.content}"  # type: ignore[union-attr]
 
 
 def _extra() -> str:

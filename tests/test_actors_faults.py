@@ -454,3 +454,21 @@ def test_a_new_session_takes_a_spare_process_which_is_refilled_and_dies_with_its
     # The new Runner has spares of its own, and the session is served again.
     ack = mp.send(sid, "still here")
     assert mp.wait_turn(sid, ack.seq).kind == Kind.TURN_COMPLETED
+
+
+def test_cold_spares_are_forked_from_a_runner_that_warmed_up_once_and_ended_its_threads(
+    tmp_path: pathlib.Path,
+) -> None:
+    """With ``warm_spares=False`` the Runner runs the warm-up once before it forks its
+    spares, then ends the turn and provider threads it started: it forks from one thread,
+    and a session in a cold spare runs a goal run with a tool call."""
+    h = Host(tmp_path, base="multiprocTCPBase", timeout=20, warm_spares=False)
+    try:
+        runner = h.runner_pid()
+        wait_for(lambda: h.stats()["spare_sessions_ready"] >= 1, 20)
+        assert os.listdir(f"/proc/{runner}/task") == [str(runner)]
+        sid = h.create()
+        h.submit(sid, '!tool calculator {"expression": "6*7"}')
+        assert h.wait(sid, timeout=20) == "calculator returned 42"
+    finally:
+        h.close()

@@ -1125,6 +1125,10 @@ def test_pending_approve_and_reject_decide_waiting_actions(daemon: Daemon) -> No
     assert "no action waits" in ok(run(daemon.data, "pending", "gov-1"))
     ok(run(daemon.data, "send", "gov-1", fetch, "--no-wait"))
     (second,) = wait_for(waiting, 20)
+    # --answer is a server's question's answer: a JSON object, and never for an approval.
+    call = str(second["call"])
+    fails(run(daemon.data, "approve", "gov-1", call, "--answer", "[1]"), 2, "JSON object")
+    fails(run(daemon.data, "approve", "gov-1", call, "--answer", '{"a": 1}'), 2, "no content")
     out = json.loads(ok(run(daemon.data, "approve", "gov-1", str(second["call"]), "--json")))
     assert out["decision"] == "approved" and not out["duplicate"]
     again = json.loads(ok(run(daemon.data, "approve", "gov-1", str(second["call"]), "--json")))

@@ -56,6 +56,14 @@ def test_a_bad_argument_raises_one_usage_error_naming_the_command() -> None:
         parse("tail", "s", "--from", "0")
     with pytest.raises(CliError, match="not allowed with"):
         parse("tail", "s", "--from", "2", "--after", "3")
+    with pytest.raises(CliError, match="--spares must be a whole number 0-64, not '-1'"):
+        parse("serve", "--spares", "-1")
+
+
+def test_serve_keeps_three_warm_spares_unless_told_otherwise() -> None:
+    assert (parse("serve").spares, parse("serve").cold_spares) == (3, False)
+    cold = parse("serve", "--spares", "0", "--cold-spares")
+    assert (cold.spares, cold.cold_spares) == (0, True)
 
 
 def test_color_is_used_only_on_a_terminal_without_no_color() -> None:

@@ -1081,6 +1081,11 @@ def test_a_waiting_action_is_listed_and_decided_over_http(http: httpx.Client) ->
     assert (
         http.post("/v1/sessions/gov-1/approvals/x", json={"decision": "approve"}).status_code == 400
     )
+    # An answer's content is for a server's question, never for an approval.
+    r = http.post(url, json={"decision": "approve", "content": {"color": "red"}})
+    assert r.status_code == 422 and "takes no content" in r.json()["message"]
+    r = http.post(url, json={"decision": "reject", "content": {}})
+    assert r.status_code == 422 and "'content'" in r.json()["message"]
     r = http.post(url, json={"decision": "approve", "note": "fine"})
     assert r.status_code == 200 and not r.json()["duplicate"]
     assert http.post(url, json={"decision": "approve"}).json()["duplicate"]

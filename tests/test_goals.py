@@ -479,7 +479,8 @@ def test_a_spare_process_warm_up_runs_a_goal_run_with_a_tool_call_in_memory(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The warm-up drives the decider, the gate, the turn worker and the tool loop through
-    one scripted goal run (a calculator call, then the answer) to convergence."""
+    one scripted goal run (a calculator call, then the answer) to convergence, then one
+    chat turn (the path most sessions take)."""
     seen: list[str] = []
     run = SessionKit.run
 
@@ -490,5 +491,7 @@ def test_a_spare_process_warm_up_runs_a_goal_run_with_a_tool_call_in_memory(
 
     monkeypatch.setattr(SessionKit, "run", recording)
     assert warm_up()
-    assert seen.count("action.admitted") == 3  # two model calls and the tool call
-    assert "tool.result" in seen and seen[-1] == "session.converged"
+    converged = seen.index("session.converged")
+    assert seen[:converged].count("action.admitted") == 3  # two model calls, the tool call
+    assert "tool.result" in seen[:converged]
+    assert seen[converged:].count("turn.started") == 1 and "turn.completed" in seen[converged:]

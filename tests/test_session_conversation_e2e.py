@@ -174,6 +174,8 @@ def test_regenerate_edit_branches_switch_fork_and_replay_on_the_scripted_model(
         mp.fork(sid, 10_000)
     with pytest.raises(SessionAlreadyExists, match="never overwrites"):
         mp.fork(sid, at, new_id=child)
+    with pytest.raises(SessionAlreadyExists, match="cannot be forked into itself"):
+        mp.fork(sid, at, new_id=sid)
 
     # Replay on the same scripted model reproduces the answers; another model's differ.
     same = mp.replay(sid)

@@ -176,6 +176,7 @@ class ModelAgent:
             delegate=getattr(out, "delegate", None),
             recall=getattr(out, "recall", None),
             schedule=getattr(out, "schedule", None),
+            ask=getattr(out, "ask", None),
             session_id=turn.session_id,
         )
         flusher = Flusher(out, self.flush_interval)

@@ -31,6 +31,7 @@ from spine import Event, Kind
 from .base import AgentError
 from .egress import resolve, verdict
 from .mcp_config import McpConfigError, ServerConfig
+from .mcp_elicit import Asker, bounded, current
 from .mcp_results import IDEMPOTENCY_META, hints, idempotency_key, render
 from .provider_loop import provider_loop
 from .tools import Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
@@ -113,6 +114,8 @@ class Connection:
         self._stop = asyncio.Event()
         self._error: BaseException | None = None
         self._failed_at = 0.0
+        #: The calls in flight, each with its way to a human (a server may ask one).
+        self.in_flight: list[Asker] = []
 
     async def open(self, emit: Callable[[Event], None]) -> Any:
         """The live client, started when there is none (or the last one ended)."""
@@ -163,7 +166,12 @@ class Connection:
                 target = _stdio(s)
             else:
                 target, http = _http(s, emit)
-            async with Client(target, cache=None, message_handler=self._on_message) as client:
+            async with Client(
+                target,
+                cache=None,
+                message_handler=self._on_message,
+                elicitation_callback=self._on_elicit,
+            ) as client:
                 mine = self.client = client
                 ready.set()
                 await self._run(client, stop)
@@ -205,6 +213,14 @@ class Connection:
         if getattr(message, "method", "") == "notifications/tools/list_changed":
             self.tools = None
 
+    async def _on_elicit(self, context: Any, params: Any) -> Any:
+        from mcp_types import ElicitResult
+
+        asker = current(self.in_flight)
+        if asker is None:  # no call, or several, to tie the question to
+            return ElicitResult(action="cancel")
+        return await asker.elicit(params)
+
     async def list_tools(self, emit: Callable[[Event], None]) -> tuple[Any, ...]:
         client = await self.open(emit)
         if self.tools is None:
@@ -219,14 +235,15 @@ class Connection:
             self.tools = tuple(listed)
         return self.tools
 
-    async def call(
-        self, name: str, args: Mapping[str, Any], key: str, emit: Callable[[Event], None]
-    ) -> Any:
-        client = await self.open(emit)
-        return await asyncio.wait_for(
-            client.call_tool(name, dict(args), meta={IDEMPOTENCY_META: key}),
-            self.server.timeout,
-        )
+    async def call(self, name: str, args: Mapping[str, Any], key: str, asker: Asker) -> Any:
+        client = await self.open(asker.ctx.emit)
+        self.in_flight.append(asker)
+        try:
+            with asker:
+                sent = client.call_tool(name, dict(args), meta={IDEMPOTENCY_META: key})
+                return await bounded(sent, self.server.timeout, asker)
+        finally:
+            self.in_flight.remove(asker)
 
     async def close(self) -> None:
         """End the connection (a stdio server exits); the next use starts it again."""
@@ -279,12 +296,22 @@ class McpCall:
     """A tool's callable: call ``tool`` on ``server`` (awaited on the provider loop, so
     an interrupt or the timeout cancels the request)."""
 
-    def __init__(self, server: ServerConfig, tool: str, hinted: Mapping[str, bool]) -> None:
+    def __init__(
+        self, server: ServerConfig, tool: str, hinted: Mapping[str, bool], task: bool = False
+    ) -> None:
         self.server = server
         self.tool = tool
         self.hints = dict(hinted)
+        #: The server runs this tool only as a task (``execution.taskSupport: required``).
+        self.task = task
 
     async def __call__(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        if self.task:
+            # Refused here, so nothing reaches the server and nothing is in doubt.
+            raise ToolError(
+                f"MCP server {self.server.name!r}: {self.tool} runs only as an MCP task, "
+                "and this client cannot run tasks (the MCP SDK it is built on has no tasks client)"
+            )
         # The effect ledger's key for the call (the same when a crash makes it run again);
         # derived here where no session runs the turn.
         key = ctx.idempotency_key or idempotency_key(ctx.session_id, ctx.tool_use_id)
@@ -297,8 +324,9 @@ class McpCall:
         if self.hints:
             record["hints"] = self.hints
         conn = connection(self.server)
+        asker = Asker(ctx, self.server.name, self.tool)
         try:
-            result = await conn.call(self.tool, args, key, ctx.emit)
+            result = await conn.call(self.tool, args, key, asker)
         except AgentError as exc:  # not started: nothing was sent
             raise ToolError(str(exc)) from None
         except MCPError as exc:
@@ -370,9 +398,14 @@ def _tool(server: ServerConfig, t: Any) -> Tool:
         name=f"{server.name}.{t.name}",
         description=description,
         parameters=dict(t.input_schema or {"type": "object", "properties": {}}),
-        fn=McpCall(server, t.name, hinted),
+        fn=McpCall(server, t.name, hinted, _task_only(t)),
         requirement=server.policy(t.name).requirement(),
         idempotent=server.policy(t.name).in_doubt == "retry",
         context=True,
         asynchronous=True,
     )
+
+
+def _task_only(t: Any) -> bool:
+    execution = getattr(t, "execution", None)
+    return getattr(execution, "task_support", None) == "required"

@@ -11,6 +11,7 @@ import ast
 import math
 import operator
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any
 
@@ -64,6 +65,9 @@ class ToolContext:
     #: Set a timer in the session ``(tool_use_id, args)``: what was set, as text (raises
     #: `ToolError` for a timer that cannot be set). None where no session runs the turn.
     schedule: Callable[[str, Mapping[str, Any]], str] | None = None
+    #: Ask a human a server's question ``(tool_use_id, question)``; the future gets the
+    #: answer. None where no session runs the turn.
+    ask: Callable[[str, Mapping[str, Any]], Future[Mapping[str, Any]]] | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -36,7 +36,7 @@ from ._chat_render import render
 from ._chat_terminal import readline_history, stdin_line
 from ._daemon import EXIT_UNKNOWN_SESSION, CliError
 from ._format import Style
-from ._timer_commands import chat_decision
+from ._timer_commands import chat_answer, chat_prompt
 
 ASSISTANT_DELTA = "assistant.delta"
 TURN_ENDS = (Kind.TURN_COMPLETED, Kind.TURN_CANCELLED)
@@ -339,7 +339,8 @@ class Chat:
 
     def on_event(self, ev: Event) -> None:
         """Every stored event passes here before it is shown: an action waiting for approval
-        is asked about inline (y, or a budget raise, approves; anything else rejects)."""
+        is asked about inline (y, or a budget raise, approves; anything else rejects; a
+        server's question is answered with a JSON object, an empty line declines)."""
         if ev.kind != Kind.ACTION_PENDING:
             return
         if ev.call not in {p.call for p in self.host.pending(self.sid)}:
@@ -349,19 +350,17 @@ class Chat:
             self.write("\n")
             self._streamed = ""
         budget = ev.fault == "budget_exceeded"
-        what = ev.error if budget else f"{ev.action} {ev.input}"
-        self.say(self.style.paint("yellow", f"approval needed: action {ev.call}: {what}"))
+        what, ask = chat_prompt(ev, budget)
+        self.say(self.style.paint("yellow", what))
         try:
-            answer = self.read_line(
-                self.style.prompt("raise the budget by [stop] " if budget else "approve? [y/N] ")
-            )
+            answer = self.read_line(self.style.prompt(ask))
         except (EOFError, KeyboardInterrupt):
             answer = ""
-        approve, raise_by = chat_decision(answer, budget)
+        approve, raise_by, content = chat_answer(ev, answer, budget)
         note = "approved from the chat"
         try:
             if approve:
-                self.host.approve(self.sid, ev.call, note=note, raise_by=raise_by)
+                self.host.approve(self.sid, ev.call, note=note, raise_by=raise_by, content=content)
                 self.say(self.style.paint("green", f"action {ev.call} approved"))
             else:
                 self.host.reject(self.sid, ev.call, reason="rejected from the chat")

@@ -88,7 +88,10 @@ def detail(ev: Any) -> str:
             out += " approved" if ev.allowed else " rejected"
         if ev.fault:
             out += f" fault {ev.fault}"
-        if ev.reason:
+        asked = (ev.extra or {}).get("elicitation")
+        if isinstance(asked, dict):
+            out += _asked(asked)
+        elif ev.reason:
             out += f": {ev.reason}"
     elif ev.kind == "net.egress":
         out = f"{ev.host} {'allowed' if ev.allowed else 'blocked'} ({ev.reason})"
@@ -121,6 +124,14 @@ KIND_WIDTH = 20
 QUIET_KINDS = frozenset(
     {"action.admitted", "action.started", "action.completed", "action.approval"}
 )
+
+
+def _asked(x: dict[str, Any]) -> str:
+    """A server's question (on ``action.pending``) or its answer (on ``action.approval``)."""
+    if "message" in x:
+        return f": {x.get('server')}.{x.get('tool')} asks {json.dumps(x['message'])}"
+    content = x.get("content")
+    return f" ({x.get('action')}{' ' + json.dumps(content) if content else ''})"
 
 
 def _context_detail(ev: Any) -> str:

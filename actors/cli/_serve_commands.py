@@ -213,6 +213,8 @@ def _start_host(
             durability=args.durability,
             prices=prices,
             model_servers=_model_servers(args),
+            spare_sessions=args.spares,
+            warm_spares=not args.cold_spares,
         )
     except (CliError, KeyboardInterrupt):
         raise

@@ -108,6 +108,16 @@ def _output_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _spare_count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"--spares must be a whole number 0-64, not {text!r}")
+    return n
+
+
 def _storage_and_door_options(p: argparse.ArgumentParser) -> None:
     """How durable the spine is, and where the A2A door's notifications go."""
     p.add_argument(
@@ -116,6 +126,19 @@ def _storage_and_door_options(p: argparse.ArgumentParser) -> None:
         default="normal",
         help="what an acknowledged event survives on a SQLite spine: normal, a crash of any "
         "process; full, a power cut too (a disk sync per commit)",
+    )
+    p.add_argument(
+        "--spares",
+        type=_spare_count,
+        default=3,
+        metavar="N",
+        help="session processes kept started ahead of need (default 3; 0: none)",
+    )
+    p.add_argument(
+        "--cold-spares",
+        action="store_true",
+        help="do not warm spare processes up: about 1 MB less memory per session, a "
+        "slower first turn (a goal's children above all)",
     )
     p.add_argument(
         "--a2a-webhook",

@@ -324,7 +324,7 @@ def _decide(args: argparse.Namespace, out: Out, approve: bool) -> int:
     call = _call(args.call)
     with attach(args) as host:
         if approve:
-            ack = host.approve(sid, call, note=args.note, raise_by=args.raise_by)
+            ack = host.approve(sid, call, args.note, raise_by=args.raise_by, content=args.answer)
         else:
             ack = host.reject(sid, call, reason=args.note)
     word = "approved" if approve else "rejected"

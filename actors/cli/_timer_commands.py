@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from datetime import datetime
 from typing import Any
@@ -45,6 +46,24 @@ def approve_args(p: argparse.ArgumentParser) -> None:
         metavar="AMOUNT",
         help="raise the session's cost budget by AMOUNT (a call paused for it)",
     )
+    p.add_argument(
+        "--answer",
+        type=_answer,
+        default=None,
+        metavar="JSON",
+        help="answer a server's question (action elicitation) with these fields, as a JSON "
+        'object (e.g. \'{"color": "red"}\'); reject declines it',
+    )
+
+
+def _answer(text: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise argparse.ArgumentTypeError("an answer is a JSON object of the asked fields")
+    return obj
 
 
 def schedule_args(p: argparse.ArgumentParser) -> None:
@@ -221,3 +240,38 @@ def chat_decision(answer: str, budget: bool) -> tuple[bool, float]:
     except ValueError:
         return False, 0.0
     return (True, amount) if 0 < amount < float("inf") else (False, 0.0)
+
+
+def _form_question(ev: Any) -> dict[str, Any] | None:
+    q = (ev.extra or {}).get("elicitation") if ev.action == "elicitation" else None
+    return q if isinstance(q, dict) and q.get("mode") != "url" else None
+
+
+def chat_prompt(ev: Any, budget: bool) -> tuple[str, str]:
+    """What the chat shows about a waiting action, and what it asks."""
+    q = _form_question(ev)
+    if q is not None:
+        fields = json.dumps((q.get("requestedSchema") or {}).get("properties") or {})
+        who = f"{q.get('server')}.{q.get('tool')}"
+        what = f"question from {who} (action {ev.call}): {q.get('message')} {fields}"
+        return what, "answer as a JSON object [decline] "
+    what = ev.error if budget else f"{ev.action} {ev.input}"
+    ask = "raise the budget by [stop] " if budget else "approve? [y/N] "
+    return f"approval needed: action {ev.call}: {what}", ask
+
+
+def chat_answer(ev: Any, answer: str, budget: bool) -> tuple[bool, float, dict[str, Any] | None]:
+    """The chat's decision: (approve, raise the budget by, a question's content). A
+    server's form question takes a JSON object (anything else goes on as no content and
+    is refused, naming why, the question still waiting); an empty line declines."""
+    if _form_question(ev) is None:
+        approve, raise_by = chat_decision(answer, budget)
+        return approve, raise_by, None
+    text = answer.strip()
+    if not text:
+        return False, 0.0, None
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        obj = None
+    return True, 0.0, obj if isinstance(obj, dict) else None

@@ -309,7 +309,8 @@ async def approvals(gw: Gateway, request: Request) -> Response:
 
 async def decide(gw: Gateway, request: Request) -> Response:
     """Approve or reject a waiting action: ``{"decision": "approve"|"reject", "note": ...}``
-    (``"raise": AMOUNT`` with an approval raises the cost budget a paused call waits on).
+    (``"raise": AMOUNT`` with an approval raises the cost budget a paused call waits on;
+    ``"content": {...}`` with an approval answers a server's question).
     Deciding again the same way answers ``duplicate: true``; a contrary or unknown
     decision is 422."""
     sid = session_id(request)
@@ -324,9 +325,14 @@ async def decide(gw: Gateway, request: Request) -> Response:
     raise_by = field(body, "raise", (int, float), 0)
     if isinstance(raise_by, bool) or raise_by < 0 or ("raise" in body and decision != "approve"):
         raise HttpError(422, "invalid_field", "'raise' is a non-negative number, with approve")
+    content = field(body, "content", dict, None)
+    if content is not None and decision != "approve":
+        raise HttpError(422, "invalid_field", "'content' answers a question, with approve")
     await known(gw, sid)
     if decision == "approve":
-        ack = await call(gw.host.approve, sid, int(raw), note, raise_by=float(raise_by))
+        ack = await call(
+            gw.host.approve, sid, int(raw), note, raise_by=float(raise_by), content=content
+        )
     else:
         ack = await call(gw.host.reject, sid, int(raw), note)
     return json_response(ack_json(ack))

@@ -160,13 +160,16 @@ class SessionCommands:
         *,
         key: str | None = None,
         raise_by: float = 0.0,
+        content: Mapping[str, Any] | None = None,
     ) -> m.Ack:
         """Approve the governed action ``call`` that waits for a human (see `pending`): it
         runs once, even if the session restarted while waiting. Approving it again is
         acknowledged as a duplicate; an unknown or already rejected call is
         `InvalidRequest`. A call paused for the cost budget is approved with ``raise_by``:
-        the budget grows by that much and the same turn goes on."""
-        return self._decide(session_id, call, True, note, key, raise_by)
+        the budget grows by that much and the same turn goes on. A server's question
+        (action ``elicitation``) is answered with ``content``, the asked fields (`reject`
+        declines it)."""
+        return self._decide(session_id, call, True, note, key, raise_by, content)
 
     def reject(
         self, session_id: str, call: int, reason: str = "", *, key: str | None = None
@@ -183,7 +186,12 @@ class SessionCommands:
         note: str,
         key: str | None,
         raise_by: float = 0.0,
+        content: Mapping[str, Any] | None = None,
     ) -> m.Ack:
+        if content is not None and not (
+            isinstance(content, Mapping) and all(isinstance(k, str) and k for k in content)
+        ):
+            raise InvalidRequest("an answer's content must be an object of named fields")
         if not isinstance(call, int) or isinstance(call, bool) or call <= 0:
             raise InvalidRequest(f"call must be a positive integer, got {call!r}")
         if not isinstance(note, str):
@@ -198,6 +206,7 @@ class SessionCommands:
             approve=approve,
             note=note,
             raise_by=float(raise_by),
+            content=dict(content) if content is not None else None,
         )
         return self._request(msg)  # type: ignore[no-any-return]
 

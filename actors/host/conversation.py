@@ -283,6 +283,11 @@ class ConversationCommands:
         _positive("at", at)
         if at > last:
             raise InvalidRequest(f"session {session_id} has {last} events, not {at}")
+        if child == session_id:
+            raise SessionAlreadyExists(
+                f"session {child} already exists: a session cannot be forked into itself",
+                session_id=child,
+            )
         events = fork_events(self._log, session_id, at, metadata or {}, root=root)
         try:
             if child == session_id:  # the parent's own id is taken, by the parent

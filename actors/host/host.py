@@ -123,7 +123,9 @@ class Host(SessionCommands, ConversationCommands, SessionReading, SessionTimers)
     themselves (`SealPolicy`; the daemon's default is `DAEMON_SEAL_POLICY`); by default
     an embedding Host seals only when asked; ``spare_sessions``
     session processes are kept started and warmed up ahead of need (multiproc only), so
-    that creating a session (a goal's child above all) does not wait for a process to start.
+    that creating a session (a goal's child above all) does not wait for a process to start;
+    ``warm_spares=False`` keeps them cold (about 1 MB less per session, a slower first turn:
+    `RunnerConfig.warm_spares`).
     ``durability`` is what an acknowledged event survives on a SQLite spine: ``"normal"``
     (a crash of any process) or ``"full"`` (a power cut as well, at the cost of a sync
     per commit; `spine.LogSpec.durable`). ``model_servers`` are the model servers (base
@@ -151,6 +153,7 @@ class Host(SessionCommands, ConversationCommands, SessionReading, SessionTimers)
         auto_seal: SealPolicy | None = None,
         convention_bind: str | None = None,
         spare_sessions: int = 3,
+        warm_spares: bool = True,
         durability: str = "normal",
         prices: Mapping[str, Any] | None = None,
         model_servers: Iterable[str] = (),
@@ -174,6 +177,7 @@ class Host(SessionCommands, ConversationCommands, SessionReading, SessionTimers)
             cluster=convention_bind is not None,
             # Everything runs in this process there: no process start to save.
             spare_sessions=0 if base == "simpleSystemBase" else spare_sessions,
+            warm_spares=warm_spares,
             prices=check_prices(prices) if prices else {},
             model_servers=servers,
         )

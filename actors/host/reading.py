@@ -38,6 +38,9 @@ from .runtime import Runtime
 from .subscription import SessionSubscription
 from .transport import Transport
 
+#: What settles a pending action (an answered question has only its decision).
+_DECIDED = frozenset({Kind.ACTION_ADMITTED, Kind.ACTION_REJECTED, Kind.ACTION_APPROVAL})
+
 
 def pending_actions(log: Log, session_id: str) -> list[Event]:
     """The ``action.pending`` events of ``session_id`` not yet decided, oldest first."""
@@ -47,7 +50,7 @@ def pending_actions(log: Log, session_id: str) -> list[Event]:
             continue  # a child's events mirrored here: its calls and turns are its own
         if ev.kind == Kind.ACTION_PENDING:
             waiting[ev.call] = ev
-        elif ev.kind in (Kind.ACTION_ADMITTED, Kind.ACTION_REJECTED) and ev.call in waiting:
+        elif ev.kind in _DECIDED and ev.call in waiting:
             del waiting[ev.call]
         elif ev.kind in (Kind.TURN_COMPLETED, Kind.TURN_CANCELLED):
             waiting = {c: e for c, e in waiting.items() if e.turn != ev.turn}

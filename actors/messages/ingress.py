@@ -4,6 +4,7 @@ goal runs, switches), each under an idempotency ``key``, and its reply `Ack`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
@@ -77,6 +78,8 @@ class DecideAction:
     note: str = ""
     #: With an approval of a call paused for its cost budget: raise the budget by this.
     raise_by: float = 0.0
+    #: With an approval of a server's question (MCP elicitation): the answer's fields.
+    content: Mapping[str, Any] | None = None
 
 
 @attrs.frozen(kw_only=True)

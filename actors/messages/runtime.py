@@ -42,6 +42,11 @@ class RunnerConfig:
     # each use. Three: a new session whose first response spawns two children needs three
     # within a few milliseconds, long before a refill (a spare costs about 6 MB of its own).
     spare_sessions: int = 3
+    # Spares run a goal run and a chat turn in memory before they stand by, so a session's
+    # first turn (a goal's child above all) does not pay for its process's first run of
+    # every path: about 1 MB more of each session's memory (docs/performance.md). False:
+    # the Runner warms up once before it forks them, and they stay cold.
+    warm_spares: bool = True
     # The operator's price table (``vertebra serve --prices``), empty: spending unpriced.
     prices: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_map)
     # The model servers sessions may name (``vertebra serve --allow-model-url``).

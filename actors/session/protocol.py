@@ -47,6 +47,8 @@ class Standby:
 
     db_path: str = ""
     spine: str = ""
+    #: Run the warm-up (`warmup.warm_up`) before answering (`RunnerConfig.warm_spares`).
+    warm: bool = True
 
 
 @attrs.frozen(kw_only=True)

@@ -7,12 +7,14 @@ handed the next session to start.
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any
 
 from ...messages import RunnerConfig
 from ...session import protocol as sp
 from ...session.shell.actor import SessionActor
+from ...session.shell.warmup import warm_for_forks
 from .. import spine_path, spine_spec
 from ..protocol import SparesDue
 
@@ -32,15 +34,26 @@ class Spares:
         self.refill_due = False
         #: Asked to start no more (`StopSpares`).
         self.stopped = False
+        #: Whether this Runner has warmed up for the cold spares it forks.
+        self.warmed = False
 
     def refill(self, cfg: RunnerConfig) -> None:
         """Start spare session processes up to `RunnerConfig.spare_sessions`."""
         if self.stopped:
             return
+        if not self.warmed and not cfg.warm_spares:
+            self.warmed = True
+            try:
+                warm_for_forks()
+            except Exception:  # a Runner handler never raises; its children warm as they run
+                logging.getLogger("vertebra.runner").warning("warm-up failed", exc_info=True)
         while len(self.started) < cfg.spare_sessions:
             address = self.runner.createActor(SessionActor)
             spine = spine_spec(cfg.data_dir, cfg.spine).url
-            self.runner.send(address, sp.Standby(db_path=spine_path(cfg.data_dir), spine=spine))
+            standby = sp.Standby(
+                db_path=spine_path(cfg.data_dir), spine=spine, warm=cfg.warm_spares
+            )
+            self.runner.send(address, standby)
             self.started.append(address)
 
     def take(self) -> Any:

@@ -198,6 +198,8 @@ class Govern:
     #: Unix time the session received the request (stamped by the shell: a goal run's
     #: wall-time budget is checked against it).
     now: float = 0.0
+    #: A server's question to a human during the call (MCP elicitation): see `questions`.
+    question: Mapping[str, Any] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -211,6 +213,8 @@ class Decide:
     note: str = ""
     #: Raise the session's cost budget by this much (a pause for budget waits on it).
     raise_by: float = 0.0
+    #: An accepted question's answer (an elicitation's content).
+    content: Mapping[str, Any] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -335,6 +339,8 @@ class AnswerWorker:
     #: Steers delivered with this admission (a model call's): the worker adds them to the
     #: conversation, as user messages, before the call.
     steers: tuple[str, ...] = ()
+    #: A question's answer (``action`` accept, decline or cancel, and ``content``).
+    answer: Mapping[str, Any] | None = None
 
 
 @attrs.frozen(kw_only=True)

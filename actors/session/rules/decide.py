@@ -57,7 +57,7 @@ from .commands import (
     Verified,
     VerifyStream,
 )
-from .gate import decide_action, govern, paused
+from .gate import decide_action, governed, paused
 from .records import seal, sealed, verified, verify
 from .recovery import recovery_events
 from .refusals import failed, refusal
@@ -398,7 +398,7 @@ _HANDLERS: dict[type, Callable[[Session, Any], Decision]] = {
     Settle: settle,
     Progress: progress,
     Finished: finished,
-    Govern: govern,
+    Govern: governed,
     Decide: decide_action,
     Submit: goals.submit,
     SetTimer: timers.set_timer,

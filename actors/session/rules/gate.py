@@ -19,6 +19,7 @@ from ... import messages as m
 from ...agents.egress_rules import EgressDecision, destination, precheck
 from ...agents.governance import Ask, Fault, Policy, PolicyError, Ruling, Spent, Verdict, rule
 from ...spec import AgentSpec, SettingsError, TurnInput, replay_of
+from . import questions
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
 from .conversation import delivered
 from .goals import goal_budget
@@ -71,6 +72,11 @@ def _spent(st: SessionState, run: Running, action: str) -> Spent:
         children=len(st.children),
         depth=depth_of(st.metadata),
     )
+
+
+def governed(s: Session, cmd: Govern) -> Decision:
+    """The gate's answer to a worker's question, or a server's question put to a human."""
+    return questions.asked(s, cmd) if cmd.question is not None else govern(s, cmd)
 
 
 def govern(s: Session, cmd: Govern) -> Decision:
@@ -281,9 +287,8 @@ def decide_action(s: Session, cmd: Decide) -> Decision:
         text = f"a budget raise must be a non-negative amount, got {cmd.raise_by!r}"
         return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", text))
     pending = st.pending_actions.get(cmd.call)
-    if pending is None:
-        text = f"no action {cmd.call} waits for approval in session {s.session_id}"
-        return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", text))
+    if pending is None or pending.question is not None or cmd.content is not None:
+        return _question(s, cmd, pending)
     key = pending.key or effect_key(st.session_id, pending.turn, cmd.call)
     events = _decided(st, pending, cmd, key)
     run = s.running
@@ -316,6 +321,17 @@ def decide_action(s: Session, cmd: Decide) -> Decision:
         reply=ack,
         effects=(turn,),
     )
+
+
+def _question(s: Session, cmd: Decide, pending: PendingAction | None) -> Decision:
+    """An answer to a server's question, or the refusal of one that is none."""
+    if pending is None:
+        text = f"no action {cmd.call} waits for approval in session {s.session_id}"
+        return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", text))
+    if pending.question is None:
+        text = f"action {cmd.call} is an approval, not a question: it takes no content"
+        return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", text))
+    return questions.answered(s, cmd, pending)
 
 
 def _decided(st: SessionState, pending: PendingAction, cmd: Decide, key: str) -> tuple[Event, ...]:

@@ -34,6 +34,9 @@ ARGS = "argsHash"
 RESOLUTION = "resolution"
 #: On an ``action.pending`` that asks a human about an in-doubt call: that call's id.
 IN_DOUBT_OF = "inDoubt"
+#: On an ``action.pending`` that is a server's question (MCP elicitation): the question;
+#: on its ``action.approval``: the answer.
+QUESTION = "elicitation"
 
 #: What happens to an in-doubt call (``extra.resolution`` of ``action.in_doubt``).
 RETRY = "retry"

@@ -25,7 +25,8 @@ from spine import Event, Kind, Phase
 from ...agents.governance import Policy, PolicyError
 from . import conversation
 from .intents import ASK, FAIL, IN_DOUBT_OF, KEY, RESOLUTION, RETRY, Intent
-from .state import SessionState
+from .questions import orphaned
+from .state import PendingAction, SessionState
 
 __all__ = ["in_doubt_result", "recovery_events", "resumable", "unfinished"]
 
@@ -146,10 +147,11 @@ def recovery_events(state: SessionState, reason: str = "crash", first_seq: int =
     if ot is None:
         return []
     at = first_seq or state.last_seq + 1
-    waiting = any(p.turn == ot.turn for p in state.pending_actions.values())
+    waiting = any(_approval(p, ot.turn) for p in state.pending_actions.values())
     crashed = reason == "crash"
     policy = _policy(state) if crashed else FAIL
-    events: list[Event] = []
+    # A server's question dies with the call that asked it; the call is in doubt below.
+    events: list[Event] = orphaned(state, ot.turn, reason)
     for i in _open_intents(state, ot.turn, "started"):
         how = (RETRY if i.idempotent else policy) if crashed else FAIL
         events += _resolved(state, i, reason, how, at + len(events))
@@ -172,6 +174,12 @@ def recovery_events(state: SessionState, reason: str = "crash", first_seq: int =
     ]
 
 
+def _approval(p: PendingAction, turn: int) -> bool:
+    """Whether ``p`` is a question to a human of ``turn`` that outlives its worker (an
+    approval; a server's question does not)."""
+    return p.turn == turn and p.question is None
+
+
 def _runs_on(events: list[Event]) -> bool:
     """A question to a human keeps the turn waiting; a retry runs it on."""
     return any(
@@ -184,6 +192,6 @@ def resumable(state: SessionState) -> bool:
     """Whether the open turn, run by no worker and waiting for no human, has a call to run
     on: approved and not yet run, or in doubt and idempotent."""
     ot = state.open_turn
-    if ot is None or any(p.turn == ot.turn for p in state.pending_actions.values()):
+    if ot is None or any(_approval(p, ot.turn) for p in state.pending_actions.values()):
         return False
     return bool(_open_intents(state, ot.turn, "ready", RETRY))

@@ -19,7 +19,7 @@ from .replace import replace
 from .timespend import TIMESPEND_FOLD, Spend, Timer
 
 #: Version of `SessionState`'s shape and module (pickles name it); others are ignored.
-SNAPSHOT_VERSION = 11
+SNAPSHOT_VERSION = 12
 
 
 @attrs.frozen(kw_only=True)
@@ -42,6 +42,8 @@ class PendingAction:
     input: str = ""
     #: The idempotency key of the in-doubt call this question is about ("" for an approval).
     key: str = ""
+    #: A server's question asked during a running call (``extra.elicitation``), else None.
+    question: Mapping[str, Any] | None = None
 
 
 #: Goal budget keys, as `Submit` takes them and ``session.started`` stores them (``extra``).
@@ -319,6 +321,7 @@ def _action(status: str) -> Callable[[SessionState, Event, int], Changes]:
                     tool_use_id=ev.tool_use_id,
                     input=ev.input,
                     key=str(ev.extra.get(ledger.KEY) or "") if ev.extra else "",
+                    question=ev.extra.get(ledger.QUESTION) if ev.extra else None,
                 ),
             }
         if status == "admitted" and ev.action != "model":
@@ -350,7 +353,13 @@ _LEDGER: dict[str, Callable[[SessionState, Event, int], Changes]] = {
 
 
 def _approval(state: SessionState, ev: Event, seq: int) -> Changes:
-    return {"decided": {**state.decided, ev.call: ev.allowed}}
+    changes: Changes = {"decided": {**state.decided, ev.call: ev.allowed}}
+    p = state.pending_actions.get(ev.call)
+    if p is not None and p.question is not None:  # answered: nothing else settles it
+        changes["pending_actions"] = {
+            c: x for c, x in state.pending_actions.items() if c != ev.call
+        }
+    return changes
 
 
 def _lifecycle(state: SessionState, ev: Event, seq: int) -> Changes:

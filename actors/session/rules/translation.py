@@ -68,6 +68,7 @@ def command_of(msg: Any) -> Command | None:
             approve=msg.approve,
             note=msg.note,
             raise_by=msg.raise_by,
+            content=msg.content,
         )
     if isinstance(msg, m.SetTimer | m.CancelTimer | m.FireTimers):
         return _timer_command(msg)

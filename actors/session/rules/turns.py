@@ -26,6 +26,7 @@ from .commands import (
 )
 from .conversation import dropped
 from .gate import resumed, withdrawn
+from .questions import unasked
 from .recovery import resumable, unfinished
 from .replace import replace
 from .state import SessionState, fold
@@ -226,6 +227,7 @@ def progress(s: Session, cmd: Progress) -> Decision:
         run = attrs.evolve(run, said=len(run.text))
     sid = s.stored.session_id
     events.extend(_in_turn(e, run.turn, sid) for e in cmd.events)
+    events.extend(unasked(s.stored, events))  # a question dies with its call
     return Decision(state=replace(s, running=run), events=tuple(events), live=live)
 
 

@@ -194,6 +194,7 @@ class IncarnationPorts:
                 effect.fault,
                 key=effect.key,
                 steers=effect.steers,
+                answer=effect.answer,
             )
 
     def create_child(self, effect: c.CreateChild) -> None:

@@ -44,6 +44,8 @@ class Spare:
         self.opened: dict[tuple[str, str], Stores] = {}
         if msg.db_path:
             self._open_ahead(msg)
+        if not msg.warm:
+            return
         try:
             # The first run of a session's paths, in memory: see `warmup`.
             warm_up()

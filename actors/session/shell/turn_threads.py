@@ -9,7 +9,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-__all__ = ["run"]
+__all__ = ["retire", "run"]
 
 
 class _TurnThreads:
@@ -19,9 +19,10 @@ class _TurnThreads:
     thread; the next turn then gets another."""
 
     def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._idle = 0
         self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
 
     def run(self, job: Callable[[], None]) -> None:
         with self._lock:
@@ -30,11 +31,27 @@ class _TurnThreads:
                 self._idle -= 1
         self._jobs.put(job)
         if spawn:
-            threading.Thread(target=self._serve, name="vertebra-turn", daemon=True).start()
+            t = threading.Thread(target=self._serve, name="vertebra-turn", daemon=True)
+            with self._lock:
+                self._threads = [x for x in self._threads if x.is_alive()] + [t]
+            t.start()
+
+    def retire(self, timeout: float) -> bool:
+        """End the idle threads; True when no turn thread is left running."""
+        with self._lock:
+            idle, self._idle = self._idle, 0
+            threads = list(self._threads)
+        for _ in range(idle):
+            self._jobs.put(None)
+        for t in threads:
+            t.join(timeout)
+        return not any(t.is_alive() for t in threads)
 
     def _serve(self) -> None:
         while True:
             job = self._jobs.get()
+            if job is None:
+                return
             try:
                 job()
             except BaseException:  # a job reports its own failure; the thread lives on
@@ -58,3 +75,9 @@ os.register_at_fork(after_in_child=_forget_threads)
 def run(job: Callable[[], None]) -> None:
     """Run ``job`` on an idle turn thread, or a new one."""
     _THREADS.run(job)
+
+
+def retire(timeout: float = 2.0) -> bool:
+    """End this process's idle turn threads (before it forks: `warmup.warm_for_forks`);
+    True when none is left running."""
+    return _THREADS.retire(timeout)

@@ -15,6 +15,7 @@ Nothing here touches the spine, the Runner or the network: the stream lives in a
 
 from __future__ import annotations
 
+import gc
 import queue
 import time
 from typing import Any
@@ -24,13 +25,15 @@ import attrs
 from spine import Kind
 
 from ...agents import ModelFactory
+from ...agents.provider_loop import stop_provider_loop
 from ..rules import commands as c
 from ..rules.state import GOAL_OBJECTIVE
+from . import turn_threads
 from .executor import RecordingPorts
 from .kit import SessionKit
 from .worker import TurnWorker
 
-__all__ = ["WARM_UP", "warm_up"]
+__all__ = ["WARM_UP", "warm_for_forks", "warm_up"]
 
 #: The warm-up's session id (a valid id that no session has: it never reaches the spine).
 WARM_UP = "warm-up"
@@ -62,6 +65,7 @@ class _WarmPorts(RecordingPorts):
                 effect.fault,
                 key=effect.key,
                 steers=effect.steers,
+                answer=effect.answer,
             )
 
 
@@ -72,15 +76,25 @@ class _WarmKit(SessionKit):
 
 
 def warm_up(timeout: float = 2.0) -> bool:
-    """Run one scripted goal run in memory; True when it converged within ``timeout``
-    seconds (a warm-up that does not finish is abandoned: the session warms as it runs)."""
+    """Run one scripted goal run in memory, then one chat turn; True when both ended
+    within ``timeout`` seconds (a warm-up that does not finish is abandoned: the session
+    warms as it runs)."""
     deadline = time.monotonic() + timeout
     kit = _WarmKit(session_id=WARM_UP)
     ports = kit._ports
     assert isinstance(ports, _WarmPorts)
     out = kit.create({GOAL_OBJECTIVE: OBJECTIVE})
+    if not _drive(kit, ports, out, (Kind.CONVERGED, Kind.STALLED), deadline):
+        return False
+    out = kit.send("hello")
+    return _drive(kit, ports, out, (Kind.TURN_COMPLETED, Kind.TURN_CANCELLED), deadline)
+
+
+def _drive(
+    kit: SessionKit, ports: _WarmPorts, out: Any, ends: tuple[str, ...], deadline: float
+) -> bool:
     while True:
-        if any(e.kind in (Kind.CONVERGED, Kind.STALLED) for e in out.events):
+        if any(e.kind in ends for e in out.events):
             return True
         left = deadline - time.monotonic()
         if left <= 0:
@@ -92,3 +106,21 @@ def warm_up(timeout: float = 2.0) -> bool:
         if isinstance(msg, c.Govern):
             msg = attrs.evolve(msg, now=time.time())
         out = kit.run(msg)
+
+
+def warm_for_forks() -> bool:
+    """Warm this process up for the session processes it will fork (a Runner whose spares
+    stay cold): `warm_up`, then end the threads the run started and collect its garbage,
+    so that a child is forked from one thread and inherits no litter; True when all of
+    that happened.
+
+    A child then inherits the specialised code and what the run created once (caches,
+    generated functions) as pages it shares with every other session, and writes only the
+    pages its own work touches. A spare's own warm-up (`Spare`) is about time instead: it
+    writes the pages a first goal run writes while nothing waits (about 1 MB a session,
+    `RunnerConfig.warm_spares`).
+    """
+    warm = warm_up()
+    quiet = turn_threads.retire() and stop_provider_loop()
+    gc.collect()
+    return warm and quiet

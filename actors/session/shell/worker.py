@@ -54,6 +54,7 @@ def mirror(ev: Event, child: str) -> Event:
     return attrs.evolve(ev, seq=0, goal=ev.goal or child)
 
 
+_Answer = concurrent.futures.Future[Mapping[str, Any]]
 #: Seconds a turn must have run before its first words are handed back at once.
 FIRST_WORDS_AFTER = 0.002
 
@@ -94,6 +95,7 @@ class TurnWorker:
         self._events: list[Event] = []
         self._events_lock = threading.Lock()
         self._waiting: dict[tuple[str, str], concurrent.futures.Future[tuple[str, int, str]]] = {}
+        self._questions: dict[str, _Answer] = {}
         self._keys: dict[tuple[str, str], str] = {}
         self._steers: tuple[str, ...] = ()
         # The log the turn's children are followed on: one for all of its delegations (one
@@ -129,6 +131,14 @@ class TurnWorker:
         turn_threads.run(look_up)
         return fut
 
+    def ask(self, use_id: str, q: Mapping[str, Any]) -> _Answer:
+        """Put a server's question ``q`` during call ``use_id`` to a human (the session)."""
+        fut: _Answer = concurrent.futures.Future()
+        self._questions[use_id] = fut
+        self.flush()
+        self._send(Govern(turn=self.turn, action="elicitation", tool_use_id=use_id, question=q))
+        return fut
+
     def answer(
         self,
         action: str,
@@ -138,10 +148,13 @@ class TurnWorker:
         fault: str,
         key: str = "",
         steers: tuple[str, ...] = (),
+        answer: Mapping[str, Any] | None = None,
     ) -> None:
-        """The session's verdict (from the session's own thread), with the idempotency key
-        an admitted call runs under and the steers it delivered at this safe point (set
-        before the verdict wakes the agent)."""
+        """The session's verdict or a question's answer (from the session's thread), with the
+        key an admitted call runs under and the steers delivered at this safe point."""
+        q = self._questions.pop(tool_use_id, None) if answer is not None else None
+        if q is not None and not q.done():
+            q.set_result(answer or {})
         if key:
             self._keys[(action, tool_use_id)] = key
         fut = self._waiting.pop((action, tool_use_id), None)
