@@ -47,9 +47,9 @@ class Session:
     busy_policy: BusyPolicy = BusyPolicy.ENQUEUE
     running: Running | None = None
     stopping: bool = False
-    #: The operator's price table this incarnation was given (`spend.check_prices`).
+    #: What the operator gave this incarnation: its price table (`spend.check_prices`)
+    #: and the model servers the session may name (`actors.model_servers`).
     prices: Mapping[str, Any] | None = None
-    #: The model servers the operator lets this session name (`actors.model_servers`).
     model_servers: ModelServers = attrs.field(factory=ModelServers)
 
     @property
@@ -413,12 +413,10 @@ class Live:
 @attrs.frozen(kw_only=True)
 class Decision:
     """What a command decided: events to append (with the ingress's idempotency key), the
-    reply, live items, effects, and the decider's next state.
-
-    The state's ``stored`` part is not advanced here: the shell folds the events it
-    actually appended. An append that the log reports as a duplicate key applies nothing
-    but the reply (the events were stored by an earlier delivery).
-    """
+    reply, live items, effects, and the decider's next state. The state's ``stored`` part
+    is not advanced here: the shell folds the events it actually appended; an append the
+    log reports as a duplicate key applies only the reply (an earlier delivery stored the
+    events)."""
 
     state: Session
     events: tuple[Event, ...] = ()
