@@ -22,6 +22,7 @@ from .errors import (
     SessionClosed,
     SessionFailed,
     SessionNotFound,
+    SpineUnavailable,
     WrongDaemon,
 )
 
@@ -111,6 +112,7 @@ __all__ = [
     "SessionNotFound",
     "SessionView",
     "SlashCommands",
+    "SpineUnavailable",
     "TurnInput",
     "TurnOutput",
     "WrongDaemon",

@@ -71,6 +71,13 @@ class HostTimeout(ActorsError, TimeoutError):
     """No reply arrived within the timeout."""
 
 
+class SpineUnavailable(ActorsError):
+    """The spine (the session's database) could not be reached: a passing condition,
+    not a fault of the session, which serves again once it is back. Nothing the request
+    asked for is known to be stored; sending it again under the same key is safe (it is
+    stored at most once)."""
+
+
 class GoalStalled(ActorsError):
     """A goal run ended without converging; the message is the stall reason (budget
     exceeded, repeated failures, cancelled, governance refused the model call)."""
@@ -92,6 +99,7 @@ ERRORS: dict[str, type[ActorsError]] = {
         NotAuthorized,
         RunnerClosed,
         HostTimeout,
+        SpineUnavailable,
         GoalStalled,
     )
 }

@@ -26,6 +26,7 @@ from ._errors import (
     SpineError,
     StorageError,
     SubscriptionClosedError,
+    UnavailableError,
 )
 from ._event import EPHEMERAL_KINDS, Event, Kind, Phase, Severity, Usage
 from ._frozen import FrozenDict, FrozenList
@@ -101,6 +102,7 @@ __all__ = [
     "StreamInfo",
     "StreamSubscription",
     "SubscriptionClosedError",
+    "UnavailableError",
     "UnsafeDataDirError",
     "Usage",
     "Wakeup",

@@ -57,6 +57,15 @@ class StorageError(SpineError):
     """The backing store failed or holds data that breaks the log's invariants."""
 
 
+class UnavailableError(StorageError):
+    """The backing store cannot be reached (its server is down, the connection broke).
+
+    A runtime condition that passes: the call may be made again later. An append that
+    raised it may still have committed if the break raced its commit, so it is repeated
+    only under its idempotency key or its expected seq, which make a second try of a
+    stored batch a duplicate or a conflict, never a second copy."""
+
+
 class FencedError(ConflictError):
     """An append by a writer whose lease on the stream was taken over by another writer
     (a newer epoch): a stale session on a partitioned host must not write.

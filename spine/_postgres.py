@@ -35,7 +35,13 @@ from typing import Any
 import psycopg
 
 from ._codec import SCHEMA_VERSION
-from ._errors import ConflictError, FencedError, InvalidArgumentError, StorageError
+from ._errors import (
+    ConflictError,
+    FencedError,
+    InvalidArgumentError,
+    StorageError,
+    UnavailableError,
+)
 from ._event import Event
 from ._forks import ForkReads, Links, check_fork, link_event
 from ._log import AppendResult, Wakeup, check_append, encode_batch, make_record
@@ -120,6 +126,8 @@ class PostgresLog(ForkReads, PostgresReads, PostgresWatch):
             # transaction instead. Appends are a few statements long.
             c.execute(SET_IDLE_TIMEOUT)
             return c
+        except psycopg.OperationalError as exc:
+            raise UnavailableError(f"cannot reach spine database {self.where!r}: {exc}") from exc
         except psycopg.Error as exc:
             raise StorageError(f"cannot open spine database {self.where!r}: {exc}") from exc
 
@@ -149,6 +157,8 @@ class PostgresLog(ForkReads, PostgresReads, PostgresWatch):
                 raise StorageError(f"spine log {self.where!r} is closed")
             try:
                 row = self._writer().execute(TAKE_LEASE, (stream, holder)).fetchone()
+            except psycopg.OperationalError as exc:
+                raise UnavailableError(f"cannot take the lease of {stream!r}: {exc}") from exc
             except psycopg.Error as exc:
                 raise StorageError(f"cannot take the lease of {stream!r}: {exc}") from exc
             assert row is not None
@@ -185,6 +195,8 @@ class PostgresLog(ForkReads, PostgresReads, PostgresWatch):
             c = self._writer()
             try:
                 done = self._run_append(c, stream, events, expected_seq, idempotency_key, pre)
+            except psycopg.OperationalError as exc:
+                raise UnavailableError(f"append to {stream!r} failed: {exc}") from exc
             except psycopg.Error as exc:
                 raise StorageError(f"append to {stream!r} failed: {exc}") from exc
         if isinstance(done, AppendResult):

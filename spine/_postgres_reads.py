@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from ._codec import decode_event
-from ._errors import StorageError
+from ._errors import StorageError, UnavailableError
 from ._event import Event
 from ._log import (
     DEFAULT_PAGE,
@@ -70,6 +70,8 @@ class PostgresReads:
             with shared:
                 c = self._reader()
                 yield c
+        except psycopg.OperationalError as exc:
+            raise UnavailableError(f"read from {self.where!r} failed: {exc}") from exc
         except psycopg.Error as exc:
             raise StorageError(f"read from {self.where!r} failed: {exc}") from exc
 

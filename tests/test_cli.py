@@ -573,15 +573,16 @@ def test_tail_survives_a_daemon_restart(own_daemon: Daemon) -> None:
 
 
 def test_serve_resume_goals_continues_a_run_the_last_daemon_left(own_daemon: Daemon) -> None:
-    """A goal run in flight when the daemon stops goes on when `serve --resume-goals`
-    starts, and `wait` prints its answer; one session.started, one convergence."""
+    """A goal run in flight when the daemon stops goes on when the next `serve` starts
+    (resuming is the default), and `wait` prints its answer; one session.started, one
+    convergence."""
     own_daemon.start()
     data = own_daemon.data
     ok(run(data, "submit", "rg-1", "!slow 0.3 a b c d e f", "--create"))
     wait_for(lambda: "turn.started" in run(data, "history", "rg-1").stdout, 30)
     ok(run(data, "stop"))
     assert own_daemon.wait_exited() == 0
-    own_daemon.start("--resume-goals")
+    own_daemon.start()
     assert ok(run(data, "wait", "rg-1", "--timeout", "60")).strip().endswith("a b c d e f")
     lines = ok(run(data, "history", "rg-1", "--json")).splitlines()
     kinds = [json.loads(x)["kind"] for x in lines]
@@ -1117,6 +1118,10 @@ def test_pending_approve_and_reject_decide_waiting_actions(daemon: Daemon) -> No
     (first,) = wait_for(waiting, 20)
     assert first["action"] == "http_get" and first["input"] == {"url": "http://127.0.0.1:9/"}
     assert str(first["call"]) in ok(run(daemon.data, "pending", "gov-1"))
+    # A result by hand is for a call in doubt; this one never ran.
+    call = str(first["call"])
+    fails(run(daemon.data, "resolve", "gov-1", call, "--result", "done"), 2, "not in doubt")
+    fails(run(daemon.data, "resolve", "gov-1", call), 2, "--result")
     assert "rejected" in ok(run(daemon.data, "reject", "gov-1", str(first["call"]), "--note", "no"))
     fails(run(daemon.data, "approve", "gov-1", str(first["call"])), 2, "already rejected")
     fails(run(daemon.data, "approve", "gov-1", "0"), 2, "positive integer")

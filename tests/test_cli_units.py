@@ -285,3 +285,10 @@ def test_check_of_a_sound_sqlite_spine_runs_its_integrity_check(
     assert main(["--data", str(tmp_path), "--spine", str(path), "check"]) == 0
     out = capsys.readouterr().out
     assert "integrity: ok" in out and "s-1" in out
+
+
+def test_serve_resumes_goal_runs_unless_told_not_to() -> None:
+    """Goal runs a previous daemon left in flight resume by default; the flag turns it off."""
+    assert parse("serve").resume_goals is True
+    assert parse("serve", "--resume-goals").resume_goals is True
+    assert parse("serve", "--no-resume-goals").resume_goals is False

@@ -163,3 +163,26 @@ def test_an_approval_across_a_restart_never_runs_the_free_sibling_twice(
 
 def _over(h: Host, sid: str) -> bool:
     return any(e.kind in (Kind.CONVERGED, Kind.STALLED) for e in h.history(sid))
+
+
+def test_a_human_gives_an_in_doubt_calls_result_by_hand_and_the_run_goes_on_with_it(
+    mp: Host, tmp_path: pathlib.Path
+) -> None:
+    """A session SIGKILLed while its runs-once tool runs: the human asked about the call
+    in doubt answers with its outcome; the run converges on that result, the tool ran at
+    most once, and the result is the call's tool.result in the log."""
+    log = tmp_path / "effects.log"
+    sid = mp.create()
+    mp.submit(sid, objective(log, "h0", "append"))
+    kill_session_mid_call(mp, sid, random.Random(11))
+    asked = wait_for(lambda: [e for e in mp.pending(sid) if e.extra.get("inDoubt")], 30)
+    ack = mp.resolve(sid, asked[0].call, "appended (checked by hand)", note="saw the line")
+    assert ack.seq > 0
+    assert end_of(mp, sid) == "converged"
+    evs = mp.history(sid)
+    results = [
+        e for e in evs if e.kind == Kind.TOOL_RESULT and e.tool_use_id == asked[0].tool_use_id
+    ]
+    assert [r.result for r in results] == ["appended (checked by hand)"]
+    t = tally(log, {sid: evs}, MAX_TURNS)
+    assert not t.doubled and t.runs["append"] <= 1, t.report()

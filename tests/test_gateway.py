@@ -1078,6 +1078,11 @@ def test_a_waiting_action_is_listed_and_decided_over_http(http: httpx.Client) ->
     assert w["action"] == "http_get"
     url = f"/v1/sessions/gov-1/approvals/{w['call']}"
     assert http.post(url, json={"decision": "maybe"}).status_code == 422
+    # A result by hand is for a call in doubt, and goes with resolve only.
+    assert http.post(url, json={"decision": "resolve"}).status_code == 422
+    assert http.post(url, json={"decision": "approve", "result": "x"}).status_code == 422
+    r = http.post(url, json={"decision": "resolve", "result": "fetched it myself"})
+    assert r.status_code == 422 and "not in doubt" in r.json()["message"]
     assert (
         http.post("/v1/sessions/gov-1/approvals/x", json={"decision": "approve"}).status_code == 400
     )

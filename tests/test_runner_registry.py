@@ -27,7 +27,13 @@ from actors.runner.rules.actions import (
     Stop,
     WakeProjection,
 )
-from actors.session.protocol import Appended, Routed, SessionReady, SessionStopping
+from actors.session.protocol import (
+    SPINE_UNAVAILABLE,
+    Appended,
+    Routed,
+    SessionReady,
+    SessionStopping,
+)
 
 SID = "s1"
 CALLER = "caller"
@@ -497,3 +503,36 @@ def test_a_stream_that_does_not_decode_fails_the_session_at_once_naming_the_seq(
     assert r.route(SID, verify, CALLER, 1.0) == [
         VerifyStored(session_id=SID, request_id="v1", reply_to=CALLER)
     ]
+
+
+def _spine_down(r: Registry, incarnation: int, now: float) -> list[Action]:
+    """Incarnation ``incarnation`` reports the spine unreachable and its process exits."""
+    r.bind(SID, incarnation, f"addr-{incarnation}")
+    stop = SessionStopping(session_id=SID, incarnation=incarnation, reason=SPINE_UNAVAILABLE)
+    assert r.stopping(stop) == [Stop(session_id=SID, address=f"addr-{incarnation}")]
+    return r.child_exited(f"addr-{incarnation}", now)
+
+
+def test_a_spine_outage_restarts_with_a_backoff_of_its_own_and_spends_no_budget() -> None:
+    """Eight incarnations in a row find the spine away (a budget of one crash): each is
+    started again after 0.1, 0.2 ... up to the cap, the session never fails, what was in
+    flight waits for the incarnation that finds the spine back, and the count resets."""
+    r = _live(max_restarts=1, window=60.0, backoff_max=1.0)
+    r.route(SID, _send("k1"), CALLER, 0.0)
+    delays = []
+    for inc in range(1, 9):
+        [due] = _spine_down(r, inc, float(inc))
+        assert isinstance(due, Schedule) and r.entries[SID].state == EntryState.RESTARTING
+        delays.append(due.delay)
+        assert r.restart_due(due.payload) == [
+            Spawn(session_id=SID, incarnation=inc + 1, create=False, metadata={})
+        ]
+    assert delays == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0]
+    out = _ready(r, 9)
+    [fwd] = [x for x in out if isinstance(x, Forward)]
+    assert fwd.routed.message.key == "k1" and fwd.address == "addr-9"
+    e = r.entries[SID]
+    assert e.state == EntryState.LIVE and e.crash_times == () and e.outages == 0
+    assert r.counters["outages"] == 8 and r.counters["restarts"] == 0 == r.counters["failed"]
+    [again] = _spine_down(r, 9, 10.0)
+    assert isinstance(again, Schedule) and again.delay == 0.1

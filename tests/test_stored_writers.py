@@ -209,3 +209,26 @@ def test_the_runner_revives_through_the_decider_and_answers_the_operator(
         assert writer.log.last_seq("s1") == failed_at + 1
     finally:
         writer.log.close()
+
+
+def test_a_session_the_runner_holds_failed_is_revived_though_its_failure_was_never_stored(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The Runner marked the session failed while the spine was away, so the stream does
+    not say failed: the revival stores that failure first (its reason), then recovered;
+    without the Runner's word a healthy stream is still refused."""
+    writer, runner = _stored(tmp_path, "s1", _cut_off_run())
+    try:
+        before = writer.log.last_seq("s1")
+        msg = m.ReviveSession(request_id="r", session_id="s1", reason="db back")
+        assert not writer.revive(msg, "operator")
+        assert runner.sent[-1][1].error == "InvalidRequest"
+        assert writer.revive(msg, "operator", held_failed="restart budget exhausted")
+        stored = list(writer.log.read_events("s1", before))
+        failed = [e for e in stored if e.phase == Phase.FAILED]
+        assert [e.error for e in failed] == ["restart budget exhausted"]
+        assert stored[-1].phase == Phase.RECOVERED and "db back" in stored[-1].reason
+        ack = runner.sent[-1][1]
+        assert isinstance(ack, m.Ack) and ack.seq == writer.log.last_seq("s1")
+    finally:
+        writer.log.close()

@@ -13,6 +13,8 @@ from typing import Any
 
 from thespian.actors import ActorTypeDispatcher
 
+from spine import UnavailableError
+
 from .. import messages as m
 from ..validation import field_problem
 
@@ -93,7 +95,8 @@ class GuardedActor(ActorTypeDispatcher):  # type: ignore[misc]
             to,
             m.RequestFailed(
                 request_id=request.request_id,
-                error="ActorsError",
+                # An unreachable spine passes: the caller is told it may send again.
+                error="SpineUnavailable" if isinstance(exc, UnavailableError) else "ActorsError",
                 message=f"{type(exc).__name__}: {exc}",
                 session_id=getattr(request, "session_id", "") or "",
             ),

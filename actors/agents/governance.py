@@ -96,6 +96,8 @@ class Fault(enum.StrEnum):
     #: The call ran before and its outcome is unknown (or it ran and its result is not
     #: stored): it is not run again.
     IN_DOUBT = "in_doubt"
+    #: A human gave the in-doubt call's result by hand: it is not run, the result stands.
+    RESOLVED = "resolved"
     #: The call asks to run with other arguments than those a human approved.
     APPROVAL_MISMATCH = "approval_mismatch"
 

@@ -52,6 +52,9 @@ __all__ = ["FINISHED", "ModelAgent", "Provider", "provider_loop"]
 #: The stop reason of a turn ended by its goal run's ``finish`` tool.
 FINISHED = "finish"
 
+#: A call's result the session stored itself (given by hand): not handed back to store.
+_STORED: Mapping[str, Any] = {"stored": True}
+
 
 @runtime_checkable
 class Provider(Protocol):
@@ -315,6 +318,8 @@ class ModelAgent:
         """One call's result, stored the moment it is known: a sibling still waiting (for a
         human, say) must not hold back the outcome of a call that has run."""
         result, is_error, extra = await self._governed(call, out, ctx, tools, replayed)
+        if extra is _STORED:
+            return result, is_error
         if extra:  # an MCP call's record
             out.tool_result(call.name, call.id, result, is_error, extra=extra)
         else:
@@ -340,6 +345,11 @@ class ModelAgent:
             need = attrs.evolve(need, idempotent=True)
         verdict, cid, fault = await self._govern(out, call.name, call.id, call.arguments, need)
         if verdict != Verdict.ADMIT:
+            given = getattr(out, "given_result", None) if fault == Fault.RESOLVED else None
+            hand = given(call.name, call.id) if given is not None else None
+            if hand is not None:
+                # A human told the session this call's outcome; it is stored already.
+                return hand[0], hand[1], _STORED
             # The model hears why, so it can do without; the tool never runs.
             return refused_text(fault), True, {}
         if replayed is not None:

@@ -67,6 +67,7 @@ from ._reading_commands import (
     trace,
     trace_args,
 )
+from ._resolve_command import resolve, resolve_args
 from ._serve_commands import demo, demo_args, serve, stop, stop_args
 from ._serve_options import serve_args
 from ._session_commands import (
@@ -141,6 +142,13 @@ COMMANDS: tuple[Command, ...] = (
         ("vertebra reject chat-1 17 --note 'not in production'",),
         decide_args,
         reject,
+    ),
+    Command(
+        "resolve",
+        "answer a call in doubt with the outcome you know it had: the turn goes on with it",
+        ("vertebra resolve chat-1 18 --result 'appended one line' --note 'checked the file'",),
+        resolve_args,
+        resolve,
     ),
     Command(
         "timers",

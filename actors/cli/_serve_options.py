@@ -84,8 +84,10 @@ def _output_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--resume-goals",
-        action="store_true",
-        help="resume the goal runs a previous daemon left in flight (reads every stream)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="resume the goal runs a previous daemon left in flight, reading every stream "
+        "as it starts (default: on; --no-resume-goals leaves them interrupted)",
     )
     p.add_argument(
         "--log-format",

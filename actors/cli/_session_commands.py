@@ -303,7 +303,7 @@ def interrupt(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
-def _call(text: str) -> int:
+def parse_call(text: str) -> int:
     if not text.isdigit() or int(text) <= 0:
         raise CliError(
             f"a call is a positive integer (as `vertebra pending` shows it), got {text!r}",
@@ -321,7 +321,7 @@ def decide_args(p: argparse.ArgumentParser) -> None:
 
 def _decide(args: argparse.Namespace, out: Out, approve: bool) -> int:
     sid = session_id(args.session)
-    call = _call(args.call)
+    call = parse_call(args.call)
     with attach(args) as host:
         if approve:
             ack = host.approve(sid, call, args.note, raise_by=args.raise_by, content=args.answer)
@@ -345,6 +345,9 @@ def approve(args: argparse.Namespace, out: Out) -> int:
 
 def reject(args: argparse.Namespace, out: Out) -> int:
     return _decide(args, out, False)
+
+
+IN_DOUBT_NOTE = "  (in doubt: it may have run; approve runs it again, resolve gives its result)"
 
 
 def pending_args(p: argparse.ArgumentParser) -> None:
@@ -375,11 +378,7 @@ def pending(args: argparse.Namespace, out: Out) -> int:
                 )
             )
         else:
-            doubt = (
-                "  (in doubt: it may have run; approve runs it again)"
-                if ev.reason == "in_doubt"
-                else ""
-            )
+            doubt = IN_DOUBT_NOTE if ev.reason == "in_doubt" else ""
             out.line(f"{ev.call:>6}  {ev.action:<16} {ev.input}{doubt}")
     if not waiting and not args.json:
         out.line("no action waits for approval")
@@ -418,6 +417,7 @@ __all__ = [
     "interrupt_args",
     "new",
     "new_args",
+    "parse_call",
     "pending",
     "pending_args",
     "reject",

@@ -36,6 +36,7 @@ STATUS: dict[type[e.ActorsError], tuple[int, str]] = {
     e.RunnerClosed: (503, "unavailable"),
     e.HostTimeout: (503, "unavailable"),
     e.HostClosed: (503, "unavailable"),
+    e.SpineUnavailable: (503, "unavailable"),
 }
 
 Handler = Callable[[Gateway, Request], Awaitable[Response]]

@@ -310,7 +310,8 @@ async def approvals(gw: Gateway, request: Request) -> Response:
 async def decide(gw: Gateway, request: Request) -> Response:
     """Approve or reject a waiting action: ``{"decision": "approve"|"reject", "note": ...}``
     (``"raise": AMOUNT`` with an approval raises the cost budget a paused call waits on;
-    ``"content": {...}`` with an approval answers a server's question).
+    ``"content": {...}`` with an approval answers a server's question), or answer a call
+    in doubt by hand: ``{"decision": "resolve", "result": TEXT, "error": false}``.
     Deciding again the same way answers ``duplicate: true``; a contrary or unknown
     decision is 422."""
     sid = session_id(request)
@@ -319,8 +320,9 @@ async def decide(gw: Gateway, request: Request) -> Response:
         raise HttpError(400, "bad_call", f"a call is a positive integer, got {raw!r}")
     body = await json_body(request)
     decision = field(body, "decision", str, None)
-    if decision not in ("approve", "reject"):
-        raise HttpError(422, "invalid_field", '\'decision\' must be "approve" or "reject"')
+    if decision not in ("approve", "reject", "resolve"):
+        why = '\'decision\' must be "approve", "reject" or "resolve"'
+        raise HttpError(422, "invalid_field", why)
     note = field(body, "note", str, "")
     raise_by = field(body, "raise", (int, float), 0)
     if isinstance(raise_by, bool) or raise_by < 0 or ("raise" in body and decision != "approve"):
@@ -328,11 +330,25 @@ async def decide(gw: Gateway, request: Request) -> Response:
     content = field(body, "content", dict, None)
     if content is not None and decision != "approve":
         raise HttpError(422, "invalid_field", "'content' answers a question, with approve")
+    result, is_error = _given(body, decision)
     await known(gw, sid)
     if decision == "approve":
         ack = await call(
             gw.host.approve, sid, int(raw), note, raise_by=float(raise_by), content=content
         )
+    elif decision == "resolve":
+        ack = await call(gw.host.resolve, sid, int(raw), result, note, is_error=is_error)
     else:
         ack = await call(gw.host.reject, sid, int(raw), note)
     return json_response(ack_json(ack))
+
+
+def _given(body: dict[str, Any], decision: str) -> tuple[str, bool]:
+    """A result given by hand: required with resolve, refused with anything else."""
+    result = field(body, "result", str, "")
+    is_error = field(body, "error", bool, False)
+    if decision == "resolve" and not result:
+        raise HttpError(422, "invalid_field", "'result' is a non-empty string, with resolve")
+    if decision != "resolve" and ("result" in body or "error" in body):
+        raise HttpError(422, "invalid_field", "'result' and 'error' go with resolve only")
+    return result, is_error

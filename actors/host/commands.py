@@ -178,6 +178,27 @@ class SessionCommands:
         ``approval_rejected``, and the model is told why."""
         return self._decide(session_id, call, False, reason, key)
 
+    def resolve(
+        self,
+        session_id: str,
+        call: int,
+        result: str,
+        note: str = "",
+        *,
+        is_error: bool = False,
+        key: str | None = None,
+    ) -> m.Ack:
+        """Answer the in-doubt call that the waiting action ``call`` asks about (an
+        ``action.pending`` with reason ``in_doubt``) with ``result``, the outcome a human
+        knows it had: stored as the call's ``tool.result`` (``is_error``: as an error), the
+        call is never run again, and its turn goes on with it. An action that is not in
+        doubt, or is decided already, is `InvalidRequest`."""
+        if not isinstance(result, str) or not result:
+            raise InvalidRequest("a result given by hand must be a non-empty string")
+        if not isinstance(is_error, bool):
+            raise InvalidRequest("is_error must be a boolean")
+        return self._decide(session_id, call, False, note, key, result=(result, is_error))
+
     def _decide(
         self,
         session_id: str,
@@ -187,6 +208,7 @@ class SessionCommands:
         key: str | None,
         raise_by: float = 0.0,
         content: Mapping[str, Any] | None = None,
+        result: tuple[str, bool] = ("", False),
     ) -> m.Ack:
         if content is not None and not (
             isinstance(content, Mapping) and all(isinstance(k, str) and k for k in content)
@@ -207,6 +229,8 @@ class SessionCommands:
             note=note,
             raise_by=float(raise_by),
             content=dict(content) if content is not None else None,
+            result=result[0],
+            is_error=result[1],
         )
         return self._request(msg)  # type: ignore[no-any-return]
 

@@ -67,8 +67,9 @@ class SetMetadata:
 class DecideAction:
     """A human's decision on a governed action waiting for approval (``call`` as the
     ``action.pending`` event names it): approve runs it once, reject refuses it with
-    fault ``approval_rejected``. Answered with an `Ack`; deciding a call again the same way
-    is a duplicate, an unknown call or a contrary decision is `InvalidRequest`."""
+    fault ``approval_rejected``, a ``result`` (for a call in doubt) answers it by hand.
+    Answered with an `Ack`; deciding a call again the same way is a duplicate, an unknown
+    call or a contrary decision is `InvalidRequest`."""
 
     request_id: str
     session_id: str
@@ -80,6 +81,10 @@ class DecideAction:
     raise_by: float = 0.0
     #: With an approval of a server's question (MCP elicitation): the answer's fields.
     content: Mapping[str, Any] | None = None
+    #: Neither approve nor reject: the result of the in-doubt call asked about, given by a
+    #: human who knows its outcome (stored as its ``tool.result``; the turn goes on).
+    result: str = ""
+    is_error: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -105,9 +105,15 @@ class Appended:
     append_seconds: float = 0.0
 
 
+#: Why an incarnation stops when its spine cannot be reached: not a crash, so the Runner
+#: restarts it (with a backoff of its own) without spending the restart budget.
+SPINE_UNAVAILABLE = "spine unavailable"
+
+
 @attrs.frozen(kw_only=True)
 class SessionStopping:
-    """The session closed itself (or found itself stale) and asks to be stopped."""
+    """The session closed itself (or found itself stale, or its spine unreachable) and
+    asks to be stopped."""
 
     session_id: str
     incarnation: int

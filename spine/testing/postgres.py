@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
 
+import attrs
 import pytest
 
 #: Where Debian's packages put the server binaries, newest first.
@@ -31,17 +32,44 @@ def postgres_bin_dir() -> str | None:
     return os.path.dirname(os.path.realpath(found)) if found else None
 
 
+@attrs.define
+class PostgresServer:
+    """A throwaway PostgreSQL server a test started: its URL, and `stop` and `start` for
+    an outage of that server only (never one the test did not start)."""
+
+    url: str
+    base: str
+    prefix: tuple[str, ...]
+    pg_ctl: str
+    listen: str
+    port: int
+    fsync: bool
+    running: bool = False
+
+    def stop(self, mode: str = "immediate") -> None:
+        """Stop the server (``immediate``: as a crash would, no checkpoint)."""
+        data = os.path.join(self.base, "data")
+        cmd = [*self.prefix, self.pg_ctl, "-D", data, "-m", mode, "-w", "-t", "60", "stop"]
+        subprocess.run(cmd, capture_output=True, cwd=self.base, timeout=120, check=True)
+        self.running = False
+
+    def start(self) -> None:
+        """Start it again on the same port and data; returns once it takes connections."""
+        _start(self.prefix, self.pg_ctl, self.base, self.listen, self.port, self.fsync)
+        self.running = True
+
+
 @contextlib.contextmanager
-def postgres_cluster(
+def postgres_server(
     *,
     fsync: bool = True,
     user: str = "postgres",
     listen: str = "127.0.0.1",
     wrap: Sequence[str] = (),
     allow: Sequence[str] = (),
-) -> Iterator[str]:
+) -> Iterator[PostgresServer]:
     """Start a throwaway PostgreSQL cluster in a temporary directory on a free loopback
-    port; yield its URL; stop it and delete it on exit, whatever happened.
+    port; yield its handle; stop it and delete it on exit, whatever happened.
 
     As root the server runs as ``user`` (PostgreSQL refuses to run as root). Skips the
     calling test when no server binaries are installed. ``listen`` is the one address it
@@ -55,28 +83,43 @@ def postgres_cluster(
     root = os.geteuid() == 0
     prefix: list[str] = [*wrap, *(["runuser", "-u", user, "--"] if root else [])]
     base = tempfile.mkdtemp(prefix="vertebra-pg-")
-    data = os.path.join(base, "data")
     if root:
         shutil.chown(base, user)
     with socket.socket() as sk:
         sk.bind(("127.0.0.1", 0))
         port = sk.getsockname()[1]
-    pg_ctl = os.path.join(bindir, "pg_ctl")
-    started = False
+    server = PostgresServer(
+        url=f"postgresql://postgres@{listen}:{port}/postgres",
+        base=base,
+        prefix=tuple(prefix),
+        pg_ctl=os.path.join(bindir, "pg_ctl"),
+        listen=listen,
+        port=port,
+        fsync=fsync,
+    )
     try:
         _initdb(prefix, bindir, base, allow)
-        _start(prefix, pg_ctl, base, listen, port, fsync)
-        started = True
-        yield f"postgresql://postgres@{listen}:{port}/postgres"
+        server.start()
+        yield server
     finally:
-        if started:
-            subprocess.run(
-                [*prefix, pg_ctl, "-D", data, "-m", "immediate", "-w", "-t", "60", "stop"],
-                capture_output=True,
-                cwd=base,
-                timeout=120,
-            )
+        if server.running:
+            with contextlib.suppress(subprocess.SubprocessError):
+                server.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def postgres_cluster(
+    *,
+    fsync: bool = True,
+    user: str = "postgres",
+    listen: str = "127.0.0.1",
+    wrap: Sequence[str] = (),
+    allow: Sequence[str] = (),
+) -> Iterator[str]:
+    """`postgres_server`, yielding only its URL."""
+    with postgres_server(fsync=fsync, user=user, listen=listen, wrap=wrap, allow=allow) as s:
+        yield s.url
 
 
 def _initdb(prefix: Sequence[str], bindir: str, base: str, allow: Sequence[str]) -> None:

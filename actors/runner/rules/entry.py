@@ -91,6 +91,8 @@ class Entry:
     in_flight: dict[str, Routed] = attrs.field(factory=dict)
     #: How many crashes each uncommitted key has been in flight through.
     crashes: dict[str, int] = attrs.field(factory=dict)
+    #: Incarnations in a row stopped by an unreachable spine (not counted as crashes).
+    outages: int = 0
     #: Times of the crashes that still count against the restart budget.
     crash_times: tuple[float, ...] = ()
     #: Protocol subscriptions held by the live incarnation (it is not passivated under them).

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...policy import RestartPolicy
-from ...session.protocol import SessionUnreadable
+from ...session.protocol import SPINE_UNAVAILABLE, SessionUnreadable
 from ..protocol import PassivationDue, RestartDue
 from . import supervision as sv
 from .actions import Action, RecordFailure, Schedule, Stop
@@ -49,6 +49,8 @@ class RegistryExits:
         if not e.stop_reason:
             return self._crashed(e, now)
         reason, e.stop_reason = e.stop_reason, ""
+        if reason == SPINE_UNAVAILABLE:
+            return self._spine_down(e)
         e.state = EntryState(reason) if reason in ("closed", "failed") else EntryState.PASSIVATED
         if reason == "passivate":
             self.counters["passivated"] += 1
@@ -85,6 +87,19 @@ class RegistryExits:
         self.counters["restarts"] += 1
         payload = RestartDue(session_id=e.session_id, incarnation=e.incarnation)
         return [*out, Schedule(delay=verdict.delay, payload=payload)]
+
+    def _spine_down(self, e: Entry) -> list[Action]:
+        """The incarnation stopped because the spine is unreachable: no crash, so the
+        restart budget is untouched. What it held uncommitted waits for the next
+        incarnation, which starts after a backoff of its own (growing to the policy's
+        cap) and again until the spine answers: the session serves again by itself."""
+        e.outages += 1
+        self.counters["outages"] += 1
+        e.pending[:0] = e.in_flight.values()
+        e.in_flight.clear()
+        e.state = EntryState.RESTARTING
+        payload = RestartDue(session_id=e.session_id, incarnation=e.incarnation)
+        return [Schedule(delay=sv.outage_delay(self.policy, e.outages), payload=payload)]
 
     def unreadable(self, msg: SessionUnreadable) -> list[Action]:
         """An incarnation found a stored row that does not decode: no restart can help.

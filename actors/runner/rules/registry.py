@@ -42,7 +42,7 @@ from .exits import RegistryExits
 
 
 def _counters() -> dict[str, int]:
-    names = ("created", "restarts", "passivated", "rehydrated", "poisoned", "failed")
+    names = ("created", "restarts", "passivated", "rehydrated", "poisoned", "failed", "outages")
     return dict.fromkeys((*names, "redelivered"), 0)
 
 
@@ -202,6 +202,7 @@ class Registry(RegistryExits):
         if e is None:
             return []
         e.last_seq, e.metadata, e.last_activity = msg.last_seq, dict(msg.metadata), now
+        e.outages = 0
         stopping = e.state == EntryState.STOPPING
         if not stopping:
             e.state = _ready_state(msg)

@@ -66,6 +66,17 @@ def after_crash(policy: RestartPolicy, recent: tuple[float, ...]) -> Verdict:
     return Restart(delay=policy.delay(len(recent)))
 
 
+#: The first pause before a session stopped by an unreachable spine is started again.
+OUTAGE_BACKOFF = 0.1
+
+
+def outage_delay(policy: RestartPolicy, outages: int) -> float:
+    """Seconds before the start that follows ``outages`` spine outages in a row: 0.1,
+    0.2, 0.4 ... up to the policy's ``backoff_max``, for as long as the outage lasts (a
+    storage outage is not a session fault and spends no restart budget)."""
+    return float(min(policy.backoff_max, OUTAGE_BACKOFF * 2 ** max(0, outages - 1)))
+
+
 def poison_detail(crashes: int) -> str:
     return f"the ingress was in flight through {crashes} crashes of the session"
 

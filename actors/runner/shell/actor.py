@@ -243,7 +243,11 @@ class RunnerActor(GuardedActor):
         """An operator's decision to bring a failed session back, recorded in its stream
         by the session's decider. The registry forgets the entry: the next request loads
         it from the log as passivated and spawns it, and the fold no longer says failed."""
-        if (ready := self._ready(msg, sender)) is not None and ready[1].revive(msg, sender):
+        if (ready := self._ready(msg, sender)) is None:
+            return
+        held = ready[0].entries.get(msg.session_id)
+        why = held.error if held is not None and held.state.value == "failed" else ""
+        if ready[1].revive(msg, sender, held_failed=why):
             ready[0].entries.pop(msg.session_id, None)
             self._load(*ready, msg.session_id)
 

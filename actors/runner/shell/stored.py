@@ -122,12 +122,16 @@ class StoredWriter:
         res = self.log.append(sid, [ev], expected_seq=last)
         ports.appended(res, (ev,), c.Session(stored=SessionState(session_id=sid)))
 
-    def revive(self, msg: m.ReviveSession, sender: Any) -> bool:
+    def revive(self, msg: m.ReviveSession, sender: Any, held_failed: str = "") -> bool:
         """An operator's revival of a failed session, answered to ``sender``; whether it
-        was recorded."""
+        was recorded. ``held_failed`` is why this Runner holds the session failed ("" if
+        it does not): a failure it could not store then (the spine was away) is stored
+        first, so the stream says what the revival undoes."""
         sid = msg.session_id
         try:
             state = self.fold(sid)
+            if held_failed and not state.stored.failed and state.stored.last_seq:
+                state = self.execute(state, c.FailStored(reason=held_failed))
         except SpineError as exc:
             self._refuse(msg, sender, "InvalidRequest", f"session {sid} cannot be revived: {exc}")
             return False

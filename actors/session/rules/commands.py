@@ -78,18 +78,15 @@ class Receive:
     request_id: str
     ingress: Ingress
     stored: tuple[tuple[int, str], ...] = ()
-    #: The events of that earlier delivery, to tell a retry from another request that
-    #: reuses its key.
+    #: The events of that delivery: is this a retry, or another request reusing its key?
     prior: tuple[Event, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
 class Intercepted:
-    """What the interceptor chain made of a `Receive`: ``ingress`` None means consumed.
-
-    ``changes`` are the metadata changes the chain made through its session view,
-    ``emitted`` the events and notices it published, in order, and ``notices`` the
-    result's notices (emitted after the chain)."""
+    """What the interceptor chain made of a `Receive` (``ingress`` None: consumed):
+    ``changes`` the metadata changes it made through its session view, ``emitted`` the
+    events and notices it published, in order, ``notices`` the result's (after the chain)."""
 
     request_id: str
     key: str
@@ -175,8 +172,7 @@ class Finished:
     text: str = ""
     error: str = ""
     usage: Usage | None = None
-    #: The providers' own usage reports, one per model call (kept beside the normalised
-    #: usage on ``turn.completed`` as ``providerUsage``).
+    #: The providers' own usage reports, one per model call (turn.completed's providerUsage).
     provider_usage: tuple[Mapping[str, Any], ...] = ()
     #: Events the worker still held (an action's end): stored after the last text.
     events: tuple[Event, ...] = ()
@@ -192,11 +188,9 @@ class Govern:
     tool_use_id: str = ""
     input: str = ""
     need: Requirement = attrs.field(factory=Requirement)
-    #: The addresses the worker looked the action's destination up to (``need.egress``
-    #: names one by a host name); None when nothing was looked up.
+    #: The addresses the worker resolved ``need.egress``'s host name to (None: not looked up).
     resolved: tuple[str, ...] | None = None
-    #: Unix time the session received the request (stamped by the shell: a goal run's
-    #: wall-time budget is checked against it).
+    #: Unix time the session got it (stamped by the shell: a goal's wall-time budget).
     now: float = 0.0
     #: A server's question to a human during the call (MCP elicitation): see `questions`.
     question: Mapping[str, Any] | None = None
@@ -215,6 +209,9 @@ class Decide:
     raise_by: float = 0.0
     #: An accepted question's answer (an elicitation's content).
     content: Mapping[str, Any] | None = None
+    #: An in-doubt call's result, given by hand (`resolve`; "" for a verdict).
+    result: str = ""
+    is_error: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -227,8 +224,7 @@ class Submit:
     budget: Mapping[str, int] = attrs.field(factory=dict)
     #: Unix time the session received it (stamped by the shell), 0 if unknown.
     now: float = 0.0
-    #: What an earlier delivery of the same key stored, as ``(seq, kind)`` rows (the shell
-    #: looks the key up in the log), empty if nothing: a retry is answered as then.
+    #: What an earlier delivery of its key stored, as `Receive.stored`: a retry is answered as then.
     stored: tuple[tuple[int, str], ...] = ()
 
 
@@ -336,6 +332,9 @@ class AnswerWorker:
     fault: str = ""
     #: The call's idempotency key (admitted tool calls), handed to the tool.
     key: str = ""
+    #: The result a human gave by hand (fault ``resolved``), stored already.
+    result: str = ""
+    is_error: bool = False
     #: Steers delivered with this admission (a model call's): the worker adds them to the
     #: conversation, as user messages, before the call.
     steers: tuple[str, ...] = ()

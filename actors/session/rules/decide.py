@@ -62,6 +62,7 @@ from .records import seal, sealed, verified, verify
 from .recovery import recovery_events
 from .refusals import failed, refusal
 from .replace import replace
+from .resolve import resolve
 from .spend import needs_prices, prices_event
 from .state import QUEUEING_KINDS, fold
 from .stored import close_stored, fail_stored, revive_stored
@@ -399,7 +400,7 @@ _HANDLERS: dict[type, Callable[[Session, Any], Decision]] = {
     Progress: progress,
     Finished: finished,
     Govern: governed,
-    Decide: decide_action,
+    Decide: lambda s, cmd: resolve(s, cmd) if cmd.result else decide_action(s, cmd),
     Submit: goals.submit,
     SetTimer: timers.set_timer,
     CancelTimer: timers.cancel_timer,

@@ -69,6 +69,8 @@ def command_of(msg: Any) -> Command | None:
             note=msg.note,
             raise_by=msg.raise_by,
             content=msg.content,
+            result=msg.result,
+            is_error=msg.is_error,
         )
     if isinstance(msg, m.SetTimer | m.CancelTimer | m.FireTimers):
         return _timer_command(msg)

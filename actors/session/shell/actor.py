@@ -25,7 +25,7 @@ from typing import Any
 
 from thespian.actors import ActorExitRequest, ThespianWatch, WakeupMessage, WatchMessage
 
-from spine import DecodeError
+from spine import DecodeError, UnavailableError
 
 from ... import messages as m
 from ..._runtime.logformat import set_context
@@ -34,9 +34,11 @@ from ..._runtime.system import configure_actor_logging
 from ...messages import Ping, Pong
 from ...placement import fits
 from ..protocol import (
+    SPINE_UNAVAILABLE,
     RecordPoison,
     Routed,
     SessionConfig,
+    SessionStopping,
     SessionUnreadable,
     SpareReady,
     Standby,
@@ -129,6 +131,16 @@ class SessionActor(GuardedActor):
                 session_id=cfg.session_id, incarnation=cfg.incarnation, seq=seq, reason=why
             )
             self.send(sender, unreadable)
+            self._end(parent)
+        except UnavailableError as exc:
+            # Not this session's fault: the Runner tries again once the spine may be back,
+            # without spending the restart budget.
+            session_log().warning("session %s could not start: %s", cfg.session_id, exc)
+            why = SPINE_UNAVAILABLE
+            self.send(
+                sender,
+                SessionStopping(session_id=cfg.session_id, incarnation=cfg.incarnation, reason=why),
+            )
             self._end(parent)
         except Exception:
             # The stream cannot be loaded or written (a damaged row, storage refusing):

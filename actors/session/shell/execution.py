@@ -195,6 +195,7 @@ class IncarnationPorts:
                 key=effect.key,
                 steers=effect.steers,
                 answer=effect.answer,
+                given=(effect.result, effect.is_error) if effect.result else None,
             )
 
     def create_child(self, effect: c.CreateChild) -> None:

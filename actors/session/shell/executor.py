@@ -21,12 +21,12 @@ from typing import Any, Protocol
 
 import attrs
 
-from spine import AppendResult, ConflictError, Event, Log, StorageError
+from spine import AppendResult, ConflictError, Event, Log, StorageError, UnavailableError
 from spine.seal import KeysLike, SigningKey
 
 from ... import messages as m
 from ...interceptors import Interceptor
-from ..protocol import SessionReady
+from ..protocol import SPINE_UNAVAILABLE, SessionReady
 from ..rules import commands as c
 from ..rules.decide import decide
 from ..rules.replace import replace
@@ -35,6 +35,13 @@ from ..rules.views import ingress_seq
 from . import effects
 
 __all__ = ["EFFECTS", "Executor", "Ports", "RecordingPorts", "as_then"]
+
+#: How long an append waits for an unreachable spine (a database restarting, a network
+#: blip), trying again with a growing pause, before the incarnation asks to be restarted
+#: once the spine is back. A session holding its state through a short outage goes on as
+#: if nothing happened: its running turn and its tools are not cut, so nothing is in doubt.
+SPINE_HOLD = 10.0
+SPINE_PAUSE = (0.05, 1.0)
 
 
 class Ports(Protocol):
@@ -190,14 +197,14 @@ class Executor:
         return out
 
     def _append(self, events: tuple[Event, ...], key: str | None) -> AppendResult:
-        st = self.state.stored
         started = time.perf_counter()
         try:
-            res = self.log.append(
-                st.session_id, events, expected_seq=st.last_seq, idempotency_key=key
-            )
+            res = self._append_held(events, key)
         except ConflictError:
             self.ports.stop("stale incarnation")
+            raise
+        except UnavailableError:
+            self.ports.stop(SPINE_UNAVAILABLE)
             raise
         except StorageError:
             # What this incarnation holds may no longer match the log (a turn it thinks
@@ -206,6 +213,25 @@ class Executor:
             raise
         self.ports.timed(time.perf_counter() - started)
         return res
+
+    def _append_held(self, events: tuple[Event, ...], key: str | None) -> AppendResult:
+        """Append, trying again while the spine is unreachable, for up to `SPINE_HOLD`.
+
+        A try that raced the break may have committed: the next one then finds its key
+        (answered as a duplicate) or the stream moved past the expected seq (a conflict,
+        and a new incarnation rebuilds from the log); never a second copy."""
+        st = self.state.stored
+        pause, deadline = SPINE_PAUSE[0], time.monotonic() + SPINE_HOLD
+        while True:
+            try:
+                return self.log.append(
+                    st.session_id, events, expected_seq=st.last_seq, idempotency_key=key
+                )
+            except UnavailableError:
+                if time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(SPINE_PAUSE[1], pause * 2)
 
 
 @attrs.define

@@ -97,6 +97,7 @@ class TurnWorker:
         self._waiting: dict[tuple[str, str], concurrent.futures.Future[tuple[str, int, str]]] = {}
         self._questions: dict[str, _Answer] = {}
         self._keys: dict[tuple[str, str], str] = {}
+        self._given: dict[tuple[str, str], tuple[str, bool]] = {}
         self._steers: tuple[str, ...] = ()
         # The log the turn's children are followed on: one for all of its delegations (one
         # connection and one watcher thread polling the file, not one per child).
@@ -149,19 +150,28 @@ class TurnWorker:
         key: str = "",
         steers: tuple[str, ...] = (),
         answer: Mapping[str, Any] | None = None,
+        given: tuple[str, bool] | None = None,
     ) -> None:
-        """The session's verdict or a question's answer (from the session's thread), with the
-        key an admitted call runs under and the steers delivered at this safe point."""
+        """The session's verdict or a question's answer (from the session's own thread),
+        with the idempotency key an admitted call runs under, the steers it delivered at
+        this safe point, and the result a human gave by hand, stored already (set before
+        the verdict wakes the agent)."""
         q = self._questions.pop(tool_use_id, None) if answer is not None else None
         if q is not None and not q.done():
             q.set_result(answer or {})
         if key:
             self._keys[(action, tool_use_id)] = key
+        if given is not None:
+            self._given[(action, tool_use_id)] = given
         fut = self._waiting.pop((action, tool_use_id), None)
         if fut is not None and not fut.done():
             if steers:
                 self._steers = (*self._steers, *steers)
             fut.set_result((verdict, call, fault))
+
+    def given_result(self, action: str, tool_use_id: str) -> tuple[str, bool] | None:
+        """The result a human gave the call by hand (the session stored it), if any."""
+        return self._given.pop((action, tool_use_id), None)
 
     def idempotency_key(self, action: str, tool_use_id: str) -> str:
         """The key the session gave the admitted call ("" if none)."""
