@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         SessionView,
         SlashCommands,
     )
-    from .policy import BusyPolicy, RestartPolicy, SealPolicy
+    from .policy import BusyPolicy, RestartPolicy, SealPolicy, SnapshotPolicy
 
 # Where each lazily imported name lives. The command line imports this package first, and
 # `vertebra --help` must not pay for the actor system, the agents and the spine's codecs
@@ -60,6 +60,7 @@ _LAZY = {
     "SealPolicy": ".policy",
     "SessionView": ".interceptors",
     "SlashCommands": ".interceptors",
+    "SnapshotPolicy": ".policy",
     "TurnInput": ".agents",
     "TurnOutput": ".agents",
 }
@@ -112,6 +113,7 @@ __all__ = [
     "SessionNotFound",
     "SessionView",
     "SlashCommands",
+    "SnapshotPolicy",
     "SpineUnavailable",
     "TurnInput",
     "TurnOutput",

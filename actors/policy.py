@@ -1,5 +1,6 @@
-"""Policies as values: what a session does with a message mid-turn, and how the Runner
-restarts a session that died. Pure data, read by the deciders and the registry."""
+"""Policies as values: what a session does with a message mid-turn, how the Runner
+restarts a session that died, when a session seals and snapshots itself. Pure data, read
+by the deciders, the registry and the session's shell."""
 
 from __future__ import annotations
 
@@ -116,3 +117,25 @@ class SealPolicy:
 #: The daemon's default (``vertebra serve``): seal every 1000 events, and within a minute
 #: of the first unsealed one. An embedding `Host` seals only when asked unless given one.
 DAEMON_SEAL_POLICY = SealPolicy(every=1000, interval=60.0)
+
+
+@attrs.frozen(kw_only=True)
+class SnapshotPolicy:
+    """When a session writes its snapshot: its folded state at a seq, a cache from which
+    a restart folds only the events after it, so a first load costs the same at any
+    length (docs/operations.md, "Snapshots").
+
+    One is due once ``events`` events, or ``size`` bytes of stored payload, have been
+    appended since the last one, whichever comes first; 0 turns that trigger off, both 0
+    turns snapshots off. A load that had to fold more than that (a stream written by
+    someone else: a fork, an import, the Runner, a version with another fold) writes one
+    at once, so the next load is short again.
+    """
+
+    events: int = attrs.field(default=1000, validator=attrs.validators.ge(0))
+    size: int = attrs.field(default=4 * 1024 * 1024, validator=attrs.validators.ge(0))
+
+    def due(self, events: int, size: int = 0) -> bool:
+        """Whether ``events`` events of ``size`` payload bytes past the last snapshot
+        make one due."""
+        return bool((self.events and events >= self.events) or (self.size and size >= self.size))

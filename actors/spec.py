@@ -25,6 +25,7 @@ from projections import (
     model_settings,
     parse_temperature,
 )
+from projections import window_key as _window_key
 
 __all__ = [
     "LEGACY_PREFIX",
@@ -131,7 +132,7 @@ def mcp_servers(metadata: Mapping[str, str]) -> tuple[str, ...]:
 
 def window_key(spec: AgentSpec) -> str:
     """Which model a ``context.window`` answer is about: another model or server asks again."""
-    return f"{spec.provider}|{spec.base_url or ''}|{spec.model}"
+    return _window_key(spec.provider, spec.base_url or "", spec.model)
 
 
 @attrs.frozen(kw_only=True)

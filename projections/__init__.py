@@ -17,6 +17,7 @@ from ._context import (
     DEFAULT_WINDOW,
     ContextSettings,
     context_settings,
+    window_key,
 )
 from ._due import DUE_KINDS, DueIndex
 from ._errors import CheckpointError, FoldError, ProjectionError
@@ -107,6 +108,7 @@ from ._status import (
     record_rank,
     verification_passed,
 )
+from ._status_context import KEPT_COMPACTIONS, ContextStatus
 from ._status_events import HANDLERS, project, project_stored, reduce
 from ._status_rows import StatusFolder
 from ._thread import (
@@ -155,6 +157,7 @@ __all__ = [
     "DUE_KINDS",
     "EDITS",
     "HANDLERS",
+    "KEPT_COMPACTIONS",
     "LATENCY_BUCKETS",
     "LEGACY_PREFIX",
     "MAX_ACTIONS",
@@ -182,6 +185,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointStore",
     "ContextSettings",
+    "ContextStatus",
     "DueIndex",
     "EgressEntry",
     "Fail",
@@ -271,6 +275,7 @@ __all__ = [
     "turns",
     "usage_attributes",
     "verification_passed",
+    "window_key",
 ]
 
 

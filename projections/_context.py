@@ -96,3 +96,9 @@ def context_settings(metadata: Mapping[str, str]) -> ContextSettings:
         keep_recent=int(parsed.get(CONTEXT_KEEP_RECENT, DEFAULT_KEEP_RECENT)),  # type: ignore[call-overload]
         summary_model=str(parsed.get(CONTEXT_SUMMARY_MODEL, "")),
     )
+
+
+def window_key(provider: str, base_url: str, model: str) -> str:
+    """Which model a ``context.window`` answer is about (another model or server asks
+    again); unset provider and model are the scripted model's, as the agent spec reads them."""
+    return f"{provider or 'scripted'}|{base_url or ''}|{model or 'scripted'}"

@@ -18,7 +18,16 @@ from collections.abc import Mapping
 
 from spine import CheckpointStore, open_checkpoints
 
-from . import _index, _metadata, _status, _status_events, _status_row_handlers, _status_rows
+from . import (
+    _context,
+    _index,
+    _metadata,
+    _status,
+    _status_context,
+    _status_events,
+    _status_row_handlers,
+    _status_rows,
+)
 from ._index import SessionInfo, SessionsIndex
 from ._policy import Fail, FailurePolicy
 from ._progress import FailureInfo as FailureInfo
@@ -39,7 +48,16 @@ def _code_version() -> str:
     # Any change to the fold's source rebuilds the checkpoint: a stale fold is never served
     # as current, and a rebuild costs seconds.
     h = hashlib.sha256()
-    for mod in (_status, _status_events, _status_rows, _status_row_handlers, _index, _metadata):
+    for mod in (
+        _status,
+        _status_events,
+        _status_rows,
+        _status_row_handlers,
+        _status_context,
+        _context,
+        _index,
+        _metadata,
+    ):
         f = getattr(mod, "__file__", None)
         if f:
             h.update(pathlib.Path(f).read_bytes())

@@ -13,6 +13,8 @@ import attrs
 
 from spine import Event, Usage
 
+from ._status_context import ContextStatus
+
 #: Most recent governed actions kept in `Projection.actions`; older ones fall off the front.
 MAX_ACTIONS = 32
 #: Most recent egress decisions kept in `Projection.egress`; older ones fall off the front.
@@ -143,7 +145,8 @@ class Projection:
     The session vocabulary adds ``outcome`` (why it is terminal), ``messages`` (user
     messages), ``cancelled`` (turns cut off), ``phase`` (latest lifecycle phase) and
     ``metadata`` (the session's properties, folded from properties events) and ``pending``
-    (governed actions waiting for a human's approval).
+    (governed actions waiting for a human's approval), and ``context`` (the window, the
+    last request's input tokens, the compactions and the span the summary in force covers).
     """
 
     objective: str = ""
@@ -169,6 +172,8 @@ class Projection:
     metadata: Mapping[str, str] = attrs.field(factory=dict, converter=_freeze_metadata)
     #: Additive: actions waiting for approval, oldest first.
     pending: tuple[PendingEntry, ...] = ()
+    #: Additive: where the context window stands (`ContextStatus`).
+    context: ContextStatus = attrs.field(factory=ContextStatus)
 
     def child(self, child_id: str) -> FanoutChild | None:
         """The fan-out child with this id, if it was spawned."""

@@ -32,6 +32,7 @@ from ._status import (
     new_projection,
     verification_passed,
 )
+from ._status_context import answered, compacted, measured, rewindowed, uncompacted
 
 # -- helpers ------------------------------------------------------------------------------
 
@@ -215,12 +216,18 @@ def _action_completed(p: Projection, ev: Event) -> Projection:
     owner = _owner(p, ev.goal)
     actions, _ = _settle(p, ev, owner, ActionState.DONE)
     fanout = p.fanout
+    context = p.context
     if owner:
         i = _child_index(p, owner)
         c = p.fanout[i]
         if c.in_flight:
             fanout = _replace_child(p, i, attrs.evolve(c, in_flight=c.in_flight - 1))
-    return attrs.evolve(p, completed=p.completed + 1, actions=actions, fanout=fanout)
+    elif ev.extra:
+        # A model call of the session's own measured its request (a child's are its own).
+        context = measured(context, ev.extra.get("context"))
+    return attrs.evolve(
+        p, completed=p.completed + 1, actions=actions, fanout=fanout, context=context
+    )
 
 
 def _action_in_doubt(p: Projection, ev: Event) -> Projection:
@@ -295,7 +302,24 @@ def _record_verified(p: Projection, ev: Event) -> Projection:
 def _properties(p: Projection, ev: Event) -> Projection:
     if not ev.properties:
         return p
-    return attrs.evolve(p, metadata=apply_properties(p.metadata, ev.properties))
+    metadata = apply_properties(p.metadata, ev.properties)
+    return attrs.evolve(p, metadata=metadata, context=rewindowed(p.context, metadata))
+
+
+def _context_window(p: Projection, ev: Event) -> Projection:
+    x = ev.extra
+    ctx = answered(p.context, p.metadata, x.get("tokens"), x.get("source"), x.get("key"))
+    return p if ctx is p.context else attrs.evolve(p, context=ctx)
+
+
+def _context_compacted(p: Projection, ev: Event) -> Projection:
+    ctx = compacted(p.context, ev.seq, ev.extra.get("fromSeq"), ev.extra.get("toSeq"))
+    return p if ctx is p.context else attrs.evolve(p, context=ctx)
+
+
+def _context_uncompacted(p: Projection, ev: Event) -> Projection:
+    ctx = uncompacted(p.context, ev.call)
+    return p if ctx is p.context else attrs.evolve(p, context=ctx)
 
 
 def _lifecycle(p: Projection, ev: Event) -> Projection:
@@ -329,6 +353,9 @@ HANDLERS: Mapping[str, Handler] = {
     Kind.RECORD_VERIFIED: _record_verified,
     Kind.PROPERTIES: _properties,
     Kind.LIFECYCLE: _lifecycle,
+    Kind.CONTEXT_WINDOW: _context_window,
+    Kind.CONTEXT_COMPACTED: _context_compacted,
+    Kind.CONTEXT_UNCOMPACTED: _context_uncompacted,
 }
 
 # Plain-string keys so that a lookup by ``ev.kind`` (a str) hashes the same way.

@@ -16,6 +16,7 @@ import orjson
 from spine import REVIVING_PHASES, Kind
 
 from ._status import MAX_ACTIONS, MAX_EGRESS, Outcome, _verification_passed
+from ._status_context import answered, compacted, measured, rewindowed, uncompacted
 
 if TYPE_CHECKING:
     from ._status_rows import StatusFolder
@@ -204,6 +205,8 @@ def _action_completed(s: StatusFolder, d: Mapping[str, Any]) -> None:
         c = s.fanout[s.children[owner]]
         if c[_C_IN_FLIGHT]:
             c[_C_IN_FLIGHT] -= 1
+    elif "context" in d:
+        s.context = measured(s.context, d["context"])
 
 
 def _action_in_doubt(s: StatusFolder, d: Mapping[str, Any]) -> None:
@@ -276,6 +279,19 @@ def _properties(s: StatusFolder, d: Mapping[str, Any]) -> None:
                 meta.pop(k, None)
             else:
                 meta[k] = v
+        s.context = rewindowed(s.context, meta)
+
+
+def _context_window(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    s.context = answered(s.context, s.metadata, d.get("tokens"), d.get("source"), d.get("key"))
+
+
+def _context_compacted(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    s.context = compacted(s.context, d.get("seq", 0), d.get("fromSeq"), d.get("toSeq"))
+
+
+def _context_uncompacted(s: StatusFolder, d: Mapping[str, Any]) -> None:
+    s.context = uncompacted(s.context, d.get("call", 0))
 
 
 def _lifecycle(s: StatusFolder, d: Mapping[str, Any]) -> None:
@@ -312,4 +328,7 @@ STATUS_HANDLERS: dict[str, FastHandler] = {
     str(Kind.RECORD_VERIFIED): _record_verified,
     str(Kind.PROPERTIES): _properties,
     str(Kind.LIFECYCLE): _lifecycle,
+    str(Kind.CONTEXT_WINDOW): _context_window,
+    str(Kind.CONTEXT_COMPACTED): _context_compacted,
+    str(Kind.CONTEXT_UNCOMPACTED): _context_uncompacted,
 }

@@ -28,6 +28,7 @@ from ._status import (
     Projection,
     RecordState,
 )
+from ._status_context import ContextStatus, context_dump, context_load
 from ._status_row_handlers import _C_ID, _C_SEAL, _C_STATE, _RUNNING
 from ._status_row_handlers import STATUS_HANDLERS as STATUS_HANDLERS
 
@@ -46,6 +47,7 @@ class StatusFolder:
         "children",
         "completed",
         "containment",
+        "context",
         "egress",
         "egress_allowed",
         "egress_blocked",
@@ -93,6 +95,8 @@ class StatusFolder:
         self.phase = ""
         self.metadata: dict[str, str] = {}
         self.pending: list[list[Any]] = []
+        # Immutable and rarely changed: replaced, never mutated, so freeze can share it.
+        self.context = ContextStatus()
 
     def feed(self, d: Mapping[str, Any]) -> None:
         """Fold one decoded stored row (unknown kinds change nothing)."""
@@ -145,6 +149,7 @@ class StatusFolder:
             pending=tuple(
                 PendingEntry(call=x[0], action=x[1], input=x[2], turn=x[3]) for x in self.pending
             ),
+            context=self.context,
         )
 
     @classmethod
@@ -179,6 +184,7 @@ class StatusFolder:
         s.messages, s.cancelled, s.phase = p.messages, p.cancelled, p.phase
         s.metadata = dict(p.metadata)
         s.pending = [[x.call, x.action, x.input, x.turn] for x in p.pending]
+        s.context = p.context
         return s
 
     def _index_children(self) -> None:
@@ -216,6 +222,7 @@ class StatusFolder:
             "phase": self.phase,
             "metadata": self.metadata,
             "pending": self.pending,
+            "context": context_dump(self.context),
         }
 
     @classmethod
@@ -241,6 +248,7 @@ class StatusFolder:
         s.messages, s.cancelled, s.phase = d["messages"], d["cancelled"], d["phase"]
         s.metadata = dict(d["metadata"])
         s.pending = [list(x) for x in d.get("pending", ())]
+        s.context = context_load(d.get("context"))
         return s
 
 

@@ -141,3 +141,40 @@ def root_from_path(leaf: bytes, index: int, size: int, path: Sequence[bytes]) ->
         fn >>= 1
         sn >>= 1
     return r if sn == 0 else None
+
+
+class MerkleFrontier:
+    """The RFC 6962 tree head of a sequence of leaves that only grows, kept as the roots
+    of its perfect subtrees (at most one per bit of the count): adding leaves costs their
+    own hashes, not the whole tree again. `root` equals `merkle_root` of every leaf added,
+    since RFC 6962 splits at the largest power of two, which is the first such subtree."""
+
+    __slots__ = ("_peaks", "size")
+
+    def __init__(self) -> None:
+        self.size = 0
+        #: (leaves under it, its root), largest first; the sizes are distinct powers of two.
+        self._peaks: list[tuple[int, bytes]] = []
+
+    def copy(self) -> MerkleFrontier:
+        other = MerkleFrontier()
+        other.size, other._peaks = self.size, list(self._peaks)
+        return other
+
+    def extend(self, leaves: Sequence[bytes]) -> None:
+        peaks = self._peaks
+        for leaf in leaves:
+            n, h = 1, leaf
+            while peaks and peaks[-1][0] == n:
+                m, left = peaks.pop()
+                n, h = n + m, node_hash(left, h)
+            peaks.append((n, h))
+        self.size += len(leaves)
+
+    def root(self) -> bytes:
+        if not self._peaks:
+            return _sha256(b"").digest()
+        h = self._peaks[-1][1]
+        for _, left in reversed(self._peaks[:-1]):
+            h = node_hash(left, h)
+        return h

@@ -29,7 +29,15 @@ from ._bundle import (
     verify_bundle,
 )
 from ._keys import Keyring, KeysLike, KeyStore, PublicKey, SigningKey, key_id_of
-from ._merkle import audit_path, leaf_hash, merkle_root, node_hash, root_from_path, row_leaf_hash
+from ._merkle import (
+    MerkleFrontier,
+    audit_path,
+    leaf_hash,
+    merkle_root,
+    node_hash,
+    root_from_path,
+    row_leaf_hash,
+)
 from ._seal_errors import (
     BundleError,
     InclusionError,
@@ -72,6 +80,7 @@ __all__ = [
     "Keyring",
     "KeysLike",
     "MalformedSealError",
+    "MerkleFrontier",
     "NothingToSealError",
     "PublicKey",
     "Seal",

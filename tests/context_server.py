@@ -14,15 +14,23 @@ a tool result gets "got it"; anything else gets ``reply to <first word>``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import orjson
 from fake_models import chunk, tool_delta, usage_chunk
 
-from actors.agents.context import SUMMARY_SYSTEM
-from actors.agents.tools import Tool, ToolRegistry
+from actors.agents.context import SUMMARY_SYSTEM, leaves_out, model_view
+from actors.agents.formats import chat_body
+from actors.agents.tools import RECALL, Tool, ToolRegistry
+from actors.agents.wire import ModelRequest
+from actors.session.rules import commands as cmd
+from actors.session.rules.state import SessionState, fold
+from actors.session.rules.turns import settle
+from spine import Event, Kind
 
 
 def _blob(args: dict[str, Any]) -> str:
@@ -36,6 +44,39 @@ BLOB = Tool(
     fn=_blob,
 )
 TOOLS = ToolRegistry.of([BLOB])
+
+
+def replayed(events: list[Event], session_id: str) -> list[bytes]:
+    """Each turn's first answered request as the log gives it (chat-completions JSON):
+    the state before the turn, with the context events the turn stored (its window
+    answer, its compactions). One pass: the state is folded once, turn after turn."""
+    out = []
+    starts = [i for i, e in enumerate(events) if e.kind == Kind.TURN_STARTED]
+    st, done = SessionState(session_id=session_id), 0
+    for n, at in enumerate(starts):
+        st = fold(st, events[done:at])
+        done = at
+        end = starts[n + 1] if n + 1 < len(starts) else len(events)
+        ctx_events = [
+            e for e in events[at:end] if e.kind in (Kind.CONTEXT_WINDOW, Kind.CONTEXT_COMPACTED)
+        ]
+        d = settle(cmd.Session(stored=fold(st, ctx_events)), cmd.Settle())
+        (start,) = [x for x in d.effects if isinstance(x, cmd.StartTurn)]
+        ti = start.input
+        system, msgs, _ = model_view(ti, ti.spec.system)
+        tools = TOOLS.with_tool(RECALL) if leaves_out(ti) else TOOLS
+        req = ModelRequest(
+            model=ti.spec.model,
+            messages=msgs,
+            tools=tools.specs(),
+            system=system,
+            temperature=ti.spec.temperature,
+            max_output_tokens=ti.spec.max_output_tokens,
+            thinking_level=ti.spec.thinking_level,
+            include_usage=ti.spec.include_usage,
+        )
+        out.append(orjson.dumps(chat_body(req)))
+    return out
 
 
 def count(body: dict[str, Any]) -> int:
@@ -76,12 +117,19 @@ def overflow(style: str, tokens: int, n_ctx: int) -> dict[str, Any]:
 class WindowServer:
     """``n_ctx`` tokens enforced; ``announce``: ``/props`` tells it (llama.cpp)."""
 
-    def __init__(self, n_ctx: int, *, announce: bool = True, style: str = "llama") -> None:
+    def __init__(
+        self, n_ctx: int, *, announce: bool = True, style: str = "llama", keep_raw: bool = True
+    ) -> None:
         self.n_ctx = n_ctx
         self.announce = announce
         self.style = style
-        #: Every chat request: (raw body, tokens counted, accepted, is a summary call).
+        #: Every chat request: (raw body, tokens counted, accepted, is a summary call); the
+        #: raw body is left out (empty) unless ``keep_raw``: a long run would hold them all.
         self.log: list[tuple[bytes, int, bool, bool]] = []
+        self.keep_raw = keep_raw
+        #: The SHA-256 of each answered request that is not a summary's and ends with the
+        #: user's message: the first request of each turn, for comparing with a replay.
+        self.turn_digests: list[bytes] = []
         self.lock = threading.Lock()
         server = self
 
@@ -116,8 +164,11 @@ class WindowServer:
                 msgs = body.get("messages") or []
                 summary = bool(msgs) and msgs[0].get("content") == SUMMARY_SYSTEM
                 ok = tokens <= server.n_ctx
+                first = ok and not summary and bool(msgs) and msgs[-1].get("role") == "user"
                 with server.lock:
-                    server.log.append((raw, tokens, ok, summary))
+                    server.log.append((raw if server.keep_raw else b"", tokens, ok, summary))
+                    if first:
+                        server.turn_digests.append(hashlib.sha256(raw).digest())
                 if not ok:
                     self._json(400, overflow(server.style, tokens, server.n_ctx))
                     return

@@ -87,10 +87,9 @@ def test_a_snapshot_on_the_single_process_base_does_not_stop_the_session(
 ) -> None:  # type: ignore[no-untyped-def]
     """Snapshots are written from whichever thread drives the system there; the session
     used to stop serving at its first snapshot (seq 1000)."""
-    import actors.session.shell.execution as session_execution
+    from actors.policy import SnapshotPolicy
 
-    monkeypatch.setattr(session_execution, "SNAPSHOT_EVERY", 10)
-    h = Host(tmp_path, base="simpleSystemBase", timeout=20)
+    h = Host(tmp_path, base="simpleSystemBase", timeout=20, snapshots=SnapshotPolicy(events=10))
     try:
         sid = h.create()
         for i in range(8):

@@ -658,6 +658,43 @@ def test_status_json_spells_usage_with_the_seeds_names(tmp_path: pathlib.Path) -
     assert re.search(r"^cacheHitRate\s+80%$", text, re.M)
 
 
+def test_status_says_where_the_context_window_stands(tmp_path: pathlib.Path) -> None:
+    """status reports the context from the projection: the window and where it came from,
+    the last request's input tokens and what is left, the compactions and the span the
+    summary in force stands for."""
+    data = tmp_path / "data"
+    data.mkdir()
+    log = open_log(LogSpec.sqlite(str(data / "spine.db")))
+    try:
+        measured = {"context": {"chars": 1200, "inputTokens": 300}}
+        log.append(
+            "ctx-1",
+            [
+                Event(kind=Kind.PROPERTIES, properties={"ore.model.context_window": "1000"}),
+                Event(kind=Kind.USER_MESSAGE, text="hi"),
+                Event(kind=Kind.ACTION_COMPLETED, action="model", call=1, extra=measured),
+                Event(kind=Kind.CONTEXT_COMPACTED, text="s", extra={"fromSeq": 2, "toSeq": 3}),
+            ],
+        )
+        log.append("plain-1", [Event(kind=Kind.USER_MESSAGE, text="hi")])
+    finally:
+        log.close()
+    fields = json.loads(ok(run(data, "status", "ctx-1", "--json")))
+    assert fields["context"] == {
+        "window": 1000,
+        "source": "setting",
+        "used": 300,
+        "remaining": 700,
+        "fill": 0.3,
+        "compactions": 1,
+        "covered": {"fromSeq": 2, "toSeq": 3},
+    }
+    text = ok(run(data, "status", "ctx-1"))
+    assert re.search(r"^context\s+window 1000  source setting  used 300  remaining 700", text, re.M)
+    assert "covered events 2-3" in text
+    assert "context" not in json.loads(ok(run(data, "status", "plain-1", "--json")))
+
+
 # -- seal, verify, rebuild ---------------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ byte."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 from collections.abc import Iterator
@@ -13,23 +14,18 @@ from typing import Any
 import attrs
 import orjson
 import pytest
-from context_server import TOOLS, WindowServer, overflow
+from context_server import TOOLS, WindowServer, overflow, replayed
 from fake_models import FakeModelServer
 
 from actors.agents import ModelAgent, ModelFactory, ToolRegistry
-from actors.agents.context import leaves_out, model_view
-from actors.agents.formats import chat_body
 from actors.agents.http import HttpProvider
 from actors.agents.scripted import ScriptedProvider
-from actors.agents.tools import RECALL
-from actors.agents.wire import ModelRequest
 from actors.host import Host
 from actors.session.rules import commands as c
-from actors.session.rules.state import SessionState, fold
-from actors.session.rules.turns import settle
+from actors.session.shell.recall import rooted
 from actors.session.shell.worker import TurnWorker
 from actors.spec import AgentSpec, ContextView, TurnInput
-from spine import Event, Kind
+from spine import Event, Kind, SqliteLog
 from spine.seal import merkle_root, row_leaf_hash
 
 pytestmark = pytest.mark.timeout(180)
@@ -76,36 +72,6 @@ def _say(h: Host, sid: str, text: str) -> Event:
 
 def _message(i: int) -> str:
     return f"m{i} " + f"line {i} of a conversation that goes on and on. " * 6
-
-
-def _rebuilt(events: list[Event], session_id: str) -> list[bytes]:
-    """Each turn's first answered request as the log gives it: the state before the turn,
-    with the context events the turn stored (its window answer, its compactions)."""
-    out = []
-    starts = [i for i, e in enumerate(events) if e.kind == Kind.TURN_STARTED]
-    for n, at in enumerate(starts):
-        end = starts[n + 1] if n + 1 < len(starts) else len(events)
-        ctx_events = [
-            e for e in events[at:end] if e.kind in (Kind.CONTEXT_WINDOW, Kind.CONTEXT_COMPACTED)
-        ]
-        st = fold(SessionState(session_id=session_id), [*events[:at], *ctx_events])
-        d = settle(c.Session(stored=st), c.Settle())
-        (start,) = [x for x in d.effects if isinstance(x, c.StartTurn)]
-        ti = start.input
-        system, msgs, _ = model_view(ti, ti.spec.system)
-        tools = TOOLS.with_tool(RECALL) if leaves_out(ti) else TOOLS
-        req = ModelRequest(
-            model=ti.spec.model,
-            messages=msgs,
-            tools=tools.specs(),
-            system=system,
-            temperature=ti.spec.temperature,
-            max_output_tokens=ti.spec.max_output_tokens,
-            thinking_level=ti.spec.thinking_level,
-            include_usage=ti.spec.include_usage,
-        )
-        out.append(orjson.dumps(chat_body(req)))
-    return out
 
 
 def _root(h: Host, sid: str, first: int, last: int) -> str:
@@ -180,7 +146,7 @@ def test_a_session_outlives_its_window_and_replays_its_requests_byte_for_byte(
     assert recalled.result.endswith("\n" + "b" * 500)
     # Live == replay: each turn's request is the one the log gives, byte for byte, on
     # both sides of the restart.
-    assert _first_answered(server) == _rebuilt(events, sid)
+    assert _first_answered(server) == replayed(events, sid)
 
 
 def test_an_overflow_the_estimate_missed_is_answered_by_one_compaction_and_a_retry(
@@ -355,3 +321,81 @@ def test_a_forced_compaction_runs_though_none_is_due() -> None:
     out = _Worker()
     out.run(agent, attrs.evolve(ti, context=attrs.evolve(ctx, force=False)))
     assert out.events(Kind.CONTEXT_COMPACTED) == []
+
+
+def _orphans(raw: bytes) -> int:
+    """Tool calls without their result, or results without their call, in one request."""
+    msgs = orjson.loads(raw)["messages"]
+    asked = {c["id"] for m in msgs for c in m.get("tool_calls") or []}
+    answered = {m["tool_call_id"] for m in msgs if m["role"] == "tool"}
+    return len(asked ^ answered)
+
+
+def test_hundreds_of_turns_stay_under_the_window_and_stay_verifiable(
+    tmp_path: pathlib.Path, no_leftover_processes: None
+) -> None:
+    """The benchmark's case in small (``bench/context_live.py`` runs 10,000 turns): 300
+    turns with a 20 KB tool result every tenth, against a 1024-token window, restarted
+    half-way. No request passes the window, the session compacts again and again, every
+    turn's request is the one its log gives, the status says where the context stands
+    without folding the stream, and the whole stream still seals and verifies."""
+    server = WindowServer(N_CTX)
+    turns = 300
+    try:
+        h = _host(tmp_path)
+        try:
+            sid = h.create()
+            _point(h, sid, server.url)
+            for n in range(1, turns + 1):
+                if n == turns // 2 + 1:
+                    h.close()
+                    h = _host(tmp_path)
+                text = f"!blob 20000 {n}" if n % 10 == 0 else f"m{n} " + "words " * 8
+                done = _say(h, sid, text)
+                assert done.kind == Kind.TURN_COMPLETED and not done.error, (n, done)
+            events = h.history(sid)
+            status = h.status(sid).context
+            assert h.seal(sid).seq > 0
+            verified = h.verify(sid)
+        finally:
+            h.close()
+    finally:
+        server.close()
+    assert [t for _, t, ok, _ in server.log if not ok] == []
+    assert max(t for _, t, _, _ in server.log) <= N_CTX
+    assert [raw for raw, _, _, _ in server.log if _orphans(raw)] == []
+    compactions = [e for e in events if e.kind == Kind.CONTEXT_COMPACTED]
+    assert len(compactions) >= 10
+    assert sum(1 for e in events if e.kind == Kind.USER_MESSAGE) == turns
+    assert server.turn_digests == [hashlib.sha256(b).digest() for b in replayed(events, sid)]
+    last = compactions[-1].extra
+    assert (status.window, status.source) == (N_CTX, "llama.cpp /props")
+    assert status.compactions == len(compactions)
+    assert status.covered == (last["fromSeq"], last["toSeq"])
+    assert 0 < status.used <= N_CTX
+    assert verified.ok, verified.summary
+
+
+def test_a_compactions_root_is_its_spans_whoever_hashed_the_span_before(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Each compaction's root is the Merkle root of exactly the events first..last, though
+    only the events since the last one are hashed again; another log whose stream has the
+    same id, or a span that starts elsewhere, is hashed whole."""
+
+    def compaction(first: int, last: int) -> Event:
+        return Event(kind=Kind.CONTEXT_COMPACTED, extra={"fromSeq": first, "toSeq": last})
+
+    def want(log: SqliteLog, first: int, last: int) -> str:
+        rows = log.read("same-id", first - 1, last - first + 1)
+        return merkle_root([row_leaf_hash(r.payload, r.version) for r in rows]).hex()
+
+    with SqliteLog(tmp_path / "a.db") as a, SqliteLog(tmp_path / "b.db") as b:
+        a.append("same-id", [Event(kind=Kind.ASSISTANT, text=f"a{i}") for i in range(40)])
+        b.append("same-id", [Event(kind=Kind.ASSISTANT, text=f"b{i}") for i in range(40)])
+        for log, first, last in [(a, 1, 5), (a, 1, 17), (a, 1, 17), (a, 1, 33), (b, 1, 35),
+                                 (a, 1, 36), (a, 4, 38), (a, 1, 12), (a, 1, 40)]:  # fmt: skip
+            ev = rooted(log, "same-id", compaction(first, last))
+            assert ev.extra["root"] == want(log, first, last), (first, last)
+            assert ev.extra["count"] == last - first + 1
+        assert "root" not in rooted(a, "same-id", compaction(1, 41)).extra

@@ -224,6 +224,17 @@ def test_the_context_route_reports_the_window_and_the_estimate(http: httpx.Clien
     ctx = http.get("/v1/sessions/ctx-1/context").json()
     assert ctx["window"] == 4096 and ctx["windowSource"] == "setting"
     assert 0 < ctx["estimate"] < 4096 and ctx["compactions"] == 0
+    # The status says it too, from the projection (the scripted model measures nothing).
+    status = http.get("/v1/sessions/ctx-1/status").json()
+    assert status["context"] == {
+        "window": 4096,
+        "source": "setting",
+        "used": 0,
+        "remaining": 4096,
+        "fill": 0.0,
+        "compactions": 0,
+        "covered": None,
+    }
     assert http.get("/v1/sessions/nobody/context").status_code == 404
 
 

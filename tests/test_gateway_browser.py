@@ -252,3 +252,42 @@ def test_steer_regenerate_and_the_branch_switcher_on_the_page(page: Any, gw: Gat
         " document.querySelectorAll('#branches li')[0].classList.contains('active')"
     )
     _shot(page, "branches")
+
+
+def test_a_compaction_shows_where_a_summary_replaced_a_span_and_opens_it(
+    page: Any, gw: GatewayHandle
+) -> None:
+    """After ``/compact`` the next turn summarises the older conversation: the transcript
+    marks where, naming the seqs the summary stands for; opened, the marker shows the
+    summary and lists those events, read back from the history; the status panel counts
+    the compaction and the window's fill."""
+    with client(gw) as http:
+        meta = {"ore.model.context_window": "4096", "context.keep_recent": "1"}
+        created = http.post("/v1/sessions", json={"id": "web-ctx", "metadata": meta})
+        assert created.status_code == 201
+    page.reload()
+    page.click("#session-list li[data-id='web-ctx']")
+    page.wait_for_selector("#session-list li.active[data-id='web-ctx']")
+    for text in ("first words said", "second words said", "/compact", "third words said"):
+        page.fill("#input", text)
+        page.press("#input", "Enter")
+        if not text.startswith("/"):
+            page.wait_for_selector(f".assistant:not(.streaming):has-text('{text}')")
+    marker = page.wait_for_selector(".note.compaction[data-from]")
+    first, last = int(marker.get_attribute("data-from")), int(marker.get_attribute("data-to"))
+    assert 1 <= first < last
+    assert f"a summary stands for events {first}-{last}" in marker.text_content()
+    page.click(".note.compaction summary")
+    page.wait_for_selector(".compaction-summary", state="visible")
+    page.click(".compaction-open")
+    page.wait_for_function(
+        f"document.querySelectorAll('.compaction-events li').length === {last - first + 1}"
+    )
+    listed = page.eval_on_selector_all(
+        ".compaction-events li", "els => els.map(e => [e.value, e.textContent])"
+    )
+    assert [seq for seq, _ in listed] == list(range(first, last + 1))
+    assert any(t.startswith("user.message first words said") for _, t in listed), listed
+    assert not any("third words said" in t for _, t in listed)
+    page.wait_for_function("document.getElementById('usage').textContent.includes('compactions1')")
+    _shot(page, "compaction")

@@ -6,6 +6,7 @@ refused."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -61,6 +62,20 @@ def _bounded(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+#: The session-id pattern every route's ``{id}`` declares, as a full match. Schemathesis
+#: draws from a pattern with Python's regular expressions, in which ``$`` also matches
+#: before a final newline, and it has drawn ids with control characters in them, which
+#: the pattern excludes, as schema-valid data; those would be reported as valid requests
+#: refused. Malformed ids have their own tests (400 ``bad_id``, test_gateway).
+_ID_PATTERN = json.loads(openapi_bytes())["paths"]["/v1/sessions/{id}"]["parameters"][0]
+_SESSION_ID = re.compile(_ID_PATTERN["schema"]["pattern"].strip("^$"))
+
+
+def filter_path_parameters(context: Any, path_parameters: dict[str, Any] | None) -> bool:
+    sid = (path_parameters or {}).get("id")
+    return sid is None or _SESSION_ID.fullmatch(str(sid)) is not None
+
+
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -75,6 +90,7 @@ schema = schemathesis.openapi.from_dict(_bounded(json.loads(openapi_bytes()))).e
 )
 
 
+@schema.hooks.apply(filter_path_parameters)
 @schema.parametrize()
 @settings(
     max_examples=40,
@@ -93,6 +109,7 @@ def test_no_request_makes_the_gateway_fail(case: Any, gw: GatewayHandle) -> None
     )
 
 
+@schema.hooks.apply(filter_path_parameters)
 @schema.parametrize()
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 def test_a_scoped_token_gets_answers_the_schema_describes(case: Any, gw: GatewayHandle) -> None:

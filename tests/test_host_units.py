@@ -15,6 +15,7 @@ from actors.host import SessionSubscription, merge
 from actors.host.reading import pending_actions
 from actors.host.replies import ReplyMatcher, raise_failed
 from actors.messages import Ack, RequestFailed, SinkBatch
+from actors.session.protocol import WAITING, FindRequest, RequestWhere
 from projections import ProjectionFailed, QueryIndex
 from spine import Event, Kind, MemoryLog, Phase
 
@@ -212,10 +213,15 @@ def test_a_failed_session_is_not_a_closed_one() -> None:
 
 
 class _LossyTransport:
-    """Loses the first delivery of every request; answers the second."""
+    """Loses the first delivery of every request; answers the second. Asked where a
+    request stands, it answers ``where`` as the Runner would (``""``: it never got it),
+    or, ``where=None``, never (a session too busy to reach the question)."""
 
-    def __init__(self) -> None:
+    def __init__(self, where: str | None = "") -> None:
         self.sent: list[object] = []
+        self.where = where
+        self.answers: dict[str, object] = {}
+        self.asked = 0
 
     def ask(self, to: object, msg: object, timeout: float, request_id: str | None = None) -> object:
         if isinstance(msg, m.GetRunner):
@@ -224,43 +230,81 @@ class _LossyTransport:
         return None
 
     def tell(self, to: object, msg: object) -> None:
+        if isinstance(msg, FindRequest):
+            self.asked += 1
+            if self.where is not None:
+                self.answers[msg.request_id] = RequestWhere(
+                    request_id=msg.request_id, where=self.where
+                )
+            return
         self.sent.append(msg)
 
     def wait(self, request_id: str, timeout: float) -> object:
-        if len(self.sent) >= 2:
+        if request_id in self.answers:
+            return self.answers.pop(request_id)
+        if len(self.sent) >= 2 and not request_id.startswith("find"):
             return m.Done(request_id=request_id)
         time.sleep(min(timeout, 0.01))
         return None
 
 
+def _runtime(t: _LossyTransport, monkeypatch: pytest.MonkeyPatch, timeout: float) -> Any:
+    from actors.host import runtime
+
+    monkeypatch.setattr(runtime, "RESEND_AFTER", 0.02)
+    monkeypatch.setattr(runtime, "RUNNER_CHECK", 0.01)
+    ids = iter(range(10**6))
+    monkeypatch.setattr(runtime, "request_id", lambda: f"find-{next(ids)}")
+    rt = runtime.Runtime(t, timeout=timeout, follow_restarts=True)  # type: ignore[arg-type]
+    rt.runner, rt.generation = "runner", 1
+    return rt
+
+
 def test_an_idempotent_request_lost_in_transit_is_sent_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Thespian delivers at most once: a keyed send without a reply goes out again."""
-    from actors.host import runtime
-
-    monkeypatch.setattr(runtime, "RESEND_AFTER", 0.05)
-    monkeypatch.setattr(runtime, "RUNNER_CHECK", 0.01)
+    """Thespian delivers at most once: a keyed send the Runner holds nothing of goes out
+    again, once."""
     t = _LossyTransport()
-    rt = runtime.Runtime(t, timeout=5.0, follow_restarts=True)  # type: ignore[arg-type]
-    rt.runner, rt.generation = "runner", 1
+    rt = _runtime(t, monkeypatch, 5.0)
     msg = m.SendMessage(request_id="r1", session_id="s", key="k", text="hi")
     assert isinstance(rt.request(msg, 5.0), m.Done)
-    assert t.sent == [msg, msg]
+    assert t.sent == [msg, msg] and t.asked == 1 and rt.resent == 1
+
+
+@pytest.mark.parametrize("where", [WAITING, None])
+def test_a_request_waiting_for_a_loading_or_busy_session_is_not_sent_again(
+    monkeypatch: pytest.MonkeyPatch, where: str | None
+) -> None:
+    """The Runner says it holds the request for a session still loading, or the session
+    it went to has not reached the question yet: the Host asks again later instead of
+    sending a copy, however long that takes."""
+    t = _LossyTransport(where=where)
+    rt = _runtime(t, monkeypatch, 5.0)
+    msg = m.SendMessage(request_id="r1", session_id="s", key="k", text="hi")
+    with pytest.raises(HostTimeout):
+        rt.request(msg, 0.3)
+    assert t.sent == [msg] and t.asked >= 3 and rt.resent == 0
+
+
+def test_a_request_to_no_session_is_sent_again_without_asking(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the Runner holds a list request: nobody to ask, it goes out again."""
+    t = _LossyTransport()
+    rt = _runtime(t, monkeypatch, 5.0)
+    msg = m.ListSessions(request_id="r1")
+    assert isinstance(rt.request(msg, 5.0), m.Done)
+    assert t.sent == [msg, msg] and t.asked == 0 and rt.resent == 1
 
 
 def test_a_create_is_never_sent_twice(monkeypatch: pytest.MonkeyPatch) -> None:
     """A second create would report the session it made as already existing."""
-    from actors.host import runtime
-
-    monkeypatch.setattr(runtime, "RESEND_AFTER", 0.01)
-    monkeypatch.setattr(runtime, "RUNNER_CHECK", 0.01)
     t = _LossyTransport()
-    rt = runtime.Runtime(t, timeout=0.2, follow_restarts=True)  # type: ignore[arg-type]
-    rt.runner, rt.generation = "runner", 1
+    rt = _runtime(t, monkeypatch, 0.2)
     with pytest.raises(HostTimeout):
         rt.request(m.CreateSession(request_id="r2", session_id="s"), 0.2)
-    assert len(t.sent) == 1
+    assert len(t.sent) == 1 and t.asked == 0
 
 
 def test_a_childs_mirrored_admission_and_turn_leave_the_parents_waiting_action_listed() -> None:

@@ -77,6 +77,35 @@ _records = st.sampled_from(
 _status_kinds = st.sampled_from([str(k) for k in HANDLERS]) | st.sampled_from(
     [str(Kind.TURN_STARTED), str(Kind.ASSISTANT), str(Kind.TOOL_CALL), str(Kind.INTERRUPT)]
 )
+#: Fields the context rules read (``context.*`` and a model call's measure), usable or not.
+_context_extra = st.sampled_from(
+    [
+        {},
+        {"fromSeq": 1, "toSeq": 5},
+        {"fromSeq": 3, "toSeq": 2},
+        {"fromSeq": 2.0, "toSeq": 9},
+        {"fromSeq": True, "toSeq": 4},
+        {"tokens": 1024, "source": "llama.cpp /props", "key": "openai|http://x/v1|m"},
+        {"tokens": 0, "source": "table"},
+        {"context": {"chars": 400, "inputTokens": 100}},
+        {"context": {"chars": 0, "inputTokens": 7}},
+        {"context": "not a measure"},
+    ]
+)
+#: Metadata changes that move the window: its setting, the model its answer is about.
+_context_properties = st.sampled_from(
+    [
+        {"ore.model.context_window": "2048"},
+        {"ore.model.context_window": None},
+        {"ore.model.context_window": "tiny"},
+        {
+            "ore.model.provider": "openai",
+            "ore.model.base_url": "http://x/v1",
+            "ore.model.name": "m",
+        },
+        {"ore.model.name": "other"},
+    ]
+)
 #: Kinds this version has never heard of: a few fixed ones, and any from the shared pool.
 _unknown = st.sampled_from(["future.kind", "x", "session.merged"]) | unknown_kinds
 
@@ -101,8 +130,9 @@ def status_events(draw: st.DrawFn, kinds: st.SearchStrategy[str] | None = None) 
         allowed=draw(st.booleans()),
         reason=draw(_small),
         phase=draw(st.sampled_from(["", *[str(p) for p in Phase]])),
-        properties=draw(property_changes),
+        properties=draw(property_changes | _context_properties),
         record=draw(_records),
+        extra=draw(_context_extra),
     )
 
 

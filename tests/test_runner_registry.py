@@ -29,7 +29,11 @@ from actors.runner.rules.actions import (
 )
 from actors.session.protocol import (
     SPINE_UNAVAILABLE,
+    WAITING,
     Appended,
+    Behind,
+    FindRequest,
+    RequestWhere,
     Routed,
     SessionReady,
     SessionStopping,
@@ -253,6 +257,31 @@ def test_requests_to_a_starting_or_restarting_session_wait() -> None:
     r.create(SID, "c1", CALLER, {})
     assert r.route(SID, _send(), CALLER, 0.0) == []
     assert len(r.entries[SID].pending) == 1
+
+
+def _find(r: Registry, about: str, sid: str = SID) -> Any:
+    [reply] = r.find(FindRequest(request_id="f", session_id=sid, about=about), CALLER)
+    assert isinstance(reply, Reply)
+    return reply.to, reply.message
+
+
+def test_the_host_is_told_where_a_request_without_a_reply_stands() -> None:
+    """Queued for a loading incarnation: waiting (no copy needed); keyed ingress forwarded
+    and not committed: asked of the incarnation, behind it; committed, never seen, a
+    forwarded read, or another session's: held nowhere."""
+    nowhere = (CALLER, RequestWhere(request_id="f", where=""))
+    r = _registry()
+    r.load(SID, 3)
+    r.route(SID, _send(), CALLER, 0.0)
+    r.route(SID, m.GetSession(request_id="g1", session_id=SID), CALLER, 0.0)
+    waiting = (CALLER, RequestWhere(request_id="f", where=WAITING))
+    assert _find(r, "r1") == _find(r, "g1") == waiting
+    assert _find(r, "lost") == _find(r, "r1", "other") == nowhere
+    _ready(r, 1, last_seq=3)
+    assert _find(r, "r1") == ("addr-1", Behind(request_id="f", reply_to=CALLER))
+    assert _find(r, "g1") == nowhere
+    r.appended(Appended(session_id=SID, incarnation=1, keys=("k1",)), 1.0)
+    assert _find(r, "r1") == nowhere
 
 
 # -- supervision ---------------------------------------------------------------------------

@@ -7,7 +7,14 @@ import hashlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spine.seal import audit_path, leaf_hash, merkle_root, node_hash, root_from_path
+from spine.seal import (
+    MerkleFrontier,
+    audit_path,
+    leaf_hash,
+    merkle_root,
+    node_hash,
+    root_from_path,
+)
 
 
 def _mth(leaves: list[bytes]) -> bytes:
@@ -94,6 +101,22 @@ def test_every_audit_path_is_rfc_6962_path_and_verifies(n: int, data: st.DataObj
     if n > 1:
         wrong = (m + 1) % n
         assert root_from_path(leaves[m], wrong, n, path) != root
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 40), max_size=8))
+def test_a_frontier_extended_in_any_steps_gives_the_tree_head_of_all_its_leaves(
+    steps: list[int],
+) -> None:
+    """Grown a few leaves at a time (none, one, many), a frontier's root is always the
+    RFC 6962 head of every leaf so far."""
+    f, leaves = MerkleFrontier(), []
+    assert f.root() == merkle_root([])
+    for k in steps:
+        more = [leaf_hash(len(leaves).to_bytes(4, "big") + bytes([i])) for i in range(k)]
+        f.extend(more)
+        leaves.extend(more)
+        assert f.size == len(leaves) and f.root() == _mth(leaves)
 
 
 def test_an_audit_path_refuses_an_index_outside_the_tree() -> None:

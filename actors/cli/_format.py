@@ -327,21 +327,15 @@ __all__ = [
 ]
 
 
-def context_fields(log: Any, sid: str) -> dict[str, Any]:
-    """The context state the session's fold gives (window, estimate, last compaction)."""
-    from actors.session.rules.state import SessionState, fold
-    from actors.session.rules.views import context_report
-    from spine import history
-
-    try:
-        st = fold(SessionState(session_id=sid), history(log, sid))
-    except Exception as exc:  # a stream that does not decode is the status's to report
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    report = context_report(st)
-    last = report.pop("lastCompaction", None)
-    if last:
-        report["lastCompaction"] = f"seq {last['seq']} (events {last['fromSeq']}-{last['toSeq']})"
-    return report
+def context_fields(c: Any) -> dict[str, Any]:
+    """The status projection's context part as ``status`` prints it (empty when the
+    session manages no context: no window known, no compaction, no request measured)."""
+    if not (c.window or c.compactions or c.used):
+        return {}
+    out: dict[str, Any] = c.report()
+    covered = out.pop("covered")
+    out["covered"] = f"events {covered['fromSeq']}-{covered['toSeq']}" if covered else "none"
+    return out
 
 
 def status_lines(out: Any, fields: dict[str, Any], sections: dict[str, list[str]]) -> None:

@@ -136,6 +136,17 @@ def positive(text: str) -> float:
     return value
 
 
+def count(text: str) -> int:
+    """An argparse type: a whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
+    return value
+
+
 def seq_number(text: str) -> int:
     """An argparse type: a seq, 1 or more."""
     try:

@@ -171,7 +171,6 @@ def status(args: argparse.Namespace, out: Out) -> int:
         # failed, naming its seq, instead of failing the command.
         count = log.last_seq(sid)
         p = project_stored(log, sid)
-        context = context_fields(log, sid) if count else {}
         ledger = time_and_money(log, sid) if count else {}
     if not count:
         raise unknown_session(sid)
@@ -187,6 +186,8 @@ def status(args: argparse.Namespace, out: Out) -> int:
     for k in ("admitted", "completed", "rejected", "egress_allowed", "egress_blocked"):
         fields[k] = getattr(p, k)
     fields["pending"] = len(p.pending)
+    # From the projection, not a fold of the stream of its own.
+    context = context_fields(p.context)
     fields.update({"context": context} if context else {})
     waiting = [f"call {w.call} {w.action} {w.input}" for w in p.pending]
     egress = [f"{x.host} {'allowed' if x.allowed else 'blocked'} ({x.reason})" for x in p.egress]
@@ -212,6 +213,8 @@ def _status_json(fields: dict[str, Any], p: Any, fanout: Any) -> dict[str, Any]:
     fields["egress"] = [
         {"host": x.host, "allowed": x.allowed, "reason": x.reason} for x in p.egress
     ]
+    if "context" in fields:
+        fields["context"] = p.context.report()
     if fanout:
         fields["fanout"] = [
             {_camel(k): str(v) if k in ("state", "seal") else v for k, v in attrs.asdict(c).items()}

@@ -198,6 +198,7 @@ def _start_host(
     args: argparse.Namespace, seal_policy: SealPolicy, spine: str | None, bind: str | None
 ) -> Host:
     from ..host import Host
+    from ..policy import SnapshotPolicy
 
     prices = _prices(args)
     factory = _factory(args)
@@ -213,6 +214,7 @@ def _start_host(
             durability=args.durability,
             prices=prices,
             model_servers=_model_servers(args),
+            snapshots=SnapshotPolicy(events=args.snapshot_every, size=args.snapshot_bytes),
             spare_sessions=args.spares,
             warm_spares=not args.cold_spares,
         )

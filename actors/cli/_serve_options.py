@@ -7,12 +7,15 @@ import argparse
 from typing import Any
 
 from ._daemon import EXIT_USAGE, CliError
-from ._parser import positive, tcp_port
+from ._parser import count, positive, tcp_port
 
 #: `actors.policy.DAEMON_SEAL_POLICY`, spelled out so that `--help` imports no attrs (a
 #: test keeps the two equal).
 SEAL_EVERY = 1000
 SEAL_INTERVAL = 60.0
+#: `actors.policy.SnapshotPolicy`'s defaults, spelled out for the same reason.
+SNAPSHOT_EVERY = 1000
+SNAPSHOT_BYTES = 4 * 1024 * 1024
 
 
 def serve_args(p: argparse.ArgumentParser) -> None:
@@ -120,8 +123,29 @@ def _spare_count(text: str) -> int:
     return n
 
 
+def _snapshot_options(p: argparse.ArgumentParser) -> None:
+    """When sessions write their snapshots (`actors.policy.SnapshotPolicy`)."""
+    p.add_argument(
+        "--snapshot-every",
+        type=count,
+        default=SNAPSHOT_EVERY,
+        metavar="N",
+        help=f"sessions snapshot their state every N events (default {SNAPSHOT_EVERY}; 0: not "
+        "by count), so a restart folds only what follows",
+    )
+    p.add_argument(
+        "--snapshot-bytes",
+        type=count,
+        default=SNAPSHOT_BYTES,
+        metavar="B",
+        help=f"or once B bytes were stored since the last (default {SNAPSHOT_BYTES}; 0: not "
+        "by size)",
+    )
+
+
 def _storage_and_door_options(p: argparse.ArgumentParser) -> None:
-    """How durable the spine is, and where the A2A door's notifications go."""
+    """How durable the spine is, how often sessions snapshot, the spare processes, where
+    the A2A door's notifications go."""
     p.add_argument(
         "--durability",
         choices=("normal", "full"),
@@ -129,6 +153,7 @@ def _storage_and_door_options(p: argparse.ArgumentParser) -> None:
         help="what an acknowledged event survives on a SQLite spine: normal, a crash of any "
         "process; full, a power cut too (a disk sync per commit)",
     )
+    _snapshot_options(p)
     p.add_argument(
         "--spares",
         type=_spare_count,

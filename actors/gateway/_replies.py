@@ -104,4 +104,5 @@ def status_json(p: Any) -> dict[str, Any]:
     out: dict[str, Any] = _plain(p)
     out["pending"] = [pending_json(x) for x in p.pending]
     out["cacheHitRate"] = cache_hit_rate(p.usage)
+    out["context"] = p.context.report()
     return out

@@ -31,7 +31,7 @@ from ..errors import HostClosed, HostTimeout, InvalidRequest
 from ..interceptors import SlashCommands
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
 from ..model_servers import ModelServers
-from ..policy import BusyPolicy, RestartPolicy, SealPolicy
+from ..policy import BusyPolicy, RestartPolicy, SealPolicy, SnapshotPolicy
 from ..runner import spine_spec
 from ..runner.protocol import StopSpares
 from ..session.rules.spend import check_prices
@@ -128,10 +128,11 @@ class Host(SessionCommands, ConversationCommands, SessionReading, SessionTimers)
     `RunnerConfig.warm_spares`).
     ``durability`` is what an acknowledged event survives on a SQLite spine: ``"normal"``
     (a crash of any process) or ``"full"`` (a power cut as well, at the cost of a sync
-    per commit; `spine.LogSpec.durable`). ``model_servers`` are the model servers (base
-    URLs) a session's metadata may name; any other is refused when a session writes it
-    and when a turn would send to it (`actors.model_servers`; provider profiles' servers
-    are always allowed).
+    per commit; `spine.LogSpec.durable`). ``snapshots`` says when sessions write their
+    snapshot (`SnapshotPolicy`: by default every 1000 events or 4 MiB of payload).
+    ``model_servers`` are the model servers (base URLs) a session's metadata may name; any
+    other is refused when a session writes it and when a turn would send to it
+    (`actors.model_servers`; provider profiles' servers are always allowed).
     """
 
     def __init__(
@@ -156,6 +157,7 @@ class Host(SessionCommands, ConversationCommands, SessionReading, SessionTimers)
         warm_spares: bool = True,
         durability: str = "normal",
         prices: Mapping[str, Any] | None = None,
+        snapshots: SnapshotPolicy | None = None,
         model_servers: Iterable[str] = (),
     ) -> None:
         _check_base(base, attach, admin_port, convention_bind is not None)
@@ -174,6 +176,7 @@ class Host(SessionCommands, ConversationCommands, SessionReading, SessionTimers)
             projections=projections,
             spine=_durable(data_dir, spine, durability),
             auto_seal=auto_seal or SealPolicy(),
+            snapshots=snapshots or SnapshotPolicy(),
             cluster=convention_bind is not None,
             # Everything runs in this process there: no process start to save.
             spare_sessions=0 if base == "simpleSystemBase" else spare_sessions,

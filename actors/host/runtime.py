@@ -4,7 +4,9 @@ The guardian (``vertebra.guardian``) creates the Runner and the status projectio
 and replaces either when it dies; `Runtime` remembers their addresses, asks the guardian
 again when the Runner stops answering, and resends the request to a replacement. A request
 that may be delivered twice (`IDEMPOTENT`) is also sent again after `RESEND_AFTER` seconds
-without a reply: Thespian delivers at most once. Projection requests go
+without a reply (Thespian delivers at most once), but only when it is lost: the Runner
+is asked where it stands first (`Silence`), so a session that is loading its stream or
+busy is waited for, not sent copies. Projection requests go
 through the same reply matching; a projection actor that is missing, silent or refusing
 only means the Host folds the stream itself.
 """
@@ -21,6 +23,7 @@ from .._runtime.system import data_identity
 from ..errors import ActorsError, HostTimeout, InvalidRequest, WrongDaemon
 from ..messages import GetRunner, Ping, Pong, RunnerAddress, RunnerConfig, SessionPid
 from ..runner.shell.guardian import Guardian
+from ..session.protocol import WAITING, FindRequest
 from ..validation import field_problem
 from .replies import raise_failed, request_id
 from .transport import Transport
@@ -81,6 +84,8 @@ class Runtime:
         self.runner: Any = None
         self.generation = 0
         self.projection: Any = None
+        #: Requests sent again for want of a reply (`RESEND_AFTER`).
+        self.resent = 0
 
     def start(self, cfg: RunnerConfig) -> None:
         """Find or create the guardian and configure it: it starts the Runner."""
@@ -111,7 +116,8 @@ class Runtime:
 
         While waiting, the guardian is asked every `RUNNER_CHECK` seconds whether the
         Runner was replaced; if so the request goes to the new one, so a Runner crash
-        costs well under a second.
+        costs well under a second. A request that may go twice and has no reply after
+        `RESEND_AFTER` seconds is sent again only when it is lost (`Silence`).
         """
         problem = field_problem(msg)
         if problem is not None:
@@ -119,7 +125,7 @@ class Runtime:
                 f"{type(msg).__name__}: {problem}", session_id=_str_or_empty(msg, "session_id")
             )
         deadline = time.monotonic() + timeout
-        sent = time.monotonic()
+        silence = Silence(self, msg)
         reply = self._transport.ask(self.runner, msg, min(RUNNER_CHECK, timeout))
         while reply is None:
             now = time.monotonic()
@@ -128,17 +134,20 @@ class Runtime:
                 raise HostTimeout(f"no reply to {type(msg).__name__} within {timeout}s")
             if self._follow and self.refresh():
                 self._transport.tell(self.runner, msg)
-                sent = now
-            elif self._follow and now - sent >= RESEND_AFTER and isinstance(msg, IDEMPOTENT):
-                # Thespian delivers at most once: a message lost between actors is sent
-                # again rather than waited for until the timeout.
-                log.warning(
-                    "no reply to %s after %.1fs; sending it again", type(msg).__name__, now - sent
-                )
-                self._transport.tell(self.runner, msg)
-                sent = now
+                silence.restart(now)
+            elif self._follow and isinstance(msg, IDEMPOTENT):
+                reply = silence.check(now)
+                if reply is not None:
+                    break
             reply = self._transport.wait(msg.request_id, min(RUNNER_CHECK, left))
         return raise_failed(reply)
+
+    def resend(self, msg: Any, silent: float) -> None:
+        # Thespian delivers at most once: a message lost between actors is sent again
+        # rather than waited for until the timeout.
+        log.warning("no reply to %s after %.1fs; sending it again", type(msg).__name__, silent)
+        self._transport.tell(self.runner, msg)
+        self.resent += 1
 
     def refresh(self) -> bool:
         """Ask the guardian where the Runner and the projection actor are; True if the
@@ -174,3 +183,59 @@ class Runtime:
                 with contextlib.suppress(ActorsError):
                     self.refresh()
         return None
+
+
+class Silence:
+    """A request without a reply, and whether to send it again: asked, not guessed.
+
+    After `RESEND_AFTER` seconds the Runner is asked where the request stands
+    (`FindRequest`). Queued for a session that is loading or restarting (`WAITING`): it
+    goes on when the session is ready, however long that takes. Keyed ingress forwarded
+    to a live session: the session answers once it has handled what the Runner sent it
+    before, on the path its reply takes, so a reply not arrived by then is lost. Held
+    nowhere: lost. A lost request is sent again; a question without an answer (a busy
+    session, or the question lost) is asked again, never taken for a loss.
+    """
+
+    def __init__(self, rt: Runtime, msg: Any) -> None:
+        self.rt, self.msg = rt, msg
+        #: When the request was last sent or last known to wait.
+        self.since = time.monotonic()
+        #: The question in flight (its request id, when asked), if any.
+        self.asked: tuple[str, float] | None = None
+
+    def restart(self, now: float) -> None:
+        self.since, self.asked = now, None
+
+    def check(self, now: float) -> Any:
+        """The request's reply if it came in ahead of the answer, else None (and the
+        request sent again if the answer says it is lost)."""
+        transport = self.rt._transport
+        if self.asked is not None:
+            answer = transport.wait(self.asked[0], 0)
+            if answer is None:
+                if now - self.asked[1] >= RESEND_AFTER:
+                    self._ask(now)
+                return None
+            self.asked = None
+            reply = transport.wait(self.msg.request_id, 0)
+            if reply is not None:
+                return reply
+            if getattr(answer, "where", "") != WAITING:
+                self.rt.resend(self.msg, now - self.since)
+            self.since = now
+        elif now - self.since >= RESEND_AFTER:
+            if getattr(self.msg, "session_id", ""):
+                self._ask(now)
+            else:  # not a session's: nobody holds it but the Runner, which answers at once
+                self.rt.resend(self.msg, now - self.since)
+                self.since = now
+        return None
+
+    def _ask(self, now: float) -> None:
+        rid = request_id()
+        self.asked = (rid, now)
+        find = FindRequest(
+            request_id=rid, session_id=self.msg.session_id, about=self.msg.request_id
+        )
+        self.rt._transport.tell(self.rt.runner, find)

@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 
 from ..model_servers import ModelServers
-from ..policy import BusyPolicy, RestartPolicy, SealPolicy
+from ..policy import BusyPolicy, RestartPolicy, SealPolicy, SnapshotPolicy
 from .converters import _busy_policy, _frozen_map, _tuple
 
 # -- guardian, Runner and liveness ---------------------------------------------------------
@@ -35,6 +35,8 @@ class RunnerConfig:
     spine: str = ""
     # When sessions seal themselves (default: only when asked).
     auto_seal: SealPolicy = attrs.field(factory=SealPolicy)
+    # When sessions write their snapshots (default: every 1000 events or 4 MiB).
+    snapshots: SnapshotPolicy = attrs.field(factory=SnapshotPolicy)
     # A convention leader: place sessions on member hosts and watch them by heartbeats.
     cluster: bool = False
     # Session processes kept started, warmed up and unconfigured, so that a new session (a

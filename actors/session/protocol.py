@@ -9,7 +9,7 @@ import attrs
 
 from ..messages import _tuple
 from ..model_servers import ModelServers
-from ..policy import BusyPolicy, SealPolicy
+from ..policy import BusyPolicy, SealPolicy, SnapshotPolicy
 from ..terse import terse_module
 
 
@@ -32,6 +32,8 @@ class SessionConfig:
     spine: str = ""
     # When the session seals itself (a session's metadata may override it).
     auto_seal: SealPolicy = attrs.field(factory=SealPolicy)
+    # When the session writes its snapshot.
+    snapshots: SnapshotPolicy = attrs.field(factory=SnapshotPolicy)
     # The operator's price table (`actors.session.rules.spend`), empty: none.
     prices: Mapping[str, Any] = attrs.field(factory=dict)
     # The model servers the session may name (`actors.model_servers`).
@@ -137,6 +139,47 @@ class RecordPoison:
 
     key: str
     detail: str
+
+
+#: `RequestWhere.where` of a request queued in the Runner for an incarnation that is not
+#: ready: loading its stream, waiting out a restart's backoff, or stopping.
+WAITING = "waiting"
+
+
+@attrs.frozen(kw_only=True)
+class FindRequest:
+    """The Host asks where its request ``about`` to session ``session_id``, still without
+    a reply, stands; answered by `RequestWhere`. It asks rather than guesses from a
+    timeout: one waiting for a session that is loading, or that a busy session has not
+    reached yet, needs no second copy."""
+
+    request_id: str
+    session_id: str
+    about: str
+
+
+@attrs.frozen(kw_only=True)
+class RequestWhere:
+    """Where a request stands, from the Runner: `WAITING`; or "" when it holds none (lost
+    on its way, or answered and the answer lost: send it again). Or from the session a
+    keyed request was forwarded to (`Behind`): "" once it has handled everything the
+    Runner sent it before, so a reply not arrived by then is lost."""
+
+    request_id: str
+    where: str
+
+
+@attrs.frozen(kw_only=True)
+class Behind:
+    """The Runner's `FindRequest` for keyed ingress it forwarded, sent on to the session
+    after it: Thespian delivers one pair's messages in order, so the session reaches this
+    once it has handled the request (if it arrived), and answers ``reply_to`` with
+    `RequestWhere` on the same path as that request's reply. A transmit Thespian had to
+    retry may be overtaken; then the Host sends a copy it did not need, which keyed
+    ingress stores once."""
+
+    request_id: str
+    reply_to: Any
 
 
 # Thespian formats every message it moves; keep that cheap (see `actors.terse`).

@@ -173,6 +173,12 @@ function onStored(ev, seq) {
     case "session.properties":
       add("note", `metadata: ${Object.entries(ev.properties || {}).map(([k, v]) => `${k}=${v}`).join(", ")}`);
       break;
+    case "context.compacted":
+      compactionMarker(ev, seq);
+      break;
+    case "context.uncompacted":
+      add("note compaction", `compaction ${ev.call ? `at seq ${ev.call} ` : ""}taken back: the earlier view returns`);
+      break;
     case "record.sealed":
       add("note", "record sealed");
       break;
@@ -186,6 +192,47 @@ function onStored(ev, seq) {
       break;
   }
   scheduleStatus();
+}
+
+// Where a summary replaced a span: from here on the model sees the summary in place of
+// events fromSeq..toSeq (nothing stored changed). The marker opens on the summary and, on
+// a click, lists the events it stands for, read back from the history route.
+const COVERED_SHOWN = 1000;
+function compactionMarker(ev, seq) {
+  const el = add("note compaction", "");
+  Object.assign(el.dataset, { seq, from: ev.fromSeq, to: ev.toSeq });
+  const details = document.createElement("details");
+  const head = document.createElement("summary");
+  head.textContent = `context compacted: a summary stands for events ${ev.fromSeq}-${ev.toSeq}`;
+  const text = document.createElement("div");
+  text.className = "compaction-summary";
+  text.textContent = ev.text || "(no summary could be written)";
+  const open = document.createElement("button");
+  open.type = "button";
+  open.className = "compaction-open";
+  open.textContent = "show the covered events";
+  const list = document.createElement("ol");
+  list.className = "compaction-events";
+  open.onclick = () => guarded(() => showCovered(list, ev.fromSeq, ev.toSeq));
+  details.append(head, text, open, list);
+  el.appendChild(details);
+}
+
+async function showCovered(list, from, to) {
+  const limit = Math.min(COVERED_SHOWN, to - from + 1);
+  const { events } = await api("GET", `${sessionPath()}/history?after=${from - 1}&limit=${limit}`);
+  const items = events.filter((e) => e.seq <= to).map((e) => {
+    const li = document.createElement("li");
+    li.value = e.seq;
+    li.textContent = `${e.kind} ${(e.text || e.result || "").slice(0, 160)}`;
+    return li;
+  });
+  if (to - from + 1 > limit) {
+    const more = document.createElement("li");
+    more.textContent = `… ${to - from + 1 - limit} more (vertebra history)`;
+    items.push(more);
+  }
+  list.replaceChildren(...items);
 }
 
 // A user message with its turn-tree buttons: edit it (a new branch from here) or, for the
@@ -321,6 +368,12 @@ function row(cells) {
   return tr;
 }
 
+// The last request's share of the window, from the status projection's context.
+function contextText(c) {
+  if (!c || !c.window) return "-";
+  return `${Math.round(c.fill * 100)}% of ${c.window}`;
+}
+
 async function refreshStatus() {
   if (!state.session) return;
   let p;
@@ -339,6 +392,8 @@ async function refreshStatus() {
     ["output tokens", u.outputTokens],
     ["cache read", u.cacheReadTokens],
     ["cache hit rate", `${Math.round((p.cacheHitRate || 0) * 100)}%`],
+    ["context", contextText(p.context)],
+    ["compactions", (p.context || {}).compactions],
     ["phase", p.phase || "-"],
   ]) {
     const dt = document.createElement("dt");

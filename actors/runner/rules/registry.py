@@ -26,7 +26,16 @@ from spine import SpineError, validate_session_id
 
 from ... import messages as m
 from ...policy import RestartPolicy
-from ...session.protocol import Appended, Routed, SessionReady, SessionStopping
+from ...session.protocol import (
+    WAITING,
+    Appended,
+    Behind,
+    FindRequest,
+    RequestWhere,
+    Routed,
+    SessionReady,
+    SessionStopping,
+)
 from .actions import (
     Action,
     CloseStored,
@@ -183,6 +192,24 @@ class Registry(RegistryExits):
             return []
         self.counters["rehydrated"] += 1
         return [e.spawn()]
+
+    def find(self, msg: FindRequest, reply_to: Any) -> list[Action]:
+        """Where the Host's request ``msg.about`` stands: queued here for an incarnation
+        that is not ready (`WAITING`); keyed ingress forwarded to the live incarnation and
+        not committed, asked of that incarnation behind it (`Behind`); else none held."""
+        e = self.entries.get(msg.session_id)
+        where = ""
+        if e is not None and any(p.message.request_id == msg.about for p in e.pending):
+            where = WAITING
+        elif (
+            e is not None
+            and e.state == EntryState.LIVE
+            and e.address is not None
+            and any(r.message.request_id == msg.about for r in e.in_flight.values())
+        ):
+            behind = Behind(request_id=msg.request_id, reply_to=reply_to)
+            return [Reply(to=e.address, message=behind)]
+        return [Reply(to=reply_to, message=RequestWhere(request_id=msg.request_id, where=where))]
 
     def bind(self, sid: str, incarnation: int, address: Any) -> None:
         """The shell created incarnation ``incarnation`` at ``address``."""

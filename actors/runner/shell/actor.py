@@ -119,6 +119,10 @@ class RunnerActor(GuardedActor):
         queues = self.registry.queues() if self.registry is not None else {}
         self.send(sender, runner_stats(msg.request_id, counters, queues, self.sinks, self.appends))
 
+    def receiveMsg_FindRequest(self, msg: sp.FindRequest, sender: Any) -> None:
+        if self.registry is not None:
+            self.do(self.registry.find(msg, sender))
+
     def receiveMsg_GetHostTable(self, msg: m.GetHostTable, sender: Any) -> None:
         rows = self.members.table.rows() if self.members is not None else []
         self.send(sender, m.HostTableReply(request_id=msg.request_id, hosts=tuple(rows)))

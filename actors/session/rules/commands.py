@@ -4,13 +4,11 @@ returns and the effects a decision asks the shell to carry out. All pure data.""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 import attrs
 
 from spine import Event, Usage
-from spine.seal import Seal, VerifyReport
 
 from ...agents.governance import Requirement
 from ...interceptors import Ingress, NoticeItem
@@ -18,6 +16,10 @@ from ...model_servers import ModelServers
 from ...policy import BusyPolicy
 from ...spec import AgentSpec, TurnInput
 from ...terse import terse_module
+from .seal_commands import Sealed as Sealed
+from .seal_commands import SealStream as SealStream
+from .seal_commands import Verified as Verified
+from .seal_commands import VerifyStream as VerifyStream
 from .state import SessionState
 from .timer_commands import CancelTimer as CancelTimer
 from .timer_commands import FireDue as FireDue
@@ -122,35 +124,6 @@ class ReviveStored:
 
     request_id: str
     reason: str = ""
-
-
-@attrs.frozen(kw_only=True)
-class SealStream:
-    """Seal what is new: the shell computes the seal (it reads the log and signs)."""
-
-    request_id: str
-
-
-@attrs.frozen(kw_only=True)
-class Sealed:
-    """The computed seal (None: nothing new to seal), for the session to append."""
-
-    request_id: str
-    seal: Seal | None
-
-
-@attrs.frozen(kw_only=True)
-class VerifyStream:
-    request_id: str
-
-
-@attrs.frozen(kw_only=True)
-class Verified:
-    """The verification's report, for the session to record as ``record.verified``."""
-
-    request_id: str
-    report: VerifyReport
-    time: datetime
 
 
 @attrs.frozen(kw_only=True)

@@ -9,13 +9,10 @@ from typing import Any
 
 import attrs
 
+from projections import KEPT_COMPACTIONS
 from spine import Event, Kind
 
 __all__ = ["CONTEXT_HANDLERS", "Compaction", "ContextState", "calibrated"]
-
-#: Compactions kept for taking one back (``context.uncompacted``); older ones are still in
-#: the log, and a new compaction covers what they did.
-KEPT_COMPACTIONS = 16
 
 
 @attrs.frozen(kw_only=True)

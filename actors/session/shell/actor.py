@@ -35,7 +35,9 @@ from ...messages import Ping, Pong
 from ...placement import fits
 from ..protocol import (
     SPINE_UNAVAILABLE,
+    Behind,
     RecordPoison,
+    RequestWhere,
     Routed,
     SessionConfig,
     SessionStopping,
@@ -223,6 +225,10 @@ class SessionActor(GuardedActor):
 
     def receiveMsg_Ping(self, msg: Ping, sender: Any) -> None:
         self.send(sender, Pong(request_id=msg.request_id, pid=os.getpid()))
+
+    def receiveMsg_Behind(self, msg: Behind, sender: Any) -> None:
+        # Everything the Runner sent before this is handled, its replies sent ahead.
+        self.send(msg.reply_to, RequestWhere(request_id=msg.request_id, where=""))
 
     # -- watches, timers and exit -------------------------------------------------------------
 

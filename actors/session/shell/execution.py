@@ -28,7 +28,6 @@ from ..rules.replaying import recorded_calls
 from ..rules.state import fold
 from . import effects
 from .executor import Executor
-from .snapshots import SNAPSHOT_EVERY
 from .worker import TurnWorker
 
 if TYPE_CHECKING:
@@ -136,9 +135,9 @@ class IncarnationPorts:
         st = state.stored
         if res.records:
             set_context(seq=res.records[-1].seq, kind=res.records[-1].kind)
-        if st.last_seq - inc.snap_seq >= SNAPSHOT_EVERY:
-            inc.snapshots.save(st)
-            inc.snap_seq = st.last_seq
+        inc.snap_size += sum(len(r.payload) for r in res.records)
+        if inc.cfg.snapshots.due(st.last_seq - inc.snap_seq, inc.snap_size):
+            inc.snapshot(st)
         inc.subs.publish(res.records)
         inc.tell_runner(records=[(r.seq, r.kind, r.payload) for r in res.records])
         due = inc.sealer.appended(events, res.first_seq, st.last_seq, st.metadata)

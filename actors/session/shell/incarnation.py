@@ -82,9 +82,13 @@ class Incarnation:
             base = self.snapshots.load(sid)
             if base is None or base.last_seq > self.log.last_seq(sid):
                 base = SessionState(session_id=sid)
-            #: The seq of the last snapshot saved (or loaded).
-            self.snap_seq = base.last_seq
+            #: The seq of the last snapshot saved (or loaded), the payload bytes since.
+            self.snap_seq, self.snap_size = base.last_seq, 0
             stored = fold(base, self.log.read_events(sid, base.last_seq))
+            if cfg.snapshots.due(stored.last_seq - base.last_seq):
+                # Folded a long way (a stream others wrote, a fold of another version):
+                # once is enough.
+                self.snapshot(stored)
         except BaseException:
             self.log.close()
             self.snapshots.close()
@@ -114,6 +118,12 @@ class Incarnation:
     @property
     def session_id(self) -> str:
         return self.cfg.session_id
+
+    def snapshot(self, state: SessionState) -> None:
+        """Save ``state`` as the session's snapshot (a failed save only means a longer
+        fold next time: the next one is tried after as many events again)."""
+        self.snapshots.save(state)
+        self.snap_seq, self.snap_size = state.last_seq, 0
 
     def signing_key(self) -> Any:
         return keys(self.cfg).signing_key()

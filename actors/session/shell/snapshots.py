@@ -13,10 +13,12 @@ import pickle
 
 from spine import LogSpec, Snapshot, StorageError, open_snapshots, snapshots_at
 
+from ...policy import SnapshotPolicy
 from ..rules.state import SNAPSHOT_VERSION, SessionState
 
-#: Write a snapshot once a session has this many events past its last one.
-SNAPSHOT_EVERY = 1000
+#: A snapshot is due once a session has this many events past its last one, by default
+#: (`actors.policy.SnapshotPolicy`, which also bounds the bytes).
+SNAPSHOT_EVERY = SnapshotPolicy().events
 
 
 class SnapshotStore:

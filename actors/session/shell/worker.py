@@ -25,34 +25,11 @@ from ...agents.tools import ToolError
 from ..rules.commands import Finished, Govern, Progress, SetTimer, Spawn
 from ..rules.timerbook import TimerError, iso, plan
 from . import turn_threads
+from .mirroring import MIRRORED, mirror
 from .recall import recalled, rooted
 
 #: Seconds between checks that the turn was not cancelled while waiting for a child.
 _POLL = 0.25
-
-#: A child's events copied onto its parent's stream when it folds back: what the parent's
-#: status projection folds into the child's node (turns, trust, blocked, grandchildren)
-#: and its action ledger, each admission with its outcome (paired by child and call).
-MIRRORED = frozenset(
-    {
-        Kind.TURN_COMPLETED,
-        Kind.ACTION_ADMITTED,
-        Kind.ACTION_COMPLETED,
-        Kind.ACTION_IN_DOUBT,
-        Kind.ACTION_REJECTED,
-        Kind.EGRESS,
-        Kind.CHILD_SPAWNED,
-        Kind.CHILD_COMPLETED,
-    }
-)
-
-
-def mirror(ev: Event, child: str) -> Event:
-    """``ev`` of ``child``'s stream as its parent stores it: attributed to the child (a
-    grandchild's events keep their own goal), numbered by the parent's log; its turn and
-    call stay the child's own."""
-    return attrs.evolve(ev, seq=0, goal=ev.goal or child)
-
 
 _Answer = concurrent.futures.Future[Mapping[str, Any]]
 #: Seconds a turn must have run before its first words are handed back at once.
