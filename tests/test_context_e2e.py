@@ -342,14 +342,14 @@ def test_hundreds_of_turns_stay_under_the_window_and_stay_verifiable(
     server = WindowServer(N_CTX)
     turns = 300
     try:
-        h = _host(tmp_path)
+        h = _host(tmp_path, server.url)
         try:
             sid = h.create()
             _point(h, sid, server.url)
             for n in range(1, turns + 1):
                 if n == turns // 2 + 1:
                     h.close()
-                    h = _host(tmp_path)
+                    h = _host(tmp_path, server.url)
                 text = f"!blob 20000 {n}" if n % 10 == 0 else f"m{n} " + "words " * 8
                 done = _say(h, sid, text)
                 assert done.kind == Kind.TURN_COMPLETED and not done.error, (n, done)
