@@ -343,6 +343,27 @@ def test_interrupt_cuts_a_running_turn_off(daemon: Daemon) -> None:
     fails(run(daemon.data, "interrupt", "nobody"), 4, "unknown session")
 
 
+def test_schedule_goal_opens_a_goal_run_when_it_fires(daemon: Daemon) -> None:
+    """schedule --goal sets a timer whose firing opens a goal run (with its budget): timers
+    lists it until then, wait prints the run's answer; a bad budget is a usage error."""
+    ok(run(daemon.data, "new", "tgoal-1"))
+    fails(
+        run(daemon.data, "schedule", "tgoal-1", "+1", "x", "--goal", "--max-turns", "0"),
+        2,
+        "max_turns must be a positive",
+    )
+    later = ["schedule", "tgoal-1", "+1h", "later", "--goal", "--id", "later", "--max-turns", "2"]
+    assert "timer later set: next at" in ok(run(daemon.data, *later))
+    rows = [json.loads(x) for x in ok(run(daemon.data, "timers", "tgoal-1", "--json")).splitlines()]
+    assert [(r["id"], r["goal"], r["budget"]) for r in rows] == [("later", True, {"max_turns": 2})]
+    assert "goal run: later" in ok(run(daemon.data, "timers", "tgoal-1"))
+    ok(run(daemon.data, "unschedule", "tgoal-1", "later"))
+    ok(run(daemon.data, "schedule", "tgoal-1", "+1", "sum it up", "--goal"))
+    # The run opens when the timer fires (its timer ends in the same append).
+    wait_for(lambda: ok(run(daemon.data, "timers", "tgoal-1", "--json")) == "", 30)
+    assert "[scripted] sum it up" in ok(run(daemon.data, "wait", "tgoal-1", "--timeout", "30"))
+
+
 def test_submit_and_wait_run_a_goal_and_print_its_answer_or_stall(daemon: Daemon) -> None:
     """submit --wait prints the answer; wait prints it again without the daemon's help;
     a stalled run is exit 1 naming the reason; a session with no run is exit 2."""

@@ -254,6 +254,76 @@ def test_steer_regenerate_and_the_branch_switcher_on_the_page(page: Any, gw: Gat
     _shot(page, "branches")
 
 
+def test_timers_are_set_listed_fired_and_cancelled_on_the_page(
+    page: Any, gw: GatewayHandle
+) -> None:
+    """The timers panel sets a reminder that fires into the transcript and a schedule that
+    it lists (a goal run's marked so) and cancels on a click."""
+    with client(gw) as http:
+        assert http.post("/v1/sessions", json={"id": "web-timer"}).status_code == 201
+    page.reload()
+    page.click("#session-list li[data-id='web-timer']")
+    page.wait_for_selector("#session-list li.active[data-id='web-timer']")
+    page.fill("#timer-when", "+0.5")
+    page.fill("#timer-text", "page reminder")
+    page.click("#timer-form button")
+    page.wait_for_selector(".note.timer:has-text('set: next at')")
+    page.wait_for_selector(".note.timer:has-text('fired')")
+    page.wait_for_selector(".assistant:not(.streaming):has-text('[scripted] page reminder')")
+    page.fill("#timer-when", "0 9 * * 1-5")
+    page.fill("#timer-text", "weekly summary")
+    page.check("#timer-goal")
+    page.click("#timer-form button")
+    listed = page.wait_for_selector("#timers li:has-text('weekly summary')")
+    assert "goal: weekly summary (0 9 * * 1-5 UTC, next" in listed.text_content()
+    _shot(page, "timers")
+    page.click("#timers li button.cancel")
+    page.wait_for_function("document.querySelectorAll('#timers li').length === 0")
+    page.wait_for_selector(".note.timer:has-text('cancelled')")
+    with client(gw) as http:
+        evs = http.get("/v1/sessions/web-timer/history").json()["events"]
+    assert [e["kind"] for e in evs].count("timer.fired") == 1
+    (goal,) = [e for e in evs if e["kind"] == "timer.set" and e.get("run") == "goal"]
+    assert goal["cron"] == "0 9 * * 1-5"
+
+
+def test_a_budget_pause_is_raised_from_the_page(
+    page: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """With the operator's prices, a model call past the budget pauses: the budget panel
+    shows the spending and the paused call, and a raise from it lets the same turn go on."""
+    prices = {"version": "web-1", "currency": "EUR", "models": {"*": {"input": 1e6, "output": 1e6}}}
+    data = tmp_path_factory.mktemp("web-budget") / "data"
+    with running_gateway(data, prices=prices) as g:
+        with client(g) as http:
+            meta = {"ore.model.name": "scripted", "governance.max_cost": "1"}
+            assert (
+                http.post("/v1/sessions", json={"id": "web-money", "metadata": meta}).status_code
+                == 201
+            )
+        pg = page.context.new_page()
+        try:
+            pg.goto(g.page_url)
+            pg.click("#session-list li[data-id='web-money']")
+            pg.wait_for_function("document.getElementById('conn').textContent === 'live'")
+            pg.fill("#input", "spend it")
+            pg.press("#input", "Enter")
+            pg.wait_for_selector(".assistant:not(.streaming):has-text('[scripted] spend it')")
+            pg.fill("#input", "and more")
+            pg.press("#input", "Enter")
+            pg.wait_for_selector(".note.budget:has-text('paused for the budget')")
+            pg.wait_for_selector("#budget:has-text('of 1 EUR')")
+            pg.fill("#budget-paused input", "50")
+            pg.click("#budget-paused button.raise")
+            pg.wait_for_selector(".note.budget:has-text('budget raised by 50')")
+            pg.wait_for_selector(".assistant:not(.streaming):has-text('[scripted] and more')")
+            pg.wait_for_function("document.querySelectorAll('#budget-paused .paused').length === 0")
+            pg.wait_for_selector("#budget:has-text('of 51 EUR')")
+            _shot(pg, "budget")
+        finally:
+            pg.close()
+
+
 def test_a_compaction_shows_where_a_summary_replaced_a_span_and_opens_it(
     page: Any, gw: GatewayHandle
 ) -> None:

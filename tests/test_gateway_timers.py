@@ -53,3 +53,24 @@ def test_timers_and_a_budget_pause_over_http(tmp_path: pathlib.Path) -> None:
         assert yes.status_code == 200
         wait_for(lambda: not paused(), 20)
         assert http.get("/v1/sessions/h1/budget").json()["budget"] == 51.0
+
+
+def test_a_goal_timer_over_http(tmp_path: pathlib.Path) -> None:
+    with running_gateway(tmp_path / "data") as g, client(g) as http:
+        meta = {"ore.model.name": "scripted"}
+        assert http.post("/v1/sessions", json={"id": "g1", "metadata": meta}).status_code == 201
+        bad = {"text": "x", "after": 5, "goal": True, "budget": {"max_turns": 0}}
+        r = http.post("/v1/sessions/g1/timers", json=bad)
+        assert r.status_code == 422 and "max_turns" in r.json()["message"]
+        goal = {"text": "say hi", "after": 0.2, "goal": True, "budget": {"max_turns": 2.0}}
+        r = http.post("/v1/sessions/g1/timers", json={**goal, "id": "run"})
+        assert r.status_code == 201 and r.json() == {"timer": "run"}
+
+        def converged() -> bool:
+            evs = http.get("/v1/sessions/g1/history").json()["events"]
+            return any(e["kind"] == "session.converged" for e in evs)
+
+        wait_for(converged, 20)
+        evs = http.get("/v1/sessions/g1/history").json()["events"]
+        (started,) = [e for e in evs if e["kind"] == "session.started" and e.get("goal")]
+        assert started["text"] == "say hi"

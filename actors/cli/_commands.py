@@ -159,10 +159,12 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "schedule",
-        "set a timer: its firings reach the session as messages (cron, +10m, or an ISO time)",
+        "set a timer: its firings reach the session as messages or open goal runs "
+        "(cron, +10m, or an ISO time)",
         (
             "vertebra schedule chat-1 '0 9 * * 1-5' 'daily report' --tz Europe/Paris",
             "vertebra schedule chat-1 +10m 'check the build'",
+            "vertebra schedule chat-1 '0 18 * * 5' 'sum up the week' --goal --max-turns 5",
         ),
         schedule_args,
         schedule,

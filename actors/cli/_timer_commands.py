@@ -73,7 +73,9 @@ def schedule_args(p: argparse.ArgumentParser) -> None:
         metavar="WHEN",
         help="a cron expression ('0 9 * * 1-5'), +SECONDS or +10m/+2h/+1d, or an ISO time",
     )
-    p.add_argument("text", metavar="TEXT", help="the message each firing delivers")
+    p.add_argument(
+        "text", metavar="TEXT", help="the message each firing delivers (with --goal: the objective)"
+    )
     p.add_argument("--tz", default="", help="the cron expression's time zone (default UTC)")
     p.add_argument("--id", default=None, dest="timer_id", help="the timer's id (replaces one)")
     p.add_argument(
@@ -85,6 +87,11 @@ def schedule_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--grace", type=float, default=60.0, metavar="S", help="seconds late still on time"
     )
+    p.add_argument(
+        "--goal", action="store_true", help="each firing opens a goal run, TEXT its objective"
+    )
+    for name in ("max-turns", "max-tokens", "max-tool-calls", "max-seconds"):
+        p.add_argument(f"--{name}", type=int, metavar="N", help=f"with --goal, budget: {name[4:]}")
     add_json(p)
 
 
@@ -93,6 +100,11 @@ def schedule(args: argparse.Namespace, out: Out) -> int:
 
     sid = session_id(args.session)
     spec = when(args.when)
+    budget = {
+        k.replace("-", "_"): v
+        for k in ("max-turns", "max-tokens", "max-tool-calls", "max-seconds")
+        if (v := getattr(args, k.replace("-", "_"))) is not None
+    }
     with attach(args) as host:
         try:
             tid = host.set_timer(
@@ -102,6 +114,8 @@ def schedule(args: argparse.Namespace, out: Out) -> int:
                 policy=args.missed,
                 grace=args.grace,
                 timer_id=args.timer_id,
+                goal=args.goal,
+                budget=budget,
                 **spec,
             )
         except InvalidRequest as exc:
@@ -154,7 +168,8 @@ def timers(args: argparse.Namespace, out: Out) -> int:
             out.line(json_line({**t.as_dict(), "dueAt": iso(t.due)}))
         else:
             every = f"cron '{t.cron}' {t.tz or 'UTC'}" if t.cron else "once"
-            out.line(f"{t.id:<16} {iso(t.due)}  {every:<28} {t.text}")
+            goal = "goal run: " if t.goal else ""
+            out.line(f"{t.id:<16} {iso(t.due)}  {every:<28} {goal}{t.text}")
     if not rows and not args.json:
         out.line("no timer is set")
     return 0
@@ -180,7 +195,7 @@ def budget(args: argparse.Namespace, out: Out) -> int:
             if args.json:
                 out.line(json_line({"tenant": tenant, **row}))
             else:
-                out.line(f"{name:<24} {row['cost']:.6g}  ({row['sessions']} sessions)")
+                out.line(f"{name:<24} {row['cost']:.6g}  ({row['sessions']} sessions)" + _now(row))
         if not rows and not args.json:
             out.line("no priced spending yet (serve --prices FILE)")
         return 0
@@ -198,9 +213,29 @@ def budget(args: argparse.Namespace, out: Out) -> int:
     limit = "none" if spent["budget"] is None else f"{spent['budget']:g}"
     money = f"{spent['cost']:.6g} {spent['currency']}".strip()
     out.line(f"spent {money} of budget {limit} (prices {spent['version']})")
+    if spent["caps"]:
+        caps = ", ".join(f"{p} {c:g}" for p, c in spent["caps"].items())
+        out.line(f"tenant {spent['tenant']} capped per {caps} (vertebra budget --tenants)")
     for call in spent["paused"]:
-        out.line(f"paused for the budget: vertebra approve {sid} {call} --raise AMOUNT, or reject")
+        period = spent["pausedFor"].get(str(call))
+        what = f"tenant {spent['tenant']}'s cap for {period}" if period else "the budget"
+        out.line(f"paused for {what}: vertebra approve {sid} {call} --raise AMOUNT, or reject")
     return 0
+
+
+def _now(row: dict[str, Any]) -> str:
+    """The tenant's spending in the current day and month, against its caps."""
+    import time
+
+    from ..session.rules.spend import period_keys
+
+    parts = []
+    for period, key in period_keys(time.time()).items():
+        cap = row["caps"].get(period)
+        spent = row["periods"].get(key, 0.0)
+        limit = "" if cap is None else f" of {cap + row['raised'].get(key, 0.0):g}"
+        parts.append(f"this {period} {spent:.6g}{limit}")
+    return "; " + ", ".join(parts)
 
 
 def time_and_money(log: Any, sid: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..host.timers import read_state, spending_of
+from ..session.rules.goals import budget_problem
 from ..session.rules.timerbook import POLICIES, iso
 from ._gateway import Gateway, call, known
 from ._replies import HttpError, ack_json, json_response
@@ -33,8 +34,19 @@ def _seconds(body: dict[str, object], name: str) -> float | None:
     return float(value)
 
 
+def goal_budget(budget: dict[str, object]) -> dict[str, int]:
+    """A goal run's budget as the body gives it, checked (422 naming what is wrong)."""
+    # JSON has one number type: 3.0 is the integer 3 (as JSON Schema reads it).
+    out = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in budget.items()}
+    problem = budget_problem(out)
+    if problem:
+        raise HttpError(422, "invalid_field", problem)
+    return out  # type: ignore[return-value]
+
+
 async def set_timer(gw: Gateway, request: Request) -> Response:
-    """``{"text", one of "at" | "after" | "cron", "tz", "policy", "grace", "id"}``."""
+    """``{"text", one of "at" | "after" | "cron", "tz", "policy", "grace", "id", "goal",
+    "budget"}``."""
     sid = session_id(request)
     body = await json_body(request)
     text = field(body, "text", str, None)
@@ -45,6 +57,10 @@ async def set_timer(gw: Gateway, request: Request) -> Response:
         raise HttpError(422, "invalid_field", f"'policy' must be one of {', '.join(POLICIES)}")
     tid = field(body, "id", str, None)
     grace = _seconds(body, "grace")
+    goal = field(body, "goal", bool, False)
+    budget = goal_budget(field(body, "budget", dict, {}))
+    if budget and not goal:
+        raise HttpError(422, "invalid_field", "'budget' is a goal run's: set 'goal' too")
     await known(gw, sid)
     tid = await call(
         gw.host.set_timer,
@@ -58,6 +74,8 @@ async def set_timer(gw: Gateway, request: Request) -> Response:
         grace=60.0 if grace is None else grace,
         timer_id=tid,
         key=idempotency_key(request),
+        goal=goal,
+        budget=budget,
     )
     return json_response({"timer": tid}, status=201)
 

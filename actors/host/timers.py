@@ -4,6 +4,7 @@ list) and for what a session spent (`spending`)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from spine import Log, SpineError
@@ -50,12 +51,17 @@ class SessionTimers:
         grace: float = 60.0,
         timer_id: str | None = None,
         key: str | None = None,
+        goal: bool = False,
+        budget: Mapping[str, int] | None = None,
     ) -> str:
         """Set a timer that delivers ``text`` to the session as a user message: once ``at``
         a Unix time or ``after`` seconds, or on every time the five-field ``cron``
         expression names in time zone ``tz``. Firings missed while the daemon was down
         become one (``fire_once``) or are dropped past ``grace`` seconds (``skip``).
-        Returns the timer's id (a fresh one unless given; an id in use is replaced)."""
+        With ``goal`` a firing opens a goal run instead, ``text`` its objective and
+        ``budget`` its budget (as `submit`'s); one due while a run is in flight is stored
+        ``rejected`` and delivers nothing. Returns the timer's id (a fresh one unless
+        given; an id in use is replaced)."""
         if not isinstance(text, str) or not isinstance(cron, str) or not isinstance(tz, str):
             raise InvalidRequest("a timer's text, cron and tz must be strings")
         if policy not in POLICIES:
@@ -73,6 +79,8 @@ class SessionTimers:
             tz=tz,
             policy=policy,
             grace=_number("grace", grace) or 0.0,
+            goal=bool(goal),
+            budget=dict(budget or {}),
         )
         self._request(msg)
         return tid
@@ -108,7 +116,9 @@ class SessionTimers:
 
     def spending_by_tenant(self) -> dict[str, dict[str, Any]]:
         """What each tenant's sessions spent under the operator's prices (the sessions
-        without a ``tenant`` key under ""): reads every stream, for reports, not gates."""
+        without a ``tenant`` key under ""), in all and per period (``periods``: cost by
+        ``day:YYYY-MM-DD`` and ``month:YYYY-MM``, UTC; ``raised``: the raises of its caps;
+        ``caps``: the operator's): reads every stream, for reports, not gates."""
         return spending_by_tenant(self._log)
 
 
@@ -123,9 +133,16 @@ def spending_by_tenant(log: Log) -> dict[str, dict[str, Any]]:
             continue
         if not st.spend.priced:
             continue
-        row = out.setdefault(st.metadata.get("tenant", ""), {"cost": 0.0, "sessions": 0})
+        tenant = st.metadata.get("tenant", "")
+        row = out.setdefault(
+            tenant, {"cost": 0.0, "sessions": 0, "periods": {}, "raised": {}, "caps": {}}
+        )
         row["cost"] += st.spend.cost
         row["sessions"] += 1
+        row["caps"] = dict(st.spend.caps(tenant)) or row["caps"]
+        for into, by_period in (("periods", st.spend.periods), ("raised", st.spend.period_raised)):
+            for key, amount in by_period.items():
+                row[into][key] = row[into].get(key, 0.0) + amount
     return out
 
 
@@ -139,4 +156,12 @@ def spending_of(st: SessionState) -> dict[str, Any]:
         budget = None
     out["budget"] = budget
     out["paused"] = sorted(c for c, p in st.pending_actions.items() if p.action == "model")
+    # A tenant's caps per period and which paused calls wait on one (the tenant's total
+    # is the ledger's: `spending_by_tenant` for reports).
+    tenant = st.metadata.get("tenant", "")
+    out["tenant"] = tenant
+    out["caps"] = dict(st.spend.caps(tenant))
+    out["pausedFor"] = {
+        str(c): st.spend.paused_for[c] for c in out["paused"] if c in st.spend.paused_for
+    }
     return out

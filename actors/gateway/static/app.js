@@ -185,6 +185,21 @@ function onStored(ev, seq) {
     case "record.verified":
       add("note", `record verified${ev.error ? ": " + ev.error : ""}`);
       break;
+    case "timer.set":
+      add("note timer", `timer ${ev.timer} set${ev.run === "goal" ? " (goal run)" : ""}: next at ${ev.dueAt || ""}${ev.cron ? ` (${ev.cron} ${ev.tz || ""})` : ""}`);
+      break;
+    case "timer.fired":
+      add("note timer", `timer ${ev.timer} fired${ev.late ? ` ${ev.late}s late` : ""}${ev.missed ? `, ${ev.missed} missed` : ""}${ev.skipped ? ", skipped" : ""}${ev.rejected ? `, rejected (${ev.rejected})` : ""}`);
+      break;
+    case "timer.cancelled":
+      add("note timer", `timer ${ev.timer} cancelled${ev.reason ? ` (${ev.reason})` : ""}`);
+      break;
+    case "session.paused":
+      add("note budget", `paused for the budget: ${ev.error || ""} (call ${ev.call})`);
+      break;
+    case "budget.raised":
+      add("note budget", `budget raised by ${ev.amount}${ev.period ? ` for ${ev.period}` : ""}`);
+      break;
     case "session.lifecycle":
       if (ev.phase === "closed" || ev.phase === "failed") add("note", `session ${ev.phase}`);
       break;
@@ -471,6 +486,68 @@ async function refreshStatus() {
   const ids = new Set((p.fanout || []).map((c) => c.id));
   const roots = [...byParent.keys()].filter((k) => !ids.has(k));
   $("fanout").replaceChildren(...roots.flatMap(tree));
+  await Promise.all([refreshTimers().catch(() => {}), refreshBudget().catch(() => {})]);
+}
+
+// The session's timers, next due first, each with a button that cancels it.
+async function refreshTimers() {
+  const { timers } = await api("GET", `${sessionPath()}/timers`);
+  $("timers").replaceChildren(
+    ...timers.map((t) => {
+      const li = document.createElement("li");
+      li.dataset.id = t.id;
+      const text = document.createElement("span");
+      const when = t.cron ? `${t.cron} ${t.tz || "UTC"}, next ${t.dueAt}` : `at ${t.dueAt}`;
+      text.textContent = `${t.goal ? "goal: " : ""}${t.text} (${when})`;
+      const b = document.createElement("button");
+      b.type = "button";
+      b.className = "cancel";
+      b.textContent = "Cancel";
+      b.onclick = () => guarded(() => api("DELETE", `${sessionPath()}/timers/${encodeURIComponent(t.id)}`)).then(scheduleStatus);
+      li.append(text, b);
+      return li;
+    }),
+  );
+}
+
+// What the session spent under the operator's prices; a call paused on a budget can be
+// let go on with a raise.
+async function refreshBudget() {
+  const b = await api("GET", `${sessionPath()}/budget`);
+  const money = (x) => `${+Number(x).toPrecision(6)}${b.currency ? ` ${b.currency}` : ""}`;
+  $("budget").textContent = b.version
+    ? `spent ${money(b.cost)}${b.budget === null ? "" : ` of ${money(b.budget)}`} (prices ${b.version})`
+    : "not priced (no operator price table)";
+  $("budget-paused").replaceChildren(
+    ...(b.paused || []).map((call) => {
+      const div = document.createElement("div");
+      div.className = "paused";
+      const amount = document.createElement("input");
+      amount.type = "number";
+      amount.min = "0";
+      amount.step = "any";
+      amount.placeholder = "raise by";
+      amount.setAttribute("aria-label", `raise the budget for call ${call} by`);
+      const go = document.createElement("button");
+      go.type = "button";
+      go.className = "raise";
+      go.textContent = `Raise and go on (call ${call})`;
+      go.onclick = () => {
+        const by = Number(amount.value);
+        if (!(by > 0)) return showError("a raise must be a positive amount");
+        guarded(() => api("POST", `${sessionPath()}/approvals/${call}`, { decision: "approve", raise: by, note: "raised from the page" })).then(scheduleStatus);
+      };
+      div.append(amount, go);
+      return div;
+    }),
+  );
+}
+
+// WHEN as the CLI reads it: +90, +10m, +2h, +1d (after), anything else a cron expression.
+function timerWhen(text) {
+  const m = /^\+(\d+(?:\.\d+)?)([smhd]?)$/.exec(text.trim());
+  if (m) return { after: Number(m[1]) * { "": 1, s: 1, m: 60, h: 3600, d: 86400 }[m[2]] };
+  return { cron: text.trim() };
 }
 
 async function loadSessions() {
@@ -530,6 +607,19 @@ function wire() {
     if (!text.trim() || !state.session) return;
     $("input").value = "";
     submitGoal(text);
+  };
+  $("timer-form").onsubmit = (e) => {
+    e.preventDefault();
+    const when = $("timer-when").value;
+    const text = $("timer-text").value;
+    if (!when.trim() || !text.trim() || !state.session) return;
+    const body = { text, ...timerWhen(when), ...($("timer-goal").checked ? { goal: true } : {}) };
+    guarded(async () => {
+      await api("POST", `${sessionPath()}/timers`, body);
+      $("timer-when").value = "";
+      $("timer-text").value = "";
+      scheduleStatus();
+    });
   };
   $("regenerate").onclick = () => state.session && regenerate(0);
   $("fork").onclick = () => state.session && forkAt(0);

@@ -16,10 +16,14 @@ from ...model_servers import ModelServers
 from ...policy import BusyPolicy
 from ...spec import AgentSpec, TurnInput
 from ...terse import terse_module
+from .goal_commands import Resume as Resume
+from .goal_commands import Spawn as Spawn
+from .goal_commands import Submit as Submit
 from .seal_commands import Sealed as Sealed
 from .seal_commands import SealStream as SealStream
 from .seal_commands import Verified as Verified
 from .seal_commands import VerifyStream as VerifyStream
+from .spend import TenantShare
 from .state import SessionState
 from .timer_commands import CancelTimer as CancelTimer
 from .timer_commands import FireDue as FireDue
@@ -165,6 +169,9 @@ class Govern:
     resolved: tuple[str, ...] | None = None
     #: Unix time the session got it (stamped by the shell: a goal's wall-time budget).
     now: float = 0.0
+    #: What the tenant's other sessions spent in the current periods (read by the shell
+    #: when the tenant's spending is capped; the caps are checked against it).
+    others: TenantShare = attrs.field(factory=TenantShare)
     #: A server's question to a human during the call (MCP elicitation): see `questions`.
     question: Mapping[str, Any] | None = None
 
@@ -185,38 +192,6 @@ class Decide:
     #: An in-doubt call's result, given by hand (`resolve`; "" for a verdict).
     result: str = ""
     is_error: bool = False
-
-
-@attrs.frozen(kw_only=True)
-class Submit:
-    """Open a goal run (``session.started`` with the objective and the budget)."""
-
-    request_id: str
-    key: str
-    objective: str
-    budget: Mapping[str, int] = attrs.field(factory=dict)
-    #: Unix time the session received it (stamped by the shell), 0 if unknown.
-    now: float = 0.0
-    #: What an earlier delivery of its key stored, as `Receive.stored`: a retry is answered as then.
-    stored: tuple[tuple[int, str], ...] = ()
-
-
-@attrs.frozen(kw_only=True)
-class Resume:
-    """Continue the goal run in flight, if any (the next turn starts when one is due)."""
-
-    request_id: str
-    key: str
-
-
-@attrs.frozen(kw_only=True)
-class Spawn:
-    """From the turn's worker: the admitted ``spawn`` tool call ``tool_use_id`` delegates
-    ``objective`` to a child session (answered with `AnswerSpawn` once it exists)."""
-
-    turn: int
-    tool_use_id: str
-    objective: str
 
 
 @attrs.frozen(kw_only=True)

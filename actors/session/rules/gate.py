@@ -12,12 +12,11 @@ from typing import Any
 
 import attrs
 
-from projections import MODEL_MAX_OUTPUT_TOKENS, MODEL_NAME
-from spine import Event, Kind, Usage
+from spine import Event, Kind
 
 from ... import messages as m
 from ...agents.egress_rules import EgressDecision, destination, precheck
-from ...agents.governance import Ask, Fault, Policy, PolicyError, Ruling, Spent, Verdict, rule
+from ...agents.governance import Ask, Fault, Policy, PolicyError, Ruling, Verdict, rule
 from ...spec import AgentSpec, SettingsError, TurnInput, replay_of
 from . import questions
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
@@ -26,8 +25,8 @@ from .goals import goal_budget
 from .intents import ARGS, IDEMPOTENT, KEY, RETRY, args_hash, effect_key
 from .recovery import unfinished
 from .refusals import failed
-from .spend import price
-from .state import PendingAction, SessionState, action_key, depth_of
+from .state import PendingAction, SessionState, action_key
+from .tenantcaps import over_cap, spent_of
 from .views import context_of, history_before
 
 
@@ -51,29 +50,6 @@ def _started(base: dict[str, Any], key: str, idempotent: bool) -> Event:
     return Event(kind=Kind.ACTION_STARTED, extra=extra, **base)
 
 
-def _spent(st: SessionState, run: Running, action: str) -> Spent:
-    used = st.usage + run.usage if run.usage is not None else st.usage
-    model = st.metadata.get(MODEL_NAME, "")
-    spend = st.spend.charged(run.usage, model)
-    rates = spend.rates(model)
-    cap = st.metadata.get(MODEL_MAX_OUTPUT_TOKENS, "")
-    reserve = 0.0
-    if rates is not None and action == "model" and cap.isdigit():
-        reserve = price(Usage(output_tokens=int(cap)), rates)
-    return Spent(
-        cost=spend.cost if spend.priced else None,
-        raised=spend.raised,
-        reserve=reserve,
-        tokens=used.input_tokens + used.output_tokens,
-        tool_calls=st.tool_calls,
-        turns=run.turn,
-        input_tokens=used.input_tokens,
-        output_tokens=used.output_tokens,
-        children=len(st.children),
-        depth=depth_of(st.metadata),
-    )
-
-
 def governed(s: Session, cmd: Govern) -> Decision:
     """The gate's answer to a worker's question, or a server's question put to a human."""
     return questions.asked(s, cmd) if cmd.question is not None else govern(s, cmd)
@@ -88,6 +64,9 @@ def govern(s: Session, cmd: Govern) -> Decision:
     if again is not None:
         return again
     verdict, fault, err, trust, refused = _judged(st, run, cmd)
+    over = over_cap(st, run, cmd.others, cmd.now) if verdict == Verdict.ADMIT else None
+    if over is not None and cmd.action == "model":
+        verdict, fault, err = over.verdict, over.fault, over.why
     call = st.last_seq + 1
     base: dict[str, Any] = {
         "turn": run.turn,
@@ -102,8 +81,9 @@ def govern(s: Session, cmd: Govern) -> Decision:
     if verdict == Verdict.PENDING and fault == Fault.BUDGET_EXCEEDED:
         # The budget would be passed: the session pauses, its turn intact, and asks.
         ev = Event(kind=Kind.ACTION_PENDING, fault=fault, error=err, input=cmd.input, **base)
+        extra = {"period": over.period} if over is not None else {}
         why = Event(kind=Kind.PAUSED, reason="budget", call=call, turn=run.turn, error=err)
-        return Decision(state=s, events=(ev, why))
+        return Decision(state=s, events=(ev, attrs.evolve(why, extra=extra)))
     if verdict == Verdict.ADMIT:
         # The admission and the intent in one append: the tool runs once it is durable.
         key = effect_key(st.session_id, run.turn, call)
@@ -114,6 +94,17 @@ def govern(s: Session, cmd: Govern) -> Decision:
     if verdict == Verdict.PENDING:
         ev = Event(kind=Kind.ACTION_PENDING, input=cmd.input, **base)
         return Decision(state=s, events=(ev,))
+    return _refused(s, cmd, base, (verdict, fault, err), refused)
+
+
+def _refused(
+    s: Session,
+    cmd: Govern,
+    base: dict[str, Any],
+    ruling: tuple[Verdict, Fault | None, str],
+    refused: EgressDecision | None,
+) -> Decision:
+    verdict, fault, err = ruling
     fault_text = str(fault) if fault is not None else "policy_error"
     ev = Event(kind=Kind.ACTION_REJECTED, fault=fault_text, error=err, **base)
     events: tuple[Event, ...] = (ev,)
@@ -121,13 +112,14 @@ def govern(s: Session, cmd: Govern) -> Decision:
         # The guard's decision, as the tool would have stored it (the egress ledger).
         dial = Event(
             kind=Kind.EGRESS,
-            turn=run.turn,
+            turn=base["turn"],
             host=refused.host,
             allowed=False,
             reason=refused.reason,
         )
         events = (ev, dial)
-    return Decision(state=s, events=events, effects=(_answer(cmd, verdict, call, fault_text),))
+    answer = _answer(cmd, verdict, base["call"], fault_text)
+    return Decision(state=s, events=events, effects=(answer,))
 
 
 def _model_admitted(s: Session, cmd: Govern, base: dict[str, Any], call: int) -> Decision:
@@ -164,7 +156,7 @@ def _judged(
         policy=policy,
         action=cmd.action,
         need=cmd.need,
-        spent=_spent(st, run, cmd.action),
+        spent=spent_of(st, run, cmd.action),
         egress_refused=refused is not None,
         goal=goal_budget(st, run, cmd.now),
     )
@@ -181,7 +173,7 @@ def _turn_budgets(st: SessionState, run: Running, policy: Policy, now: float) ->
     ask = Ask(
         policy=policy,
         action="model",
-        spent=_spent(st, run, "model"),
+        spent=spent_of(st, run, "model"),
         goal=goal_budget(st, run, now),
     )
     r = rule(ask)
@@ -350,8 +342,10 @@ def _decided(st: SessionState, pending: PendingAction, cmd: Decide, key: str) ->
         "tool": pending.action if pending.action != "model" else "",
         "tool_use_id": pending.tool_use_id,
     }
+    period = st.spend.paused_for.get(cmd.call)
+    extra = {"amount": cmd.raise_by, **({"period": period} if period else {})}
     raised = (
-        (Event(kind=Kind.BUDGET_RAISED, call=cmd.call, extra={"amount": cmd.raise_by}),)
+        (Event(kind=Kind.BUDGET_RAISED, call=cmd.call, extra=extra),)
         if cmd.approve and cmd.raise_by > 0
         else ()
     )

@@ -6,11 +6,17 @@ The table is the operator's (read by ``vertebra serve --prices``), never the ses
 metadata: a session cannot make itself cheaper. It reaches the stream as a
 ``budget.prices`` event whenever the table a new incarnation is given differs from the
 last one stored, so a replay prices every turn as it was priced then.
+
+The table may also cap what each tenant's sessions spend together per period
+(``tenants``: tenant name, or ``*`` for any other, to ``day`` and ``month`` caps). A
+turn's cost counts in the periods of the time stored on the event that ended it (UTC), so a
+replay places it where the live fold did.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import attrs
@@ -21,8 +27,11 @@ from spine import Event, Kind, Usage
 #: (output less reasoning), ``cache_read``, ``cache_write``, ``reasoning``. A kind a table
 #: leaves out costs what ``input`` (cache) or ``output`` (reasoning) costs.
 PRICE_KINDS = ("input", "output", "cache_read", "cache_write", "reasoning")
-#: The model entry that prices every model the table does not name.
+#: The model entry that prices every model the table does not name (and the tenant entry
+#: that caps every tenant the table does not name).
 ANY_MODEL = "*"
+#: The periods a tenant's spending is capped over, each a calendar span in UTC.
+PERIODS = ("day", "month")
 
 
 class PriceError(ValueError):
@@ -61,7 +70,36 @@ def check_prices(table: Mapping[str, Any]) -> dict[str, Any]:
             row[kind] = float(value)
         out[str(name)] = row
     currency = table.get("currency", "")
-    return {"version": version, "currency": str(currency), "models": out}
+    checked = {"version": version, "currency": str(currency), "models": out}
+    if table.get("tenants") is not None:
+        checked["tenants"] = check_tenant_caps(table["tenants"])
+    return checked
+
+
+def check_tenant_caps(caps: Any) -> dict[str, dict[str, float]]:
+    """``{tenant: {period: cap}}`` as stored; `PriceError` naming the entry that is wrong."""
+    if not isinstance(caps, Mapping):
+        raise PriceError("tenants must be an object of tenant name to {day, month} caps")
+    out: dict[str, dict[str, float]] = {}
+    for tenant, row in caps.items():
+        if not isinstance(row, Mapping) or not row:
+            raise PriceError(f"caps of tenant {tenant!r} must be an object of day and/or month")
+        for period, value in row.items():
+            if period not in PERIODS:
+                raise PriceError(f"tenant {tenant!r}: unknown period {period!r} (day, month)")
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+                raise PriceError(
+                    f"tenant {tenant!r}: {period} cap must be a non-negative number, got {value!r}"
+                )
+        out[str(tenant)] = {str(p): float(v) for p, v in row.items()}
+    return out
+
+
+def period_keys(when: datetime | float) -> dict[str, str]:
+    """The keys of the periods ``when`` falls in (UTC): ``day:2026-12-02``, ``month:2026-12``."""
+    t = datetime.fromtimestamp(when, UTC) if isinstance(when, int | float) else when
+    t = t.astimezone(UTC)
+    return {"day": f"day:{t:%Y-%m-%d}", "month": f"month:{t:%Y-%m}"}
 
 
 def price(usage: Usage, rates: Mapping[str, float]) -> float:
@@ -83,13 +121,19 @@ def price(usage: Usage, rates: Mapping[str, float]) -> float:
 @attrs.frozen(kw_only=True)
 class Spend:
     """The session's spending as its stream says: the price table in force, the cost of
-    the turns so far, and the raises of its budget."""
+    the turns so far, and the raises of its budget; per period (`period_keys`), what its
+    ended turns cost and the raises of its tenant's caps granted here."""
 
     version: str = ""
     currency: str = ""
     models: Mapping[str, Mapping[str, float]] = attrs.field(factory=dict)
     cost: float = 0.0
     raised: float = 0.0
+    tenants: Mapping[str, Mapping[str, float]] = attrs.field(factory=dict)
+    periods: Mapping[str, float] = attrs.field(factory=dict)
+    period_raised: Mapping[str, float] = attrs.field(factory=dict)
+    #: Model calls paused for a tenant's cap, by call: the period they wait on.
+    paused_for: Mapping[int, str] = attrs.field(factory=dict)
 
     @property
     def priced(self) -> bool:
@@ -98,12 +142,32 @@ class Spend:
     def rates(self, model: str) -> Mapping[str, float] | None:
         return self.models.get(model) or self.models.get(ANY_MODEL)
 
-    def charged(self, usage: Usage | None, model: str) -> Spend:
-        """With a turn's ``usage`` added (unpriced when the table has no rates for it)."""
+    def caps(self, tenant: str) -> Mapping[str, float]:
+        """The caps on ``tenant``'s spending per period (none for a session of no tenant)."""
+        if not tenant:
+            return {}
+        return self.tenants.get(tenant) or self.tenants.get(ANY_MODEL) or {}
+
+    def charged(self, usage: Usage | None, model: str, when: datetime | None = None) -> Spend:
+        """With a turn's ``usage`` added (unpriced when the table has no rates for it), in
+        the periods of ``when`` too when given."""
         rates = self.rates(model)
         if usage is None or rates is None:
             return self
-        return attrs.evolve(self, cost=self.cost + price(usage, rates))
+        cost = price(usage, rates)
+        periods = self.periods
+        if when is not None:
+            periods = dict(periods)
+            for key in period_keys(when).values():
+                periods[key] = periods.get(key, 0.0) + cost
+        return attrs.evolve(self, cost=self.cost + cost, periods=periods)
+
+    def turn_ended(self, ev: Event, model: str) -> Spend:
+        """With the turn ``ev`` ends charged, in the periods of the time stored on it (the
+        shell stamps it before the append, so the live fold and a replay agree); no call of
+        it waits on a cap any more."""
+        out = self.charged(ev.usage, model, ev.time)
+        return attrs.evolve(out, paused_for={}) if out.paused_for else out
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -114,6 +178,15 @@ class Spend:
         }
 
 
+@attrs.frozen(kw_only=True)
+class TenantShare:
+    """What a tenant's other sessions spent (``cost``) and were granted (``raised``) per
+    period key (`period_keys`), as the shell read it for one model call."""
+
+    cost: Mapping[str, float] = attrs.field(factory=dict)
+    raised: Mapping[str, float] = attrs.field(factory=dict)
+
+
 def prices_event(table: Mapping[str, Any]) -> Event:
     return Event(kind=Kind.PRICES, extra=dict(table))
 
@@ -122,23 +195,42 @@ def needs_prices(spend: Spend, table: Mapping[str, Any] | None) -> bool:
     """Whether ``table`` (the operator's, given to this incarnation) is not the one in force."""
     if not table:
         return False
-    return table.get("version") != spend.version or table.get("models") != spend.models
+    return (
+        table.get("version") != spend.version
+        or table.get("models") != spend.models
+        or (table.get("tenants") or {}) != spend.tenants
+    )
 
 
 def folded_prices(spend: Spend, ev: Event) -> Spend:
     x = ev.extra
-    models = x.get("models")
+    models, tenants = x.get("models"), x.get("tenants")
     return attrs.evolve(
         spend,
         version=str(x.get("version", "")),
         currency=str(x.get("currency", "")),
         models={str(k): dict(v) for k, v in models.items()} if isinstance(models, Mapping) else {},
+        tenants={str(k): dict(v) for k, v in tenants.items()}
+        if isinstance(tenants, Mapping)
+        else {},
     )
 
 
 def folded_raise(spend: Spend, ev: Event) -> Spend:
     try:
-        amount = float(ev.extra.get("amount", 0.0))
+        amount = max(0.0, float(ev.extra.get("amount", 0.0)))
     except (TypeError, ValueError):
         return spend
-    return attrs.evolve(spend, raised=spend.raised + max(0.0, amount))
+    period = ev.extra.get("period")
+    if isinstance(period, str) and period:
+        raised = dict(spend.period_raised)
+        raised[period] = raised.get(period, 0.0) + amount
+        return attrs.evolve(spend, period_raised=raised)
+    return attrs.evolve(spend, raised=spend.raised + amount)
+
+
+def folded_pause(spend: Spend, ev: Event) -> Spend:
+    period = ev.extra.get("period")
+    if ev.reason != "budget" or not isinstance(period, str) or not period:
+        return spend
+    return attrs.evolve(spend, paused_for={**spend.paused_for, ev.call: period})

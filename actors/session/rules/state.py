@@ -19,7 +19,7 @@ from .replace import replace
 from .timespend import TIMESPEND_FOLD, Spend, Timer
 
 #: Version of `SessionState`'s shape and module (pickles name it); others are ignored.
-SNAPSHOT_VERSION = 12
+SNAPSHOT_VERSION = 13
 
 
 @attrs.frozen(kw_only=True)
@@ -217,7 +217,7 @@ def _turn_ended(state: SessionState, ev: Event, seq: int) -> Changes:
     if ev.text:
         # Partial text of a cut-off or failed turn was said all the same.
         hist = _push(hist, ("assistant", ev.text, seq))
-    spend = state.spend.charged(ev.usage, state.metadata.get("ore.model.name", ""))
+    spend = state.spend.turn_ended(ev, state.metadata.get("ore.model.name", ""))
     changes: Changes = {"open_turn": None, "usage": usage, "history": hist, "spend": spend}
     if state.turn_actions:
         changes["turn_actions"] = {}

@@ -3,6 +3,8 @@ the vocabulary of `commands` (which names them in its ``Command``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
 from ...terse import terse_module
@@ -24,6 +26,9 @@ class SetTimer:
     tz: str = ""
     policy: str = "fire_once"
     grace: float = 60.0
+    #: Its firing opens a goal run (``text``: the objective; ``budget``: the run's).
+    goal: bool = False
+    budget: Mapping[str, int] = attrs.field(factory=dict)
     #: Unix time the session received it (stamped by the shell); ``stored`` as `Submit`'s.
     now: float = 0.0
     stored: tuple[tuple[int, str], ...] = ()

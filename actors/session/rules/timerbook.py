@@ -51,6 +51,9 @@ class Timer:
     grace: float = DEFAULT_GRACE
     #: Firings stored so far (delivered or skipped).
     fired: int = 0
+    #: A firing opens a goal run (``text``: its objective; ``budget``: the run's budget).
+    goal: bool = False
+    budget: Mapping[str, int] = attrs.field(factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -93,6 +96,8 @@ def plan(
     tz: str = "",
     policy: str = "fire_once",
     grace: float = DEFAULT_GRACE,
+    goal: bool = False,
+    budget: Mapping[str, int] | None = None,
 ) -> Timer:
     """The timer a request asks for, its first firing computed from ``now``."""
     if not timer_id or len(timer_id) > 128 or not timer_id.isprintable():
@@ -120,7 +125,8 @@ def plan(
         due = now + after
     if not due < LAST_TIME:
         raise TimerError("a timer cannot be due after the year 9999")
-    return Timer(id=timer_id, text=text, due=due, cron=cron, tz=tz, policy=policy, grace=grace)
+    t = Timer(id=timer_id, text=text, due=due, cron=cron, tz=tz, policy=policy, grace=grace)
+    return attrs.evolve(t, goal=goal, budget=dict(budget or {})) if goal or budget else t
 
 
 def missed_after(t: Timer, now: float) -> tuple[int, float | None]:
@@ -156,6 +162,8 @@ def _set(timers: Timers, ev: Event) -> Timers:
         tz=str(x.get("tz", "")),
         policy=str(x.get("policy", "fire_once")),
         grace=float(x.get("grace", DEFAULT_GRACE)),
+        goal=x.get("run") == "goal",
+        budget=dict(budget) if isinstance(budget := x.get("budget"), Mapping) else {},
     )
     return {**timers, t.id: t}
 
@@ -187,4 +195,8 @@ def set_event(t: Timer) -> Event:
         extra["tz"] = t.tz
     if t.grace != DEFAULT_GRACE:
         extra["grace"] = t.grace
+    if t.goal:
+        extra["run"] = "goal"
+        if t.budget:
+            extra["budget"] = dict(t.budget)
     return Event(kind=Kind.TIMER_SET, text=t.text, extra=extra)

@@ -10,6 +10,7 @@ second Runner) finds nothing due, or the key already stored.
 from __future__ import annotations
 
 import hashlib
+from datetime import UTC, datetime
 from typing import Any
 
 import attrs
@@ -20,6 +21,7 @@ from ... import messages as m
 from ...policy import BusyPolicy
 from .commands import CancelTimer, Decision, Effect, FireDue, Session, SetTimer
 from .gate import paused
+from .goals import budget_problem, finish_problem
 from .refusals import failed, refusal
 from .state import SessionState
 from .timerbook import Timer, TimerError, iso, missed_after, plan, set_event
@@ -42,6 +44,9 @@ def set_timer(s: Session, cmd: SetTimer) -> Decision:
     refused = refusal(s, cmd.request_id)
     if refused is not None:
         return Decision(state=s, reply=refused)
+    problem = _goal_problem(s, cmd)
+    if problem:
+        return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", problem))
     try:
         t = plan(
             timer_id=cmd.timer_id,
@@ -53,6 +58,8 @@ def set_timer(s: Session, cmd: SetTimer) -> Decision:
             tz=cmd.tz,
             policy=cmd.policy,
             grace=cmd.grace,
+            goal=cmd.goal,
+            budget=cmd.budget,
         )
     except TimerError as exc:
         return Decision(state=s, reply=failed(s, cmd.request_id, "InvalidRequest", str(exc)))
@@ -60,6 +67,13 @@ def set_timer(s: Session, cmd: SetTimer) -> Decision:
         request_id=cmd.request_id, session_id=s.session_id, key=cmd.key, seq=s.stored.last_seq + 1
     )
     return Decision(state=s, events=(set_event(t),), key=cmd.key, reply=ack)
+
+
+def _goal_problem(s: Session, cmd: SetTimer) -> str:
+    """What keeps a goal timer from being set ("" if nothing)."""
+    if not cmd.goal:
+        return "a budget is a goal run's: set goal too" if cmd.budget else ""
+    return budget_problem(cmd.budget) or finish_problem(s.stored.metadata)
 
 
 def cancel_timer(s: Session, cmd: CancelTimer) -> Decision:
@@ -121,8 +135,34 @@ def fired_event(t: Timer, now: float) -> tuple[Event, bool]:
     return Event(kind=Kind.TIMER_FIRED, text=t.text, error=error, extra=extra), not skipped
 
 
+def _rejected(t: Timer, delivers: bool, s: Session, policy: BusyPolicy, goal_open: bool) -> str:
+    """Why a due firing delivers nothing ("" if it delivers): the reject busy policy with a
+    turn running, or a goal timer while a goal run is in flight (one run at a time)."""
+    if not delivers:
+        return ""
+    if s.running is not None and policy == BusyPolicy.REJECT:
+        return "busy"
+    return "goal_running" if t.goal and goal_open else ""
+
+
+def _delivered(s: Session, t: Timer, now: float) -> list[Event]:
+    """What a firing delivers: its text as a user message, or a goal run opened on it."""
+    if not t.goal:
+        return [Event(kind=Kind.USER_MESSAGE, text=t.text, extra={"timer": t.id})]
+    started = Event(
+        kind=Kind.SESSION_STARTED,
+        time=datetime.fromtimestamp(now, UTC) if now else None,
+        goal=s.session_id,
+        text=t.text,
+        extra={"timer": t.id, **({"budget": dict(t.budget)} if t.budget else {})},
+    )
+    message = Event(kind=Kind.USER_MESSAGE, goal=s.session_id, text=t.text, extra={"timer": t.id})
+    return [started, message]
+
+
 def fire(s: Session, cmd: FireDue, policy: BusyPolicy) -> Decision:
-    """Deliver every timer due at ``cmd.now`` as a user message, under the busy policy."""
+    """Deliver every timer due at ``cmd.now`` as a user message (or a goal run it opens),
+    under the busy policy."""
     st = s.stored
     nothing = m.Ack(request_id=cmd.request_id, session_id=s.session_id, key="", consumed=True)
     ready = [] if st.terminal or s.stopping else due(s, cmd.now)
@@ -131,10 +171,12 @@ def fire(s: Session, cmd: FireDue, policy: BusyPolicy) -> Decision:
     events: list[Event] = []
     effects: tuple[Effect, ...] = ()
     state = s
+    goal_open = st.running_goal is not None
     for t in ready:
         fired, delivers = fired_event(t, cmd.now)
-        if delivers and state.running is not None and policy == BusyPolicy.REJECT:
-            fired = attrs.evolve(fired, extra={**fired.extra, "rejected": "busy"})
+        rejected = _rejected(t, delivers, state, policy, goal_open)
+        if rejected:
+            fired = attrs.evolve(fired, extra={**fired.extra, "rejected": rejected})
             delivers = False
         events.append(fired)
         if not delivers:
@@ -145,7 +187,8 @@ def fire(s: Session, cmd: FireDue, policy: BusyPolicy) -> Decision:
             events += cancelled
             effects = (*effects, *more)
             state = attrs.evolve(state, running=None)
-        events.append(Event(kind=Kind.USER_MESSAGE, text=t.text, extra={"timer": t.id}))
+        events += _delivered(s, t, cmd.now)
+        goal_open = goal_open or t.goal
     key = firing_key(ready)
     ack = attrs.evolve(nothing, key=key, consumed=False, seq=st.last_seq + len(events))
     return Decision(state=state, events=tuple(events), key=key, reply=ack, effects=effects)

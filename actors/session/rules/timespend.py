@@ -9,7 +9,7 @@ from typing import Any
 from spine import Event, Kind
 
 from . import timerbook
-from .spend import Spend, folded_prices, folded_raise
+from .spend import Spend, folded_pause, folded_prices, folded_raise
 from .timerbook import Timer
 
 __all__ = ["TIMESPEND_FOLD", "Spend", "Timer"]
@@ -29,4 +29,5 @@ TIMESPEND_FOLD: dict[str, Handler] = {
     **{kind: _timers(f) for kind, f in timerbook.FOLD.items()},
     Kind.PRICES: _spend(folded_prices),
     Kind.BUDGET_RAISED: _spend(folded_raise),
+    Kind.PAUSED: _spend(folded_pause),
 }

@@ -106,6 +106,8 @@ def _timer_command(msg: m.SetTimer | m.CancelTimer | m.FireTimers) -> Command:
         tz=msg.tz,
         policy=msg.policy,
         grace=msg.grace,
+        goal=msg.goal,
+        budget=dict(msg.budget),
     )
 
 

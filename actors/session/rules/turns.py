@@ -30,6 +30,7 @@ from .questions import unasked
 from .recovery import resumable, unfinished
 from .replace import replace
 from .state import SessionState, fold
+from .tenantcaps import capped
 from .views import context_of, history_before
 
 
@@ -60,6 +61,15 @@ def cancel(
     return [*waiting, ev, *lost, done_event(run.turn)], (CancelTurn(turn=run.turn),)
 
 
+def _admits_first_call(st: SessionState, policy: Policy) -> bool:
+    """Whether the turn's first model call passes the gate in the turn's own append: no
+    round trip from the worker and no commit of its own (later calls ask the session). A
+    goal run's turns ask, since its budget counts wall time, and so do turns under a priced
+    cost budget or a tenant's cap, which may pause to ask."""
+    priced_budget = policy.max_cost is not None and st.spend.priced
+    return st.running_goal is None and not priced_budget and not capped(st)
+
+
 def settle(s: Session, cmd: Settle) -> Decision:
     """Start the next turn when the session is idle and a stored message waits."""
     st = s.stored
@@ -83,11 +93,7 @@ def settle(s: Session, cmd: Settle) -> Decision:
         return Decision(state=s, events=_cannot_start(st, n, started, exc))
     call = 0
     admitted: tuple[Event, ...] = ()
-    if st.running_goal is None and (policy.max_cost is None or not st.spend.priced):
-        # The turn's first model call passes the gate here, in the turn's own append: no
-        # round trip from the worker and no commit of its own (later calls ask the
-        # session). A goal run's turns ask, since its budget counts wall time, and so do
-        # turns under a priced cost budget, which may pause to ask a human.
+    if _admits_first_call(st, policy):
         admitted = _first_model_call(st, n, policy)
         if admitted[0].kind != Kind.ACTION_ADMITTED:
             return Decision(state=s, events=(started, *admitted))

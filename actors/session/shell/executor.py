@@ -17,11 +17,12 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import attrs
 
-from spine import AppendResult, ConflictError, Event, Log, StorageError, UnavailableError
+from spine import AppendResult, ConflictError, Event, Kind, Log, StorageError, UnavailableError
 from spine.seal import KeysLike, SigningKey
 
 from ... import messages as m
@@ -35,6 +36,21 @@ from ..rules.views import ingress_seq
 from . import effects
 
 __all__ = ["EFFECTS", "Executor", "Ports", "RecordingPorts", "as_then"]
+
+#: Kinds whose time the fold reads (a turn's cost counts in the periods of its end): they
+#: are stamped before the append, so the fold of what was appended sees the stored time.
+_STAMPED = frozenset({Kind.TURN_COMPLETED, Kind.TURN_CANCELLED})
+
+
+def stamped(events: tuple[Event, ...]) -> tuple[Event, ...]:
+    """``events`` with the kinds the fold reads the time of stamped now, where unset."""
+    if not any(e.kind in _STAMPED and e.time is None for e in events):
+        return events
+    now = datetime.now(UTC)
+    return tuple(
+        attrs.evolve(e, time=now) if e.kind in _STAMPED and e.time is None else e for e in events
+    )
+
 
 #: How long an append waits for an unreachable spine (a database restarting, a network
 #: blip), trying again with a growing pause, before the incarnation asks to be restarted
@@ -167,6 +183,9 @@ class Executor:
     def _apply(self, d: c.Decision) -> list[c.Command]:
         if d.events:
             d = self.ports.prepare(d, self.state)
+            events = stamped(d.events)
+            if events is not d.events:
+                d = attrs.evolve(d, events=events)
         reply = d.reply
         if d.events:
             res = self._append(d.events, d.key)

@@ -30,6 +30,7 @@ from .outbox import NOTIFY_INTERVAL, Outbox
 from .parent import Parent
 from .snapshots import SnapshotStore
 from .subscriptions import Subscriptions
+from .tenantledger import LedgerPort
 from .worker import TurnWorker
 
 
@@ -100,6 +101,7 @@ class Incarnation:
             model_servers=cfg.model_servers,
         )
         self.subs = Subscriptions(sid, self.log, actor.send)
+        self.ledger = LedgerPort(self.log, cfg.db_path)
         self.outbox = Outbox(sid, cfg.incarnation)
         self.sealer = AutoSealer(cfg.auto_seal, sid, self.log, self.signing_key)
         #: How the turn's threads reach this actor.
@@ -244,8 +246,12 @@ class Incarnation:
 
     def worker_said(self, msg: c.Progress | c.Govern | c.Spawn | c.SetTimer | RecordPoison) -> None:
         if isinstance(msg, c.Govern):
-            # The decider has no clock: a goal's wall-time budget is checked against this.
-            msg = attrs.evolve(msg, now=time.time())
+            # The decider has no clock: a goal's wall-time budget is checked against this,
+            # and a tenant's caps against the others' share in its periods.
+            now = time.time()
+            msg = attrs.evolve(
+                msg, now=now, others=self.ledger.share(self.state.stored, now, msg.action)
+            )
         if isinstance(msg, RecordPoison):
             self.run(c.Poisoned(key=msg.key, detail=msg.detail), None)
         elif isinstance(msg, c.SetTimer):
@@ -392,4 +398,5 @@ class Incarnation:
         self.workers.clear()
         self.log.close()
         self.snapshots.close()
+        self.ledger.close()
         self.parent.close()

@@ -21,12 +21,11 @@ from spine import Event, Kind, Log, StreamSubscription, Usage, history, subscrib
 from ...agents import Agent, TurnInput
 from ...agents.egress import destination, literal, resolve
 from ...agents.governance import Requirement
-from ...agents.tools import ToolError
-from ..rules.commands import Finished, Govern, Progress, SetTimer, Spawn
-from ..rules.timerbook import TimerError, iso, plan
+from ..rules.commands import Finished, Govern, Progress, Spawn
 from . import turn_threads
 from .mirroring import MIRRORED, mirror
 from .recall import recalled, rooted
+from .schedule_tool import timer_of
 
 #: Seconds between checks that the turn was not cancelled while waiting for a child.
 _POLL = 0.25
@@ -208,24 +207,10 @@ class TurnWorker:
         return (f"child {child} stalled: {result}" if failed else result), failed
 
     def schedule(self, tool_use_id: str, args: Mapping[str, Any]) -> str:
-        """The ``schedule`` tool: the timer is checked here and set by the session, keyed
-        by the call (a resumed turn that runs the call again sets it once)."""
-        after = args.get("after_seconds")
-        if after is not None and (isinstance(after, bool) or not isinstance(after, int | float)):
-            raise ToolError("after_seconds must be a number")
-        tid = f"m-{self.turn}-{tool_use_id}"[:128]
-        spec: dict[str, Any] = {
-            "text": args.get("text"),
-            "after": None if after is None else float(after),
-            "cron": str(args.get("cron") or ""),
-            "tz": str(args.get("tz") or ""),
-        }
-        try:
-            t = plan(timer_id=tid, now=time.time(), **spec)
-        except TimerError as exc:
-            raise ToolError(str(exc)) from None
-        self._send(SetTimer(request_id="", key=f"tool-{tid}", timer_id=tid, **spec))
-        return f"timer {tid} set: first firing at {iso(t.due)}"
+        """The ``schedule`` tool (`schedule_tool.timer_of`): the session sets the timer."""
+        cmd, said = timer_of(self.turn, tool_use_id, args, time.time())
+        self._send(cmd)
+        return said
 
     def _follow(self) -> Log:
         assert self._open_log is not None
