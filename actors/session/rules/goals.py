@@ -82,7 +82,7 @@ def budget_problem(budget: Mapping[str, object]) -> str:
         if k not in BUDGET_KEYS:
             return f"unknown budget {k!r} (known: {', '.join(BUDGET_KEYS)})"
         if k == "max_cost":
-            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < 1e12:
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 1e12:
                 return f"budget max_cost must be a positive number, got {v!r}"
         elif not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             return f"budget {k} must be a positive integer, got {v!r}"
