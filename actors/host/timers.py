@@ -169,5 +169,5 @@ def spending_of(st: SessionState) -> dict[str, Any]:
     out["goal"] = None
     if g is not None and limit is not None:
         cost = round(st.spend.cost - g.base_cost, 9)
-        out["goal"] = {"id": g.id, "cost": cost, "budget": limit + g.raised}
+        out["goal"] = {"id": g.id, "cost": cost, "budget": round(limit + g.raised, 9)}
     return out
