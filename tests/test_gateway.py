@@ -320,10 +320,11 @@ def test_a_goal_run_is_submitted_and_its_answer_waited_for_over_http(
     Idempotency-Key gets the same Ack); GET goals/wait returns the answer, also when
     asked again after the run ended."""
     _new(http, "goal-1")
-    r = _goal(http, "goal-1", "g-1", objective=CALC, budget={"max_turns": 3})
+    budget = {"max_turns": 3, "max_cost": 1.5}  # money: no operator prices here, none spent
+    r = _goal(http, "goal-1", "g-1", objective=CALC, budget=budget)
     assert r.status_code == 201, r.text
     first = r.json()
-    again = _goal(http, "goal-1", "g-1", objective=CALC, budget={"max_turns": 3}).json()
+    again = _goal(http, "goal-1", "g-1", objective=CALC, budget=budget).json()
     assert again["seq"] == first["seq"] and again["duplicate"] is True
     w = _wait(http, "goal-1")
     assert w.status_code == 200, w.text
@@ -366,6 +367,8 @@ def test_bad_goal_requests_are_clear_errors(http: httpx.Client) -> None:
         (_goal(http, "goal-3", objective="  "), 422, "invalid_field"),
         (_goal(http, "goal-3", objective="x", budget={"max_turns": 0}), 422, "invalid_field"),
         (_goal(http, "goal-3", objective="x", budget={"turns": 1}), 422, "invalid_field"),
+        (_goal(http, "goal-3", objective="x", budget={"max_cost": 0}), 422, "invalid_field"),
+        (_goal(http, "goal-3", objective="x", budget={"max_cost": "1"}), 422, "invalid_field"),
         (_goal(http, "goal-3", objective="x", budget=[1]), 422, "invalid_field"),
         (_wait(http, "goal-3", -1), 422, "invalid_field"),
         (_wait(http, "goal-3", 301), 422, "invalid_field"),

@@ -239,13 +239,17 @@ class SessionCommands:
         session_id: str,
         objective: str,
         *,
-        budget: Mapping[str, int] | None = None,
+        budget: Mapping[str, float] | None = None,
         key: str | None = None,
     ) -> m.Ack:
         """Open a goal run on ``session_id``: the session drives turns on its own until it
         converges or stalls (`wait`). ``budget`` limits ``max_turns``, ``max_tokens``,
         ``max_tool_calls`` and ``max_seconds`` from the run's start; exhausting one is an
-        ``action.rejected`` (``budget_exceeded``), then ``session.stalled``."""
+        ``action.rejected`` (``budget_exceeded``), then ``session.stalled``. ``max_cost``
+        (money, under the operator's prices) is reserved before every model call: one that
+        would pass it pauses the session (``session.paused``) and asks, like the session's
+        own budget; ``approve(..., raise_by=X)`` grows the run's budget and the same turn
+        goes on, a rejection stalls the run."""
         if not isinstance(objective, str) or not objective.strip():
             raise InvalidRequest("a goal's objective must be a non-empty string")
         problem = budget_problem(budget or {})
