@@ -24,18 +24,28 @@ from spine import Event, Kind
 pytestmark = pytest.mark.timeout(120)
 
 
-def _host(data: pathlib.Path) -> Host:
+def _host(data: pathlib.Path, servers: tuple[str, ...] = ()) -> Host:
     return Host(
         data,
         base="multiprocTCPBase",
         timeout=20,
         factory=ModelFactory(tools=governed_tools(), backoff=0.01),
+        model_servers=servers,
     )
 
 
 @pytest.fixture
-def mp(tmp_path: pathlib.Path, no_leftover_processes) -> Iterator[Host]:  # type: ignore[no-untyped-def]
-    h = _host(tmp_path / "data")
+def server() -> Iterator[FakeModelServer]:
+    s = FakeModelServer()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def mp(tmp_path: pathlib.Path, server: FakeModelServer, no_leftover_processes) -> Iterator[Host]:  # type: ignore[no-untyped-def]
+    h = _host(tmp_path / "data", (server.url,))
     try:
         yield h
     finally:
@@ -154,29 +164,25 @@ def test_a_run_cut_off_by_a_daemon_restart_is_resumed(
         h.close()
 
 
-def test_a_goal_against_the_fake_openai_server_converges(mp: Host) -> None:
+def test_a_goal_against_the_fake_openai_server_converges(mp: Host, server: FakeModelServer) -> None:
     """A real wire format: the server asks for a tool, then answers; the run converges
     with the server's answer."""
-    server = FakeModelServer()
-    try:
-        sid = mp.create(
-            metadata={
-                "ore.model.provider": "openai",
-                "ore.model.base_url": server.url,
-                "ore.model.name": "fake",
-            }
-        )
-        calc = tool_delta(0, "c1", "calculator", json.dumps({"expression": "2*21"}))
-        server.queue(
-            [("sse", [chunk(tool_calls=[calc]), chunk(finish="tool_calls")]), ("done",)],
-            [("sse", [chunk(content="the answer is 42"), chunk(finish="stop")]), ("done",)],
-        )
-        mp.submit(sid, "what is 2*21?")
-        assert mp.wait(sid, timeout=30) == "the answer is 42"
-        evs = mp.history(sid)
-        assert [e.result for e in evs if e.kind == Kind.TOOL_RESULT] == ["42"]
-    finally:
-        server.close()
+    sid = mp.create(
+        metadata={
+            "ore.model.provider": "openai",
+            "ore.model.base_url": server.url,
+            "ore.model.name": "fake",
+        }
+    )
+    calc = tool_delta(0, "c1", "calculator", json.dumps({"expression": "2*21"}))
+    server.queue(
+        [("sse", [chunk(tool_calls=[calc]), chunk(finish="tool_calls")]), ("done",)],
+        [("sse", [chunk(content="the answer is 42"), chunk(finish="stop")]), ("done",)],
+    )
+    mp.submit(sid, "what is 2*21?")
+    assert mp.wait(sid, timeout=30) == "the answer is 42"
+    evs = mp.history(sid)
+    assert [e.result for e in evs if e.kind == Kind.TOOL_RESULT] == ["42"]
 
 
 def _spawns(*objectives: str) -> str:
@@ -445,7 +451,7 @@ def _text(msg: dict[str, object]) -> str:
 
 
 def test_a_fan_out_with_an_approval_and_a_blocked_egress_against_the_fake_openai_server(
-    mp: Host, tmp_path: pathlib.Path
+    mp: Host, tmp_path: pathlib.Path, server: FakeModelServer
 ) -> None:
     """The issue's whole run on a real wire format: the parent's model spawns two
     children in one response; each child's model makes a tool call (one needs a human's
@@ -475,7 +481,7 @@ def test_a_fan_out_with_an_approval_and_a_blocked_egress_against_the_fake_openai
         deltas = calls[asked]
         return [("sse", [chunk(tool_calls=deltas), chunk(finish="tool_calls")]), ("done",)]
 
-    server = FakeModelServer(route=route)
+    server.route = route
     try:
         sid = mp.create(
             metadata={
@@ -533,7 +539,7 @@ def test_a_fan_out_with_an_approval_and_a_blocked_egress_against_the_fake_openai
         p = project(mp.history(sid))
         assert [c.seal for c in p.fanout] == [RecordState.VERIFIED] * 2
     finally:
-        server.close()
+        server.route = None
 
 
 def test_a_goal_that_ends_with_the_finish_tool_converges_with_its_argument(mp: Host) -> None:

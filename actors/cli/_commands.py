@@ -297,7 +297,7 @@ COMMANDS: tuple[Command, ...] = (
         "open a goal run: the session works on OBJECTIVE until it converges or stalls",
         (
             'vertebra submit research "summarise the spec" --create --max-turns 5 --wait',
-            "vertebra submit s1 objective --max-seconds 60 --json",
+            "vertebra submit s1 objective --max-seconds 60 --max-cost 0.5 --json",
         ),
         submit_args,
         submit,

@@ -24,6 +24,7 @@ def submit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--create", action="store_true", help="create the session if it is new")
     for name in ("max-turns", "max-tokens", "max-tool-calls", "max-seconds"):
         p.add_argument(f"--{name}", type=int, metavar="N", help=f"budget: {name[4:]}")
+    p.add_argument("--max-cost", type=positive, metavar="AMOUNT", help="budget: money")
     p.add_argument("--wait", action="store_true", help="wait for the run's answer")
     p.add_argument("--timeout", type=positive, default=None, metavar="S", help="wait timeout")
     add_json(p)
@@ -33,16 +34,8 @@ def submit(args: argparse.Namespace, out: Out) -> int:
     sid = session_id(args.session)
     from ..errors import SessionAlreadyExists
 
-    budget = {
-        k: v
-        for k, v in (
-            ("max_turns", args.max_turns),
-            ("max_tokens", args.max_tokens),
-            ("max_tool_calls", args.max_tool_calls),
-            ("max_seconds", args.max_seconds),
-        )
-        if v is not None
-    }
+    names = ("max_turns", "max_tokens", "max_tool_calls", "max_seconds", "max_cost")
+    budget = {k: v for k in names if (v := getattr(args, k)) is not None}
     with attach(args) as host:
         if args.create:
             with contextlib.suppress(SessionAlreadyExists):

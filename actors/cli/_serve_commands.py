@@ -29,7 +29,7 @@ from ._daemon import (
 from ._format import Style, event_line, json_line
 from ._output import JsonOut, Out
 from ._parser import positive
-from ._serve_options import cluster_role
+from ._serve_options import cluster_role, gateway_bounds
 
 if TYPE_CHECKING:
     from ..host import Host
@@ -213,6 +213,7 @@ def _start_host(
             convention_bind=bind,
             durability=args.durability,
             prices=prices,
+            model_servers=_model_servers(args),
             snapshots=SnapshotPolicy(events=args.snapshot_every, size=args.snapshot_bytes),
             spare_sessions=args.spares,
             warm_spares=not args.cold_spares,
@@ -224,6 +225,19 @@ def _start_host(
         raise CliError(
             f"the daemon could not start: {type(exc).__name__}: {_first_line(exc)}"
         ) from None
+
+
+def _model_servers(args: argparse.Namespace) -> list[str]:
+    """The ``--allow-model-url`` servers, checked: a bad one stops the start naming it."""
+    from ..model_servers import server_url
+
+    urls = list(getattr(args, "allow_model_url", None) or [])
+    for url in urls:
+        try:
+            server_url(url)
+        except ValueError as exc:
+            raise CliError(f"--allow-model-url: {exc}", EXIT_USAGE) from None
+    return urls
 
 
 def _factory(args: argparse.Namespace) -> Any:
@@ -316,6 +330,7 @@ def _start_otlp(args: argparse.Namespace, host: Any, out: Out) -> None:
 
 def _start_http(args: argparse.Namespace, host: Any, out: Out) -> Any:
     """The HTTP gateway for ``serve --http ADDR`` (None without it); prints its URL."""
+    bounds = gateway_bounds(args)
     if args.http is None:
         return None
     try:
@@ -329,7 +344,12 @@ def _start_http(args: argparse.Namespace, host: Any, out: Out) -> Any:
     webhook = _webhook(args)
     try:
         gw = start_gateway(
-            args.data, args.http, allow_remote=args.http_allow_remote, host=host, webhook=webhook
+            args.data,
+            args.http,
+            allow_remote=args.http_allow_remote,
+            host=host,
+            webhook=webhook,
+            **bounds,
         )
     except GatewayError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
