@@ -259,14 +259,16 @@ def _factory(args: argparse.Namespace) -> Any:
 
 
 def _publish(args: argparse.Namespace, host: Any, out: Out, spine: str | None) -> None:
-    """Export spans, write the daemon file clients attach through, and print events."""
+    """Export spans, print events, bring back what was cut, then write the daemon file."""
     # Before the daemon file announces the daemon: no turn a client starts goes unseen.
     _start_otlp(args, host, out)
     if not args.quiet:
         host.add_sink(_event_printer(out))
-    # And the runs to resume are resumed: a `wait` that reaches this daemon finds each
-    # working (or left interrupted by --no-resume-goals), never caught in between.
-    _bring_back(args, host, out)
+    # And runs are resumed first: a `wait` that finds the daemon never catches one between.
+    for sid in host.recover_cut_off():
+        out.line(f"closed the turn of {sid} cut off by the previous daemon")
+    for sid in host.resume_all() if args.resume_goals else ():
+        out.line(f"resumed the goal run of {sid}")
     write_daemon(
         args.data,
         DaemonInfo(
@@ -292,14 +294,6 @@ def _event_printer(out: Out) -> Any:
             out.line(event_line(ev, style, sid))
 
     return show
-
-
-def _bring_back(args: argparse.Namespace, host: Any, out: Out) -> None:
-    for sid in host.recover_cut_off():
-        out.line(f"closed the turn of {sid} cut off by the previous daemon")
-    if args.resume_goals:
-        for sid in host.resume_all():
-            out.line(f"resumed the goal run of {sid}")
 
 
 def _greet(args: argparse.Namespace, host: Any, out: Out, bind: str | None) -> None:
