@@ -34,8 +34,10 @@ CREATE TABLE IF NOT EXISTS projection_state (
     PRIMARY KEY (gen, stream)
 );
 """
-# Any constant: one checkpoint writer per schema.
-_OWNER_LOCK = 0x70726F6A656374
+# Any constant, paired with the schema's name: one checkpoint writer per schema (the spines
+# of several data directories may share a database, each in a schema of its own).
+_OWNER_LOCK = 0x70726F6A
+_OWN = "SELECT pg_try_advisory_lock(%s, hashtext(current_schema()))"
 
 
 class PostgresCheckpointStore(CheckpointStore):
@@ -48,11 +50,14 @@ class PostgresCheckpointStore(CheckpointStore):
         except psycopg.Error as exc:
             raise CheckpointError(f"cannot open the checkpoint tables: {exc}") from exc
         try:
-            row = self._pg.execute("SELECT pg_try_advisory_lock(%s)", (_OWNER_LOCK,)).fetchone()
+            row = self._pg.execute(_OWN, (_OWNER_LOCK,)).fetchone()
             if row is None or not row[0]:
                 raise CheckpointBusyError("another reducer holds this database's checkpoints")
             with self._pg.transaction():
-                self._pg.execute("SELECT pg_advisory_xact_lock(%s)", (_OWNER_LOCK + 1,))
+                self._pg.execute(
+                    "SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))",
+                    (_OWNER_LOCK + 1,),
+                )
                 self._pg.execute(_SCHEMA)
         except BaseException as exc:
             self._pg.close()
@@ -134,5 +139,12 @@ class PostgresCheckpointStore(CheckpointStore):
             raise CheckpointError(f"checkpoint write failed: {exc}") from exc
 
     def close(self) -> None:
+        with contextlib.suppress(psycopg.Error):
+            # Given back before the connection goes: its server process may outlive the
+            # close for a moment, and the next owner (a reducer started again) would find
+            # the lock still held.
+            self._pg.execute(
+                "SELECT pg_advisory_unlock(%s, hashtext(current_schema()))", (_OWNER_LOCK,)
+            )
         with contextlib.suppress(psycopg.Error):
             self._pg.close()

@@ -43,13 +43,13 @@ _STAMPED = frozenset({Kind.TURN_COMPLETED, Kind.TURN_CANCELLED})
 
 
 def stamped(events: tuple[Event, ...]) -> tuple[Event, ...]:
-    """``events`` with the kinds the fold reads the time of stamped now, where unset."""
+    """``events`` stamped now where unset, when one of them is of a kind the fold reads the
+    time of; else as they are (the spine stamps them as it stores them). Every event of
+    the append gets the one time, as the spine's own stamp gives an append one time."""
     if not any(e.kind in _STAMPED and e.time is None for e in events):
         return events
     now = datetime.now(UTC)
-    return tuple(
-        attrs.evolve(e, time=now) if e.kind in _STAMPED and e.time is None else e for e in events
-    )
+    return tuple(attrs.evolve(e, time=now) if e.time is None else e for e in events)
 
 
 #: How long an append waits for an unreachable spine (a database restarting, a network
