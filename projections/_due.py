@@ -47,24 +47,33 @@ class DueIndex:
         self._db.executescript(_SCHEMA)
         row = self._db.execute("SELECT position FROM position WHERE id = 0").fetchone()
         self.position = int(row[0]) if row else 0
-        self._due: dict[tuple[str, str], float] = {}
-        #: Each session's timers by due time, and each session's earliest once: the
-        #: Runner's questions (who is due, when next) then cost per session, not per
-        #: timer, which matters with thousands overdue after an outage.
+        #: Each session's timers (id to due time) and the same by due time, and each
+        #: session's earliest once: the Runner's questions (who is due, when next) then
+        #: cost per session, not per timer, which matters with thousands overdue after
+        #: an outage; the session's id is held once, not per timer.
+        self._due: dict[str, dict[str, float]] = {}
         self._per: dict[str, SortedList] = {}
         self._heads: SortedList = SortedList()
+        self._count = 0
         for stream, timer, due in self._db.execute("SELECT stream, timer, due FROM due"):
             self._put(stream, timer, float(due))
 
     def _put(self, stream: str, timer: str, due: float | None) -> None:
-        mine = self._per.setdefault(stream, SortedList())
+        mine, ids = self._per.get(stream), self._due.get(stream)
+        if mine is None or ids is None:
+            if due is None:
+                return
+            mine, ids = SortedList(), {}
+            self._per[stream], self._due[stream] = mine, ids
         head = mine[0][0] if mine else None
-        old = self._due.pop((stream, timer), None)
+        old = ids.pop(timer, None)
         if old is not None:
             mine.discard((old, timer))
+            self._count -= 1
         if due is not None:
-            self._due[(stream, timer)] = due
+            ids[timer] = due
             mine.add((due, timer))
+            self._count += 1
         new = mine[0][0] if mine else None
         if new != head:
             if head is not None:
@@ -72,7 +81,7 @@ class DueIndex:
             if new is not None:
                 self._heads.add((new, stream))
         if not mine:
-            del self._per[stream]
+            del self._per[stream], self._due[stream]
 
     def fold(self, records: Iterable[Record]) -> dict[tuple[str, str], float | None]:
         """Fold ``records`` (in position order); returns what changed."""
@@ -159,10 +168,10 @@ class DueIndex:
         yield from self._heads
 
     def timers(self, stream: str) -> dict[str, float]:
-        return {t: d for d, t in self._per.get(stream, ())}
+        return dict(self._due.get(stream, {}))
 
     def __len__(self) -> int:
-        return len(self._due)
+        return self._count
 
     def close(self) -> None:
         self._db.close()
