@@ -167,6 +167,14 @@ class DueIndex:
         """Each session's earliest timer as (due time, session), earliest first."""
         yield from self._heads
 
+    def next_after(self, stream: str, when: float) -> float | None:
+        """The earliest due time of ``stream``'s timers later than ``when``, if any."""
+        mine = self._per.get(stream)
+        if not mine:
+            return None
+        i = mine.bisect_right((when, "\U0010ffff"))
+        return float(mine[i][0]) if i < len(mine) else None
+
     def timers(self, stream: str) -> dict[str, float]:
         return dict(self._due.get(stream, {}))
 
