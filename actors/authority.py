@@ -8,7 +8,8 @@ API): trust, capabilities, budgets, approvals, the egress allowlist and prices
 (``governance.*``), MCP servers, the variables that hold secrets, and the lineage of goal
 runs. A key naming a secret is only ever paired with its destination by the operator, so a
 session may point at a model server of its own only while no key variable is paired with
-it, and only at one on loopback (a local llama.cpp or Ollama).
+it, and only at one the operator allows (`actors.model_servers`: a local llama.cpp or
+Ollama the operator listed).
 
 `refusal` is the check every writer runs: the gateway and the `Host` before they send, the
 session's decider before it stores (the one place every write passes).
@@ -31,10 +32,17 @@ from projections import (
     MODEL_PROVIDER,
 )
 
+from .model_servers import ModelServers
+
+#: No model server of a session's naming is allowed: what a caller that gives none gets.
+NO_SERVERS = ModelServers()
+
 __all__ = [
     "MODEL_PROFILE",
+    "NO_SERVERS",
     "RULES",
     "Authority",
+    "ModelServers",
     "Rule",
     "Writer",
     "is_loopback_url",
@@ -57,9 +65,9 @@ class Writer(enum.StrEnum):
 
     #: The session's own surfaces and the operator.
     SESSION = "session"
-    #: The session too, while no key variable is paired with its server; a base URL only
-    #: on loopback.
-    KEYLESS = "session, keyless loopback only"
+    #: The session too, while no key variable is paired with its server, and only for a
+    #: server the operator allows (`actors.model_servers`).
+    KEYLESS = "session, keyless and operator-allowed servers only"
     #: The operator only.
     OPERATOR = "operator"
 
@@ -156,11 +164,14 @@ def refusal(
     changes: Mapping[str, str | None],
     metadata: Mapping[str, str],
     authority: str,
+    servers: ModelServers = NO_SERVERS,
 ) -> str | None:
     """Why ``authority`` may not apply ``changes`` to a session whose metadata is
-    ``metadata`` (the first key refused, named), or None when it may."""
+    ``metadata`` (the first key refused, named), or None when it may. ``servers`` are the
+    model servers the operator lets sessions name (none unless given)."""
     if authority == Authority.OPERATOR:
         return None
+    destination = False
     for key, value in changes.items():
         rule = rule_of(key)
         if rule is None or rule.writer is Writer.SESSION:
@@ -177,9 +188,14 @@ def refusal(
                 f"the key in {paired} with its server (choose a provider profile with "
                 f"{MODEL_PROFILE})"
             )
-        if _canonical(key) == MODEL_BASE_URL and value is not None and not is_loopback_url(value):
-            return (
-                f"{key}: a session may point only at a keyless model server on loopback, got "
-                f"{value!r}; other servers are the operator's provider profiles ({MODEL_PROFILE})"
-            )
-    return None
+        destination = True
+        if _canonical(key) == MODEL_BASE_URL and value is not None and not servers.allows(value):
+            # Refused even while the provider is ``scripted``: no URL waits in the metadata
+            # for a later write to make it live.
+            return servers.problem(key, value)
+    if not destination:
+        return None
+    # Where the requests would go once the changes apply, not each key alone: ``/provider``
+    # names the wire format and the server together.
+    after = {k: v for k, v in {**metadata, **changes}.items() if v is not None}
+    return servers.refusal(after)

@@ -83,6 +83,18 @@ class GoalStalled(ActorsError):
     exceeded, repeated failures, cancelled, governance refused the model call)."""
 
 
+class GoalInterrupted(ActorsError):
+    """A goal run is in flight in the log but nothing drives it: no process is on its
+    session (the daemon restarted with ``--no-resume-goals``, or the session failed) and
+    it waits for no human. Nothing is lost: `Host.resume` (``vertebra resume``) continues
+    it from where it stopped. ``goal`` and ``seq`` name the run and its ``session.started``."""
+
+    def __init__(self, message: str, *, session_id: str = "", goal: str = "", seq: int = 0):
+        super().__init__(message, session_id=session_id)
+        self.goal = goal
+        self.seq = seq
+
+
 ERRORS: dict[str, type[ActorsError]] = {
     cls.__name__: cls
     for cls in (
@@ -101,5 +113,6 @@ ERRORS: dict[str, type[ActorsError]] = {
         HostTimeout,
         SpineUnavailable,
         GoalStalled,
+        GoalInterrupted,
     )
 }

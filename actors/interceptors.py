@@ -31,8 +31,9 @@ from projections import (
 from spine import EPHEMERAL_KINDS, Event, InvalidStreamIdError, Kind, Severity, validate_session_id
 
 from .agents.providers import known_providers
-from .authority import Authority, refusal
+from .authority import NO_SERVERS, Authority, refusal
 from .errors import InvalidRequest
+from .model_servers import ModelServers
 from .spec import (
     MODEL_MAX_OUTPUT_TOKENS,
     MODEL_NAME,
@@ -95,8 +96,12 @@ class SessionView:
         last_seq: int,
         turns: int,
         running: bool,
+        *,
+        model_servers: ModelServers = NO_SERVERS,
     ) -> None:
         self.session_id = session_id
+        #: The model servers the operator lets the session name (`actors.model_servers`).
+        self.model_servers = model_servers
         self._metadata = dict(metadata)
         self.last_seq = last_seq
         self.turns = turns
@@ -257,7 +262,7 @@ def _provider(event: Ingress, s: SessionView, args: list[str]) -> InterceptResul
     asked: dict[str, str | None] = {MODEL_PROVIDER: words[0]}
     if url is not None:
         asked[MODEL_BASE_URL] = url
-    problem = refusal(asked, s.metadata, Authority.SESSION)
+    problem = refusal(asked, s.metadata, Authority.SESSION, s.model_servers)
     if problem is not None:
         return _err(problem)
     s.set_metadata(MODEL_PROVIDER, words[0])
@@ -301,7 +306,9 @@ def _set(event: Ingress, s: SessionView, args: list[str]) -> InterceptResult:
         return _err("usage: /set KEY [VALUE]")
     key = args[0]
     value = args[1] if len(args) > 1 else None
-    problem = secret_problem({key: value}) or refusal({key: value}, s.metadata, Authority.SESSION)
+    problem = secret_problem({key: value}) or refusal(
+        {key: value}, s.metadata, Authority.SESSION, s.model_servers
+    )
     if problem is not None:
         return _err(problem)
     parse = PARSERS.get(key) or CONTEXT_PARSERS.get(key)

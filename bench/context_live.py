@@ -41,9 +41,13 @@ WINDOW = 8192
 BIG = 200_000
 
 
-def _host(data: str) -> Host:
+def _host(data: str, server: str) -> Host:
     return Host(
-        data, base="multiprocTCPBase", timeout=30, factory=ModelFactory(TOOLS, backoff=0.01)
+        data,
+        base="multiprocTCPBase",
+        timeout=30,
+        factory=ModelFactory(TOOLS, backoff=0.01),
+        model_servers=[server],
     )
 
 
@@ -58,7 +62,7 @@ def _pct(xs: list[float], q: float) -> float:
 
 def _drive(data: str, server: WindowServer, turns: int) -> tuple[str, list[tuple[float, bool]]]:
     """Every turn's wall time and whether it compacted; a restart at the half."""
-    h = _host(data)
+    h = _host(data, server.url)
     spent: list[tuple[float, bool]] = []
     try:
         sid = h.create()
@@ -73,7 +77,7 @@ def _drive(data: str, server: WindowServer, turns: int) -> tuple[str, list[tuple
         for n in range(1, turns + 1):
             if n == turns // 2 + 1:
                 h.close()
-                h = _host(data)
+                h = _host(data, server.url)
             # Only this turn's requests are looked at: a scan of the whole log would be a
             # cost of the benchmark's growing with the length it measures.
             seen = len(server.log)
@@ -94,7 +98,7 @@ def run(turns: int) -> dict[str, object]:
     data = tempfile.mkdtemp(prefix="vertebra-context-")
     try:
         sid, spent = _drive(os.path.join(data, "data"), server, turns)
-        h = _host(os.path.join(data, "data"))
+        h = _host(os.path.join(data, "data"), server.url)
         try:
             events = h.history(sid)
             report = h.context(sid)

@@ -139,7 +139,12 @@ def _first_token_bare(server: FakeModelServer) -> float:
 def bench_first_token(rounds: int) -> None:
     server = FakeModelServer()
     tmp = tempfile.mkdtemp(prefix="vbench-")
-    host = Host(os.path.join(tmp, "data"), base="multiprocTCPBase", factory=ModelFactory())
+    host = Host(
+        os.path.join(tmp, "data"),
+        base="multiprocTCPBase",
+        factory=ModelFactory(),
+        model_servers=[server.url],
+    )
     try:
         sid = host.create(
             metadata={

@@ -6,7 +6,7 @@ import contextlib
 import os
 import pathlib
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from actors.agents import ModelFactory
 from actors.host import Host
@@ -112,9 +112,16 @@ class CountingFactory:
 
 
 @contextlib.contextmanager
-def model_host(data: pathlib.Path) -> Iterator[Host]:
-    """A multiproc Host whose model factory retries fast, closed after the block."""
-    h = Host(data, base="multiprocTCPBase", timeout=20, factory=ModelFactory(backoff=0.01))
+def model_host(data: pathlib.Path, servers: Sequence[str] = ()) -> Iterator[Host]:
+    """A multiproc Host whose model factory retries fast, its sessions allowed to name
+    ``servers``, closed after the block."""
+    h = Host(
+        data,
+        base="multiprocTCPBase",
+        timeout=20,
+        factory=ModelFactory(backoff=0.01),
+        model_servers=servers,
+    )
     try:
         yield h
     finally:

@@ -34,8 +34,9 @@ def server() -> Iterator[FakeModelServer]:
 
 
 @pytest.fixture
-def mp(tmp_path: pathlib.Path, no_leftover_processes):  # type: ignore[no-untyped-def]
-    with model_host(tmp_path / "data") as h:
+def mp(tmp_path: pathlib.Path, server: FakeModelServer, no_leftover_processes):  # type: ignore[no-untyped-def]
+    # The operator allows the fake server: sessions then name it themselves.
+    with model_host(tmp_path / "data", [server.url]) as h:
         yield h
 
 
@@ -193,27 +194,29 @@ def test_a_session_killed_mid_stream_continues_the_same_conversation(
     [
         ({"ore.model.provider": "gemini"}, "ore.model.provider must be one of"),
         ({"ore.model.temperature": "warm"}, "ore.model.temperature must be a number"),
-        ({"ore.model.provider": "openai"}, "needs a model name"),
+        ({"ore.model.provider": "openai", "ore.model.base_url": "OURS"}, "needs a model name"),
+        # The operator's own writes too: the model client checks the server every turn.
+        ({"ore.model.provider": "openai"}, "its vendor's server https://api.openai.com"),
         (
             {"ore.model.provider": "openai", "ore.model.name": "m", "ore.model.base_url": "URL"},
-            "cannot connect to http://127.0.0.1:",
+            "ore.model.base_url: its server http://127.0.0.1:",
         ),
     ],
 )
 def test_a_bad_setting_fails_the_turn_and_the_next_message_runs(
-    mp: Host, settings: dict[str, str], error: str
+    mp: Host, server: FakeModelServer, settings: dict[str, str], error: str
 ) -> None:
-    """Unknown provider, non-numeric temperature, no model, unreachable URL: the turn
-    closes with turn.completed carrying the error; after fixing it, the next turn runs."""
+    """Unknown provider, non-numeric temperature, no model, a server the operator does not
+    allow: the turn closes with turn.completed carrying the error; after fixing it, the
+    next turn runs."""
     import socket
 
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    settings = {
-        k: (f"http://127.0.0.1:{port}/v1" if v == "URL" else v) for k, v in settings.items()
-    }
+    given = {"URL": f"http://127.0.0.1:{port}/v1", "OURS": server.url}
+    settings = {k: given.get(v, v) for k, v in settings.items()}
     sid = mp.create()
     mp.set_metadata(sid, settings)
     ack = mp.send(sid, "hello")

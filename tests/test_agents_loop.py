@@ -488,7 +488,9 @@ def test_a_metadata_key_that_would_hold_a_credential_is_refused() -> None:
 
 def test_the_factory_names_a_missing_model_name_and_an_unset_key_variable() -> None:
     """A real provider without a model, or with an unset key variable, fails the turn."""
-    f = ModelFactory()
+    from actors.agents.providers import default_servers
+
+    f = ModelFactory(model_servers=default_servers(["https://api.openai.com/v1"]))
     with pytest.raises(AgentError, match="needs a model name"):
         f.build(AgentSpec(provider="openai"), "s")
     with pytest.raises(AgentError, match="VERTEBRA_TEST_UNSET_KEY"):
@@ -575,6 +577,8 @@ def test_provider_usage_is_kept_beside_the_usage_on_turn_completed() -> None:
             },
             "model claude-x",
         ),
+        ("/provider openai http://127.0.0.1:6379", {}, "not a model server the operator"),
+        ("/set ore.model.base_url http://127.0.0.1:6379", {}, "--allow-model-url"),
         ("/provider gemini", {}, "usage: /provider"),
         ("/provider openai ftp://x", {}, "must be an http"),
         ("/set ore.model.timeout soon", {}, "ore.model.timeout must be"),
@@ -585,10 +589,12 @@ def test_provider_usage_is_kept_beside_the_usage_on_turn_completed() -> None:
 def test_slash_commands_write_the_model_keys_or_refuse(
     command: str, metadata: dict[str, str], notice: str
 ) -> None:
-    """/provider and /set write valid values and refuse bad ones with nothing stored."""
+    """/provider and /set write valid values and refuse bad ones, and servers the operator
+    does not allow, with nothing stored."""
     from actors.testing import SessionKit
 
-    kit = SessionKit()
+    allowed = ["https://api.openai.com/v1", "http://127.0.0.1:11434/v1", "http://127.0.0.1:9/v1"]
+    kit = SessionKit(model_servers=allowed)
     out = kit.send(command)
     assert out.reply.consumed
     assert any(notice in text for _at, _kind, _sev, text in out.live), out.live

@@ -13,7 +13,13 @@ from test_agents_loop import Recorder
 from actors.agents import ModelAgent, ModelFactory
 from actors.agents.base import AgentError
 from actors.agents.http import HttpProvider
-from actors.agents.providers import PROVIDERS, WireFormat, bearer_headers, known_providers
+from actors.agents.providers import (
+    PROVIDERS,
+    WireFormat,
+    bearer_headers,
+    default_servers,
+    known_providers,
+)
 from actors.agents.wire import ModelRequest, Stopped, StreamEvent, TextDelta
 from actors.session.rules.commands import StartTurn
 from actors.spec import AgentSpec
@@ -88,7 +94,8 @@ def test_a_registered_format_is_spoken_by_the_factory_and_the_http_client(
         [("sse", [{"w": "Hello "}, {"w": "there."}, {"end": "end_turn"}])],
         [("status", 200, {}, '{"said": "Whole."}')],
     )
-    agent = ModelFactory(tools=None, backoff=0.01).build(spec, "s1")
+    factory = ModelFactory(tools=None, backoff=0.01, model_servers=default_servers([server.url]))
+    agent = factory.build(spec, "s1")
     assert isinstance(agent, ModelAgent)
     r = Recorder()
     fin = r.run(agent, "hi")
@@ -98,14 +105,14 @@ def test_a_registered_format_is_spoken_by_the_factory_and_the_http_client(
     assert sent["body"] == {"engine": "m1", "say": ["hi"], "stream": True}
     assert sent["headers"]["authorization"] == "Bearer t0k"
     again = Recorder()
-    whole = again.run(ModelFactory(tools=None, backoff=0.01).build(spec, "s1"), "once more")
+    whole = again.run(factory.build(spec, "s1"), "once more")
     assert (whole.stop_reason, again.text()) == ("end_turn", "Whole.")
 
 
 def test_a_registered_format_is_a_name_the_provider_command_takes(tiny: WireFormat) -> None:
     """/provider accepts a registered name and lists it among the known ones."""
     assert "tiny" in known_providers()
-    kit = SessionKit()
+    kit = SessionKit(model_servers=["http://127.0.0.1:9/v0"])
     out = kit.send("/provider tiny http://127.0.0.1:9/v0")
     assert any("provider set to tiny" in text for *_rest, text in out.live), out.live
     assert kit.state.stored.metadata["ore.model.provider"] == "tiny"

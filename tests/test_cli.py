@@ -30,7 +30,8 @@ ESC = "\x1b["
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = Daemon(tmp_path_factory.mktemp("cli") / "data").start()
+    # The operator allows one keyless model server, on a port nothing listens on.
+    d = Daemon(tmp_path_factory.mktemp("cli") / "data").start("--allow-model-url", CLOSED)
     with stopped_after(d):
         yield d
 
@@ -181,12 +182,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: The model server the module's daemon allows (nothing listens there).
+CLOSED = f"http://127.0.0.1:{_free_port()}/v1"
+
+
 def test_send_exits_1_naming_the_cause_when_the_model_server_refuses_the_connection(
     daemon: Daemon,
 ) -> None:
     """A turn whose model server refuses the connection fails: exit 1, the cause on stderr."""
-    url = f"http://127.0.0.1:{_free_port()}/v1"
-    ok(run(daemon.data, "send", "refused-1", f"/provider openai {url} m", "--create"))
+    ok(run(daemon.data, "send", "refused-1", f"/provider openai {CLOSED} m", "--create"))
     out = run(daemon.data, "send", "refused-1", "hi")
     line = fails(out, 1, "the turn in refused-1 failed")
     assert "onnect" in line, line
@@ -196,12 +200,32 @@ def test_send_exits_1_naming_the_variable_when_the_key_variable_is_missing(
     daemon: Daemon,
 ) -> None:
     """A turn whose ore.model.api_key_env names an unset variable fails: exit 1 naming it."""
-    url = f"http://127.0.0.1:{_free_port()}/v1"
     # The key's variable is the operator's to pair with a server (the CLI is the operator).
-    meta = ["ore.model.provider=openai", f"ore.model.base_url={url}", "ore.model.name=m"]
+    meta = ["ore.model.provider=openai", f"ore.model.base_url={CLOSED}", "ore.model.name=m"]
     meta.append("ore.model.api_key_env=VERTEBRA_NO_SUCH_KEY")
     ok(run(daemon.data, "new", "nokey-1", *(a for kv in meta for a in ("--meta", kv))))
     fails(run(daemon.data, "send", "nokey-1", "hi"), 1, "failed", "VERTEBRA_NO_SUCH_KEY")
+
+
+def test_a_model_server_the_operator_did_not_allow_is_refused_by_chat_and_by_the_turn(
+    daemon: Daemon,
+) -> None:
+    """``/provider`` naming a server ``serve --allow-model-url`` did not list is refused
+    naming the key, nothing stored; the operator's own ``--meta`` is stored, and its
+    turn fails naming the key before anything is sent."""
+    other = f"http://127.0.0.1:{_free_port()}/v1"
+    out = run(daemon.data, "send", "other-1", f"/provider openai {other} m", "--create")
+    fails(out, 1, "other-1 answered: ore.model.base_url: its server", "--allow-model-url")
+    assert "ore.model.base_url" not in run(daemon.data, "history", "other-1").stdout
+    meta = ["ore.model.provider=openai", f"ore.model.base_url={other}", "ore.model.name=m"]
+    ok(run(daemon.data, "new", "other-2", *(a for kv in meta for a in ("--meta", kv))))
+    fails(run(daemon.data, "send", "other-2", "hi"), 1, "failed", "ore.model.base_url")
+    assert "net.egress" in run(daemon.data, "history", "other-2").stdout
+
+
+def test_serve_refuses_an_allowed_model_url_that_is_no_server(tmp_path: pathlib.Path) -> None:
+    out = run(tmp_path / "data", "serve", "--allow-model-url", "ftp://x/v1", "--for-seconds", "1")
+    fails(out, 2, "--allow-model-url", "http or https")
 
 
 def test_send_exits_1_when_its_turn_is_cancelled(daemon: Daemon) -> None:

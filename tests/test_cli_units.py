@@ -287,6 +287,14 @@ def test_check_of_a_sound_sqlite_spine_runs_its_integrity_check(
     assert "integrity: ok" in out and "s-1" in out
 
 
+def test_submit_takes_a_money_budget_above_zero() -> None:
+    assert parse("submit", "s1", "x", "--max-cost", "0.25").max_cost == 0.25
+    assert parse("submit", "s1", "x").max_cost is None
+    with pytest.raises(Exception, match="must be above zero: '0'"):
+        parse("submit", "s1", "x", "--max-cost", "0")
+    assert parse("schedule", "s1", "+10m", "x", "--goal", "--max-cost", "2").max_cost == 2.0
+
+
 def test_serve_resumes_goal_runs_unless_told_not_to() -> None:
     """Goal runs a previous daemon left in flight resume by default; the flag turns it off."""
     assert parse("serve").resume_goals is True

@@ -33,12 +33,14 @@ pytestmark = pytest.mark.timeout(180)
 N_CTX = 1024
 
 
-def _host(path: pathlib.Path) -> Host:
+def _host(path: pathlib.Path, url: str) -> Host:
+    """A Host whose operator allows the model server at ``url``."""
     return Host(
         path / "data",
         base="multiprocTCPBase",
         timeout=20,
         factory=ModelFactory(TOOLS, backoff=0.01),
+        model_servers=[url],
     )
 
 
@@ -91,7 +93,7 @@ def _first_answered(server: WindowServer) -> list[bytes]:
 def test_a_session_outlives_its_window_and_replays_its_requests_byte_for_byte(
     tmp_path: pathlib.Path, server: WindowServer, no_leftover_processes: None
 ) -> None:
-    h = _host(tmp_path)
+    h = _host(tmp_path, server.url)
     try:
         sid = h.create()
         _point(h, sid, server.url)
@@ -105,7 +107,7 @@ def test_a_session_outlives_its_window_and_replays_its_requests_byte_for_byte(
             assert done.kind == Kind.TURN_COMPLETED and not done.error, done
     finally:
         h.close()
-    h = _host(tmp_path)  # a restart: a new incarnation folds the stored stream
+    h = _host(tmp_path, server.url)  # a restart: a new incarnation folds the stored stream
     try:
         for i in range(24, 30):
             done = _say(h, sid, _message(i))
@@ -154,7 +156,7 @@ def test_an_overflow_the_estimate_missed_is_answered_by_one_compaction_and_a_ret
     (OpenAI's context_length_exceeded) compacts and retries; a message too large for any
     view fails its turn with an error saying so, and the session serves on."""
     server = WindowServer(N_CTX, announce=False, style="openai")
-    h = _host(tmp_path)
+    h = _host(tmp_path, server.url)
     try:
         sid = h.create()
         _point(h, sid, server.url, **{"ore.model.context_window": "100000"})
@@ -340,14 +342,14 @@ def test_hundreds_of_turns_stay_under_the_window_and_stay_verifiable(
     server = WindowServer(N_CTX)
     turns = 300
     try:
-        h = _host(tmp_path)
+        h = _host(tmp_path, server.url)
         try:
             sid = h.create()
             _point(h, sid, server.url)
             for n in range(1, turns + 1):
                 if n == turns // 2 + 1:
                     h.close()
-                    h = _host(tmp_path)
+                    h = _host(tmp_path, server.url)
                 text = f"!blob 20000 {n}" if n % 10 == 0 else f"m{n} " + "words " * 8
                 done = _say(h, sid, text)
                 assert done.kind == Kind.TURN_COMPLETED and not done.error, (n, done)

@@ -29,7 +29,7 @@ from actors.gateway import (
     parse_bind,
     start_gateway,
 )
-from actors.gateway._app import openapi_bytes
+from actors.gateway._app import PAGES, openapi_bytes
 from actors.gateway._hub import Batch, Client
 from actors.gateway._tokens import ADMIN_FILE, TOKENS_FILE
 from projections import cache_hit_rate
@@ -38,22 +38,35 @@ from spine import Usage
 pytestmark = pytest.mark.timeout(120)
 
 
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeModelServer]:
+    """The model server the daemon's operator allows."""
+    s = FakeModelServer()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def gw(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    server: FakeModelServer,
 ) -> Iterator[GatewayHandle]:
     """One gateway over one daemon for the module (starting a daemon takes a second), on
     each spine: every route must read the daemon's own log, wherever it lives."""
     data = tmp_path_factory.mktemp("gw") / "data"
+    allowed = [server.url]
     if request.param == "sqlite":
-        with running_gateway(data) as g:
+        with running_gateway(data, model_servers=allowed) as g:
             yield g
         return
     from spine.testing import fresh_schema
 
     with (
         fresh_schema(request.getfixturevalue("pg_server")) as url,
-        running_gateway(data, spine=url) as g,
+        running_gateway(data, spine=url, model_servers=allowed) as g,
     ):
         yield g
 
@@ -225,24 +238,22 @@ def test_the_context_route_reports_the_window_and_the_estimate(http: httpx.Clien
     assert http.get("/v1/sessions/nobody/context").status_code == 404
 
 
-def test_the_cache_hit_rate_is_cache_reads_over_input_tokens(http: httpx.Client) -> None:
+def test_the_cache_hit_rate_is_cache_reads_over_input_tokens(
+    http: httpx.Client, server: FakeModelServer
+) -> None:
     """A model call of 100 prompt tokens, 80 of them cached (input already counts them):
     the status over HTTP says 0.8, the seed's cache-read over input."""
-    server = FakeModelServer()
-    try:
-        meta = {"ore.model.provider": "openai", "ore.model.base_url": server.url}
-        _new(http, "cache-1", metadata={**meta, "ore.model.name": "fake"})
-        server.queue(
-            [("sse", [chunk(content="hi"), chunk(finish="stop"), usage_chunk(100, 5, 80)]),
-             ("done",)]
-        )  # fmt: skip
-        ack = http.post("/v1/sessions/cache-1/messages", json={"text": "cached?"}).json()
-        _wait_turn_end(http, "cache-1", ack["seq"])
-        s = wait_for(lambda: (p := http.get("/v1/sessions/cache-1/status").json())["turns"] and p)
-        assert (s["usage"]["inputTokens"], s["usage"]["cacheReadTokens"]) == (100, 80)
-        assert s["cacheHitRate"] == pytest.approx(0.8)
-    finally:
-        server.close()
+    meta = {"ore.model.provider": "openai", "ore.model.base_url": server.url}
+    _new(http, "cache-1", metadata={**meta, "ore.model.name": "fake"})
+    server.queue(
+        [("sse", [chunk(content="hi"), chunk(finish="stop"), usage_chunk(100, 5, 80)]),
+         ("done",)]
+    )  # fmt: skip
+    ack = http.post("/v1/sessions/cache-1/messages", json={"text": "cached?"}).json()
+    _wait_turn_end(http, "cache-1", ack["seq"])
+    s = wait_for(lambda: (p := http.get("/v1/sessions/cache-1/status").json())["turns"] and p)
+    assert (s["usage"]["inputTokens"], s["usage"]["cacheReadTokens"]) == (100, 80)
+    assert s["cacheHitRate"] == pytest.approx(0.8)
 
 
 def test_the_cache_hit_rate_rule_in_a_table() -> None:
@@ -309,10 +320,11 @@ def test_a_goal_run_is_submitted_and_its_answer_waited_for_over_http(
     Idempotency-Key gets the same Ack); GET goals/wait returns the answer, also when
     asked again after the run ended."""
     _new(http, "goal-1")
-    r = _goal(http, "goal-1", "g-1", objective=CALC, budget={"max_turns": 3})
+    budget = {"max_turns": 3, "max_cost": 1.5}  # money: no operator prices here, none spent
+    r = _goal(http, "goal-1", "g-1", objective=CALC, budget=budget)
     assert r.status_code == 201, r.text
     first = r.json()
-    again = _goal(http, "goal-1", "g-1", objective=CALC, budget={"max_turns": 3}).json()
+    again = _goal(http, "goal-1", "g-1", objective=CALC, budget=budget).json()
     assert again["seq"] == first["seq"] and again["duplicate"] is True
     w = _wait(http, "goal-1")
     assert w.status_code == 200, w.text
@@ -355,6 +367,8 @@ def test_bad_goal_requests_are_clear_errors(http: httpx.Client) -> None:
         (_goal(http, "goal-3", objective="  "), 422, "invalid_field"),
         (_goal(http, "goal-3", objective="x", budget={"max_turns": 0}), 422, "invalid_field"),
         (_goal(http, "goal-3", objective="x", budget={"turns": 1}), 422, "invalid_field"),
+        (_goal(http, "goal-3", objective="x", budget={"max_cost": 0}), 422, "invalid_field"),
+        (_goal(http, "goal-3", objective="x", budget={"max_cost": "1"}), 422, "invalid_field"),
         (_goal(http, "goal-3", objective="x", budget=[1]), 422, "invalid_field"),
         (_wait(http, "goal-3", -1), 422, "invalid_field"),
         (_wait(http, "goal-3", 301), 422, "invalid_field"),
@@ -942,7 +956,7 @@ def test_openapi_lists_every_route_and_validates(http: httpx.Client) -> None:
         (m.upper(), p) for p, ops in spec["paths"].items() for m in ops if m != "parameters"
     }
     served = {(method, path) for method, path, _, _ in ROUTES}
-    served |= {("GET", p) for p in ("/openapi.json", "/", "/app.js", "/sse.js", "/style.css")}
+    served |= {("GET", p) for p in ("/openapi.json", "/", *PAGES)}
     assert documented == served
 
 

@@ -36,6 +36,17 @@ def server() -> Iterator[FakeModelServer]:
 
 
 @pytest.fixture(scope="module")
+def stranger() -> Iterator[FakeModelServer]:
+    """A listener on loopback the operator never allowed: another local service (a
+    database's HTTP port, an admin API) that a session must not make the daemon call."""
+    s = FakeModelServer()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture(scope="module")
 def gw(
     tmp_path_factory: pytest.TempPathFactory, server: FakeModelServer
 ) -> Iterator[GatewayHandle]:
@@ -54,7 +65,10 @@ def gw(
     }
     data = tmp_path_factory.mktemp("authz") / "data"
     try:
-        with running_gateway(data, factory=ModelFactory(profiles=profiles, retries=0)) as g:
+        factory = ModelFactory(profiles=profiles, retries=0)
+        # The operator lets sessions name the keyless server, and only it.
+        allowed = [f"{server.url}/v1"]
+        with running_gateway(data, factory=factory, model_servers=allowed) as g:
             yield g
     finally:
         mp.undo()
@@ -120,7 +134,8 @@ def test_a_scoped_token_cannot_send_a_secret_to_a_listener_of_its_own(
         ack = _slash(mine, sid, f"/set ore.model.api_key_env {CANARY}")
         assert ack["consumed"] and ack["notices"][0]["severity"] == "error"
         assert "operator only" in ack["notices"][0]["text"]
-        # A keyless server on loopback stays the session's choice (a local llama.cpp).
+        # A keyless server the operator allows stays the session's choice (a local
+        # llama.cpp).
         keyless = {k: v for k, v in attack.items() if k != "ore.model.api_key_env"}
         assert mine.patch(f"/v1/sessions/{sid}/metadata", json=keyless).status_code == 200
         seen = len(server.requests)
@@ -162,15 +177,81 @@ def test_a_key_the_operator_paired_goes_only_to_its_server(
 def test_a_scoped_token_cannot_point_the_daemon_at_an_address_of_its_choosing(
     gw: GatewayHandle, admin: httpx.Client, url: str
 ) -> None:
-    """A model server the session names must be on loopback: the cloud metadata address,
-    private networks and outside hosts are refused on PATCH, on create and in chat."""
+    """A model server the session names must be one the operator allows: the cloud
+    metadata address, private networks and outside hosts are refused on PATCH and in
+    chat."""
     sid = f"ssrf-{abs(hash(url)) % 10**8}"
     with _scoped(gw, admin, sid) as mine:
         r = mine.patch(f"/v1/sessions/{sid}/metadata", json={"ore.model.base_url": url})
         _refused(r, "ore.model.base_url")
         ack = _slash(mine, sid, f"/provider openai {url} m")
-        assert ack["notices"][0]["severity"] == "error" and "loopback" in ack["notices"][0]["text"]
+        text = ack["notices"][0]["text"]
+        assert ack["notices"][0]["severity"] == "error" and "operator allows" in text, ack
     assert "ore.model.base_url" not in _metadata(admin, sid)
+
+
+def _turn_end(c: httpx.Client, sid: str, after: int) -> dict[str, Any]:
+    def ended() -> dict[str, Any] | None:
+        evs = c.get(f"/v1/sessions/{sid}/history", params={"after": after}).json()["events"]
+        return next((e for e in evs if e["kind"] == "turn.completed"), None)
+
+    return wait_for(ended, timeout=30)  # type: ignore[no-any-return]
+
+
+def test_a_scoped_token_cannot_reach_a_loopback_port_the_operator_did_not_allow(
+    gw: GatewayHandle, admin: httpx.Client, server: FakeModelServer, stranger: FakeModelServer
+) -> None:
+    """The attack: a session's token points its model at another listener on loopback.
+    Refused on PATCH (403 naming the key), on create, in chat (``/provider``, ``/set``),
+    in every spelling of the key; the session's turns still go to the allowed server,
+    and the listener receives nothing."""
+    sid = "loopback-1"
+    url = f"{stranger.url}/v1"
+    with _scoped(gw, admin, sid) as mine:
+        path = f"/v1/sessions/{sid}/metadata"
+        for key in ("ore.model.base_url", "model.base_url"):
+            _refused(mine.patch(path, json={"ore.model.provider": "openai", key: url}), key)
+        # Trailing slashes, upper case, another spelling of the address: not the server.
+        for other in (f"{stranger.url}/v1/", f"{stranger.url.upper()}/v1", f"{server.url}/v2"):
+            _refused(mine.patch(path, json={"ore.model.base_url": other}), "ore.model.base_url")
+        for text in (f"/provider openai {url} m", f"/set ore.model.base_url {url}"):
+            ack = _slash(mine, sid, text)
+            assert ack["consumed"] and ack["notices"][0]["severity"] == "error", ack
+            assert "ore.model.base_url" in ack["notices"][0]["text"], ack
+        # Only a provider, no server: its vendor's API, which the operator did not list.
+        _refused(mine.patch(path, json={"ore.model.provider": "anthropic"}), "ore.model.provider")
+        ack = _slash(mine, sid, f"/provider openai {server.url}/v1 fake-1")
+        assert ack["notices"][0]["severity"] == "success", ack
+        seen = len(server.requests)
+        ack = _slash(mine, sid, "hello")
+        server.wait_requests(seen + 1, timeout=30)
+    token = create_token(gw.host.data_dir, ["loopback-2"])
+    with client(gw, token) as born:
+        body = {"id": "loopback-2", "metadata": {"ore.model.base_url": url}}
+        _refused(born.post("/v1/sessions", json=body), "ore.model.base_url")
+    assert _metadata(admin, sid)["ore.model.base_url"] == f"{server.url}/v1"
+    assert stranger.requests == []
+
+
+def test_the_model_client_refuses_a_server_the_operator_did_not_allow(
+    gw: GatewayHandle, admin: httpx.Client, stranger: FakeModelServer
+) -> None:
+    """Whoever wrote it (the operator's own metadata, a stream from before the allowance
+    changed), a turn sends nothing to a server not allowed now: it stores a refused
+    ``net.egress`` and fails naming the key."""
+    sid = "stale-1"
+    meta = {"ore.model.provider": "openai", "ore.model.base_url": f"{stranger.url}/v1"}
+    meta["ore.model.name"] = "m"
+    r = admin.post("/v1/sessions", json={"id": sid, "metadata": meta})
+    assert r.status_code == 201, r.text
+    ack = _slash(admin, sid, "hello")
+    done = _turn_end(admin, sid, ack["seq"])
+    assert "ore.model.base_url" in str(done) and "operator allows" in str(done), done
+    evs = admin.get(f"/v1/sessions/{sid}/history", params={"after": ack["seq"]}).json()
+    egress = [e for e in evs["events"] if e["kind"] == "net.egress"]
+    # (``allowed`` false is the default, left out of the wire form.)
+    assert egress and not egress[0].get("allowed") and egress[0]["host"] == "127.0.0.1", egress
+    assert stranger.requests == []
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from conftest import wait_for
 from gateway_support import client, running_gateway
 
 from actors.gateway import GatewayHandle
@@ -361,3 +362,32 @@ def test_a_compaction_shows_where_a_summary_replaced_a_span_and_opens_it(
     assert not any("third words said" in t for _, t in listed)
     page.wait_for_function("document.getElementById('usage').textContent.includes('compactions1')")
     _shot(page, "compaction")
+
+
+def test_a_goal_run_nothing_drives_shows_interrupted_until_it_is_resumed(
+    page: Any, tmp_path: pathlib.Path
+) -> None:
+    """A Host stopped mid-run, a new one on the same data directory that does not resume
+    it: the page's goal row says interrupted (with how to resume); once resumed it says
+    running, then converged."""
+    data = tmp_path / "data"
+    with running_gateway(data) as first, client(first) as http:
+        assert http.post("/v1/sessions", json={"id": "web-cut"}).status_code == 201
+        goal = {"objective": "!slow 0.6 one two three four five six seven eight"}
+        assert http.post("/v1/sessions/web-cut/goals", json=goal).status_code == 201
+        kinds = lambda: [e.kind for e in first.host.history("web-cut")]  # noqa: E731
+        wait_for(lambda: "turn.started" in kinds())
+    with running_gateway(data) as second:
+        tab = page.context.new_page()
+        try:
+            tab.goto(second.page_url)
+            tab.click("#session-list li[data-id='web-cut']")
+            row = "document.getElementById('usage').textContent"
+            tab.wait_for_function(f"{row}.includes('goal runinterrupted')")
+            assert "vertebra resume web-cut" in tab.locator("#usage").text_content()
+            _shot(tab, "goal-interrupted")
+            second.host.resume("web-cut")
+            tab.wait_for_function(f"{row}.includes('goal runrunning')")
+            tab.wait_for_function(f"{row}.includes('goal runconverged')")
+        finally:
+            tab.close()

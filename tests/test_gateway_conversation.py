@@ -101,3 +101,6 @@ def test_edit_regenerate_branches_switch_and_fork_over_http(http: httpx.Client) 
     assert _events(http, "tree-1-fork")[: end["seq"]] == parent
     again = http.post("/v1/sessions/tree-1/forks", json={"at": end["seq"], "id": "tree-1-fork"})
     assert again.status_code == 409 and again.json()["error"] == "exists"
+    # Its own id is taken too (by itself): the same answer, not a server error.
+    itself = http.post("/v1/sessions/tree-1/forks", json={"id": "tree-1"})
+    assert itself.status_code == 409 and itself.json()["error"] == "exists", itself.text

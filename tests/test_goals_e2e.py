@@ -16,7 +16,7 @@ from conftest import wait_for
 from fake_models import FakeModelServer, chunk, tool_delta
 
 from actors.agents import ModelFactory
-from actors.errors import GoalStalled, HostTimeout, InvalidRequest
+from actors.errors import GoalInterrupted, GoalStalled, HostTimeout, InvalidRequest
 from actors.host import Host
 from projections import FanoutChild, FanoutState, RecordState, project
 from spine import Event, Kind
@@ -24,18 +24,28 @@ from spine import Event, Kind
 pytestmark = pytest.mark.timeout(120)
 
 
-def _host(data: pathlib.Path) -> Host:
+def _host(data: pathlib.Path, servers: tuple[str, ...] = ()) -> Host:
     return Host(
         data,
         base="multiprocTCPBase",
         timeout=20,
         factory=ModelFactory(tools=governed_tools(), backoff=0.01),
+        model_servers=servers,
     )
 
 
 @pytest.fixture
-def mp(tmp_path: pathlib.Path, no_leftover_processes) -> Iterator[Host]:  # type: ignore[no-untyped-def]
-    h = _host(tmp_path / "data")
+def server() -> Iterator[FakeModelServer]:
+    s = FakeModelServer()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def mp(tmp_path: pathlib.Path, server: FakeModelServer, no_leftover_processes) -> Iterator[Host]:  # type: ignore[no-untyped-def]
+    h = _host(tmp_path / "data", (server.url,))
     try:
         yield h
     finally:
@@ -136,41 +146,43 @@ def test_a_run_cut_off_by_a_daemon_restart_is_resumed(
         h.close()
     h = _host(data)
     try:
-        with pytest.raises(HostTimeout):
-            h.wait(sid, timeout=0.1)  # nothing runs it until it is resumed
+        # Nothing runs it until it is resumed: wait says so at once, with no timeout.
+        with pytest.raises(GoalInterrupted, match=f"vertebra resume {sid}") as cut:
+            h.wait(sid)
+        started = next(e for e in h.history(sid) if e.kind == Kind.SESSION_STARTED and e.goal)
+        assert (cut.value.goal, cut.value.seq) == (sid, started.seq)
+        assert h.interrupted(sid) is not None and not h.working(sid)
         other = h.create()  # no run: not resumed
         assert h.resume_all() == [sid]
         assert other not in h.resume_all()
+        assert h.interrupted(sid) is None  # driven again
         assert h.wait(sid, timeout=60).endswith("alpha beta gamma delta epsilon")
+        assert h.interrupted(sid) is None  # ended
         evs = h.history(sid)
         assert _goal_events(evs) == [Kind.SESSION_STARTED, Kind.CONVERGED]
     finally:
         h.close()
 
 
-def test_a_goal_against_the_fake_openai_server_converges(mp: Host) -> None:
+def test_a_goal_against_the_fake_openai_server_converges(mp: Host, server: FakeModelServer) -> None:
     """A real wire format: the server asks for a tool, then answers; the run converges
     with the server's answer."""
-    server = FakeModelServer()
-    try:
-        sid = mp.create(
-            metadata={
-                "ore.model.provider": "openai",
-                "ore.model.base_url": server.url,
-                "ore.model.name": "fake",
-            }
-        )
-        calc = tool_delta(0, "c1", "calculator", json.dumps({"expression": "2*21"}))
-        server.queue(
-            [("sse", [chunk(tool_calls=[calc]), chunk(finish="tool_calls")]), ("done",)],
-            [("sse", [chunk(content="the answer is 42"), chunk(finish="stop")]), ("done",)],
-        )
-        mp.submit(sid, "what is 2*21?")
-        assert mp.wait(sid, timeout=30) == "the answer is 42"
-        evs = mp.history(sid)
-        assert [e.result for e in evs if e.kind == Kind.TOOL_RESULT] == ["42"]
-    finally:
-        server.close()
+    sid = mp.create(
+        metadata={
+            "ore.model.provider": "openai",
+            "ore.model.base_url": server.url,
+            "ore.model.name": "fake",
+        }
+    )
+    calc = tool_delta(0, "c1", "calculator", json.dumps({"expression": "2*21"}))
+    server.queue(
+        [("sse", [chunk(tool_calls=[calc]), chunk(finish="tool_calls")]), ("done",)],
+        [("sse", [chunk(content="the answer is 42"), chunk(finish="stop")]), ("done",)],
+    )
+    mp.submit(sid, "what is 2*21?")
+    assert mp.wait(sid, timeout=30) == "the answer is 42"
+    evs = mp.history(sid)
+    assert [e.result for e in evs if e.kind == Kind.TOOL_RESULT] == ["42"]
 
 
 def _spawns(*objectives: str) -> str:
@@ -439,7 +451,7 @@ def _text(msg: dict[str, object]) -> str:
 
 
 def test_a_fan_out_with_an_approval_and_a_blocked_egress_against_the_fake_openai_server(
-    mp: Host, tmp_path: pathlib.Path
+    mp: Host, tmp_path: pathlib.Path, server: FakeModelServer
 ) -> None:
     """The issue's whole run on a real wire format: the parent's model spawns two
     children in one response; each child's model makes a tool call (one needs a human's
@@ -469,7 +481,7 @@ def test_a_fan_out_with_an_approval_and_a_blocked_egress_against_the_fake_openai
         deltas = calls[asked]
         return [("sse", [chunk(tool_calls=deltas), chunk(finish="tool_calls")]), ("done",)]
 
-    server = FakeModelServer(route=route)
+    server.route = route
     try:
         sid = mp.create(
             metadata={
@@ -527,7 +539,7 @@ def test_a_fan_out_with_an_approval_and_a_blocked_egress_against_the_fake_openai
         p = project(mp.history(sid))
         assert [c.seal for c in p.fanout] == [RecordState.VERIFIED] * 2
     finally:
-        server.close()
+        server.route = None
 
 
 def test_a_goal_that_ends_with_the_finish_tool_converges_with_its_argument(mp: Host) -> None:
@@ -633,6 +645,8 @@ def test_a_revived_session_has_its_cut_off_run_resumed(
         wait_for(lambda: any(e.kind == Kind.TURN_STARTED for e in h.history(sid)), 20)
         os.kill(h.session_pid(sid), signal.SIGKILL)
         wait_for(lambda: h.history(sid)[-1].phase == "failed", 20)
+        with pytest.raises(GoalInterrupted, match=f"vertebra revive {sid}"):
+            h.wait(sid)  # failed: nothing drives the run
         assert h.resume_all() == []
         h.revive(sid, "test")
         assert h.resume_all() == [sid]

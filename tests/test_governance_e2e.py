@@ -51,12 +51,22 @@ def web() -> Iterator[str]:
 
 
 @pytest.fixture
-def mp(tmp_path: pathlib.Path, no_leftover_processes):  # type: ignore[no-untyped-def]
+def server() -> Iterator[FakeModelServer]:
+    s = FakeModelServer()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def mp(tmp_path: pathlib.Path, server: FakeModelServer, no_leftover_processes):  # type: ignore[no-untyped-def]
     h = Host(
         tmp_path / "data",
         base="multiprocTCPBase",
         timeout=20,
         factory=ModelFactory(tools=governed_tools(), backoff=0.01),
+        model_servers=[server.url],
     )
     try:
         yield h
@@ -181,46 +191,44 @@ def test_every_gate_outcome_on_real_processes(mp: Host, web: str, tmp_path: path
     ]
 
 
-def test_a_model_server_conversation_is_governed_the_same_way(mp: Host) -> None:
+def test_a_model_server_conversation_is_governed_the_same_way(
+    mp: Host, server: FakeModelServer
+) -> None:
     """Against the fake OpenAI-compatible server: one call admitted, one refused for a
     capability; the model gets the refusal as the tool's result."""
-    server = FakeModelServer()
-    try:
-        sid = mp.create(
-            metadata={
-                "ore.model.provider": "openai",
-                "ore.model.base_url": server.url,
-                "ore.model.name": "fake",
-                "governance.capabilities": "clock",
-            }
-        )
-        server.queue(
-            [
-                (
-                    "sse",
-                    [
-                        chunk(tool_calls=[tool_delta(0, "c1", "clock", "{}")]),
-                        chunk(tool_calls=[tool_delta(1, "c2", "http_get", '{"url": "http://x/"}')]),
-                        chunk(finish="tool_calls"),
-                    ],
-                ),
-                ("done",),
-            ],
-            [("sse", [chunk(content="done"), chunk(finish="stop")]), ("done",)],
-        )
-        evs = _turn(mp, sid, "what time is it, and fetch x")
-        acts = [(e.kind, e.action, e.fault) for e in evs if e.kind.startswith("action.")]
-        assert (Kind.ACTION_ADMITTED, "clock", "") in acts
-        assert (Kind.ACTION_REJECTED, "http_get", "capability_denied") in acts
-        sent = {
-            m.get("tool_call_id"): m["content"]
-            for m in server.requests[1]["body"]["messages"]
-            if m["role"] == "tool"
+    sid = mp.create(
+        metadata={
+            "ore.model.provider": "openai",
+            "ore.model.base_url": server.url,
+            "ore.model.name": "fake",
+            "governance.capabilities": "clock",
         }
-        assert "capability_denied" in sent["c2"]
-        assert not [e for e in evs if e.kind == Kind.EGRESS]  # refused before any dial
-    finally:
-        server.close()
+    )
+    server.queue(
+        [
+            (
+                "sse",
+                [
+                    chunk(tool_calls=[tool_delta(0, "c1", "clock", "{}")]),
+                    chunk(tool_calls=[tool_delta(1, "c2", "http_get", '{"url": "http://x/"}')]),
+                    chunk(finish="tool_calls"),
+                ],
+            ),
+            ("done",),
+        ],
+        [("sse", [chunk(content="done"), chunk(finish="stop")]), ("done",)],
+    )
+    evs = _turn(mp, sid, "what time is it, and fetch x")
+    acts = [(e.kind, e.action, e.fault) for e in evs if e.kind.startswith("action.")]
+    assert (Kind.ACTION_ADMITTED, "clock", "") in acts
+    assert (Kind.ACTION_REJECTED, "http_get", "capability_denied") in acts
+    sent = {
+        m.get("tool_call_id"): m["content"]
+        for m in server.requests[1]["body"]["messages"]
+        if m["role"] == "tool"
+    }
+    assert "capability_denied" in sent["c2"]
+    assert not [e for e in evs if e.kind == Kind.EGRESS]  # refused before any dial
 
 
 def _calls(*calls: tuple[str, str, dict[str, Any]]) -> list[Any]:
@@ -233,78 +241,66 @@ def _calls(*calls: tuple[str, str, dict[str, Any]]) -> list[Any]:
 
 
 def test_every_gate_outcome_against_a_model_server(
-    mp: Host, web: str, tmp_path: pathlib.Path
+    mp: Host, web: str, tmp_path: pathlib.Path, server: FakeModelServer
 ) -> None:
     """The same outcomes with the model on the fake OpenAI-compatible server (its answers
     after the tools are the server's default echo): admitted, capability denied, egress
     blocked then allowed, approval after a SIGKILL, approval rejected, budget exhausted."""
     log = tmp_path / "deploys.txt"
-    server = FakeModelServer()
-    try:
-        sid = mp.create(
-            metadata={
-                "ore.model.provider": "openai",
-                "ore.model.base_url": server.url,
-                "ore.model.name": "fake",
-                "governance.capabilities": "net,clock",
-            }
-        )
-        server.queue(_calls(("a1", "calculator", {"expression": "3*3"}), ("a2", "shell", {})))
-        evs = _turn(mp, sid, "compute, then run a shell")
-        assert ("9", False) in _results(evs)
-        assert [e.fault for e in evs if e.kind == Kind.ACTION_REJECTED] == ["capability_denied"]
+    sid = mp.create(
+        metadata={
+            "ore.model.provider": "openai",
+            "ore.model.base_url": server.url,
+            "ore.model.name": "fake",
+            "governance.capabilities": "net,clock",
+        }
+    )
+    server.queue(_calls(("a1", "calculator", {"expression": "3*3"}), ("a2", "shell", {})))
+    evs = _turn(mp, sid, "compute, then run a shell")
+    assert ("9", False) in _results(evs)
+    assert [e.fault for e in evs if e.kind == Kind.ACTION_REJECTED] == ["capability_denied"]
 
-        server.queue(_calls(("b1", "http_get", {"url": web})))
-        evs = _turn(mp, sid, "fetch it")
-        assert [(e.allowed, e.reason) for e in evs if e.kind == Kind.EGRESS] == [
-            (False, "loopback")
-        ]
-        mp.set_metadata(sid, {"governance.egress_allow": "127.0.0.1"})
-        server.queue(_calls(("c1", "http_get", {"url": web})))
-        evs = _turn(mp, sid, "fetch it again")
-        assert [(e.allowed, e.reason) for e in evs if e.kind == Kind.EGRESS] == [
-            (True, "allowlisted")
-        ]
+    server.queue(_calls(("b1", "http_get", {"url": web})))
+    evs = _turn(mp, sid, "fetch it")
+    assert [(e.allowed, e.reason) for e in evs if e.kind == Kind.EGRESS] == [(False, "loopback")]
+    mp.set_metadata(sid, {"governance.egress_allow": "127.0.0.1"})
+    server.queue(_calls(("c1", "http_get", {"url": web})))
+    evs = _turn(mp, sid, "fetch it again")
+    assert [(e.allowed, e.reason) for e in evs if e.kind == Kind.EGRESS] == [(True, "allowlisted")]
 
-        server.queue(_calls(("d1", "deploy", {"log": str(log), "target": "a"})))
-        ack = mp.send(sid, "deploy a")
-        waiting = _wait_pending(mp, sid)
-        pid = mp.session_pid(sid)
-        os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: mp.session_pid(sid) != pid, 20)
-        mp.approve(sid, waiting.call)
-        assert mp.wait_turn(sid, ack.seq).kind == Kind.TURN_COMPLETED
-        assert log.read_text() == "deploy a\n"
-        # The resumed turn sent the tool's result back under the server's own call id.
-        last = server.requests[-1]["body"]["messages"]
-        assert {m.get("tool_call_id"): m["content"] for m in last if m["role"] == "tool"}[
-            "d1"
-        ] == "deployed a"
+    server.queue(_calls(("d1", "deploy", {"log": str(log), "target": "a"})))
+    ack = mp.send(sid, "deploy a")
+    waiting = _wait_pending(mp, sid)
+    pid = mp.session_pid(sid)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: mp.session_pid(sid) != pid, 20)
+    mp.approve(sid, waiting.call)
+    assert mp.wait_turn(sid, ack.seq).kind == Kind.TURN_COMPLETED
+    assert log.read_text() == "deploy a\n"
+    # The resumed turn sent the tool's result back under the server's own call id.
+    last = server.requests[-1]["body"]["messages"]
+    assert {m.get("tool_call_id"): m["content"] for m in last if m["role"] == "tool"}[
+        "d1"
+    ] == "deployed a"
 
-        server.queue(_calls(("e1", "deploy", {"log": str(log), "target": "b"})))
-        ack = mp.send(sid, "deploy b")
-        mp.reject(sid, _wait_pending(mp, sid).call, reason="no")
-        assert mp.wait_turn(sid, ack.seq).kind == Kind.TURN_COMPLETED
-        assert log.read_text() == "deploy a\n"
+    server.queue(_calls(("e1", "deploy", {"log": str(log), "target": "b"})))
+    ack = mp.send(sid, "deploy b")
+    mp.reject(sid, _wait_pending(mp, sid).call, reason="no")
+    assert mp.wait_turn(sid, ack.seq).kind == Kind.TURN_COMPLETED
+    assert log.read_text() == "deploy a\n"
 
-        used = sum(
-            1 for e in mp.history(sid) if e.kind == Kind.ACTION_ADMITTED and e.action != "model"
-        )
-        mp.set_metadata(sid, {"governance.max_tool_calls": str(used + 1)})
-        server.queue(
-            _calls(
-                ("f1", "calculator", {"expression": "1"}), ("f2", "calculator", {"expression": "2"})
-            )
-        )
-        evs = _turn(mp, sid, "two sums")
-        assert [e.fault for e in evs if e.kind == Kind.ACTION_REJECTED] == ["budget_exceeded"]
+    used = sum(1 for e in mp.history(sid) if e.kind == Kind.ACTION_ADMITTED and e.action != "model")
+    mp.set_metadata(sid, {"governance.max_tool_calls": str(used + 1)})
+    server.queue(
+        _calls(("f1", "calculator", {"expression": "1"}), ("f2", "calculator", {"expression": "2"}))
+    )
+    evs = _turn(mp, sid, "two sums")
+    assert [e.fault for e in evs if e.kind == Kind.ACTION_REJECTED] == ["budget_exceeded"]
 
-        history = mp.history(sid)
-        status = wait_for(lambda: (s := mp.status(sid)) == project(history) and s, 20)
-        assert (status.egress_allowed, status.egress_blocked, status.rejected) == (1, 1, 4)
-        assert status.pending == ()
-    finally:
-        server.close()
+    history = mp.history(sid)
+    status = wait_for(lambda: (s := mp.status(sid)) == project(history) and s, 20)
+    assert (status.egress_allowed, status.egress_blocked, status.rejected) == (1, 1, 4)
+    assert status.pending == ()
 
 
 def test_a_fetch_the_egress_guard_refuses_is_rejected_before_anyone_is_asked(mp: Host) -> None:

@@ -29,6 +29,7 @@ ORDER = (
     g.GoalTurns,
     g.GoalToolCalls,
     g.GoalTokens,
+    g.GoalCost,
     g.CostBudget,
     g.TurnBudget,
     g.ToolCallBudget,
@@ -91,6 +92,43 @@ GOAL_SPENT = GoalBudget(
             False,
             attrs.evolve(GOAL_SPENT, elapsed=None),
             Ruling(Verdict.REJECT, Fault.BUDGET_EXCEEDED, "goal tool calls"),
+        ),
+        # The goal's money before the session's: it pauses a model call (approvals on)...
+        (
+            {"max_cost": 1.0},
+            "model",
+            Requirement(),
+            Spent(cost=5.0, reserve=2.0),
+            False,
+            GoalBudget(limits={"max_cost": 4.0}, spent=Spent(cost=3.0, raised=0.5)),
+            Ruling(
+                Verdict.PENDING,
+                Fault.BUDGET_EXCEEDED,
+                "goal cost budget 4.5: spent 3, the call may cost 2",
+            ),
+        ),
+        # ... refuses it without approvals, and leaves tool calls to the rules after.
+        (
+            OFF,
+            "model",
+            Requirement(),
+            Spent(reserve=2.0),
+            False,
+            GoalBudget(limits={"max_cost": 1.0}, spent=Spent(cost=0.0)),
+            Ruling(
+                Verdict.REJECT,
+                Fault.BUDGET_EXCEEDED,
+                "goal cost budget 1: spent 0, the call may cost 2",
+            ),
+        ),
+        (
+            {},
+            "calculator",
+            Requirement(),
+            Spent(),
+            False,
+            GoalBudget(limits={"max_cost": 1.0}, spent=Spent(cost=9.0)),
+            Ruling(Verdict.ADMIT),
         ),
         # The session's budgets before capabilities, egress, trust and approval.
         (

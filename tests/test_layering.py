@@ -63,6 +63,7 @@ def test_spine_does_not_import_thespian() -> None:
 PURE = [
     "actors/policy.py",
     "actors/authority.py",
+    "actors/model_servers.py",
     "actors/spec.py",
     "actors/placement.py",
     "actors/interceptors.py",

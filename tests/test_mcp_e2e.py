@@ -268,7 +268,13 @@ def test_a_real_wire_format_is_offered_the_servers_schema_under_a_safe_name(
             [("sse", [chunk(content="ok"), chunk(finish="stop")]), ("done",)],
         )
         data = _data(tmp_path, _stdio_server())
-        h = Host(data, base="simpleSystemBase", timeout=30, factory=ModelFactory(backoff=0.01))
+        h = Host(
+            data,
+            base="simpleSystemBase",
+            timeout=30,
+            factory=ModelFactory(backoff=0.01),
+            model_servers=[models.url],
+        )
         try:
             sid = h.create(
                 metadata={

@@ -132,6 +132,35 @@ def test_last_seq_comes_from_the_log_not_from_a_coalesced_report() -> None:
     assert isinstance(listed, Reply) and listed.message.sessions[0].last_seq == 7
 
 
+def _working(r: Registry, sid: str = SID) -> list[bool]:
+    """What a one-session ListSessions answers: [working] for a known entry, [] if none."""
+    [listed] = r.list_sessions("w", CALLER, sid)
+    assert isinstance(listed, Reply)
+    assert [i.session_id for i in listed.message.sessions] in ([sid], [])
+    return [i.working for i in listed.message.sessions]
+
+
+def test_working_says_whether_a_process_is_on_the_session_or_about_to_be() -> None:
+    """Starting, live and restarting after a crash are working (a goal run goes on);
+    passivated, failed and an entry the registry does not hold are not (a run in flight
+    there is interrupted). One id answers that entry alone."""
+    r = _registry(max_restarts=1, window=60.0)
+    r.load("other", 3)
+    assert _working(r) == [] and _working(r, "other") == [False]
+    r.create(SID, "c1", CALLER, {})
+    assert _working(r) == [True]  # starting
+    _ready(r, 1)
+    assert _working(r) == [True]  # live
+    [due] = r.child_exited("addr-1", 0.0)
+    assert r.entries[SID].state == EntryState.RESTARTING and _working(r) == [True]
+    r.restart_due(due.payload)
+    r.bind(SID, 2, "addr-2")
+    r.child_exited("addr-2", 1.0)  # over the budget
+    assert r.entries[SID].state == EntryState.FAILED and _working(r) == [False]
+    [everyone] = r.list_sessions("l", CALLER)
+    assert isinstance(everyone, Reply) and len(everyone.message.sessions) == 2
+
+
 def test_register_inserts_an_unknown_id_without_checking() -> None:
     """register of an id with no stream inserts a passivated entry and answers it."""
     r = _registry()

@@ -27,8 +27,8 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
-def mp(tmp_path: pathlib.Path, no_leftover_processes):  # type: ignore[no-untyped-def]
-    with model_host(tmp_path / "data") as h:
+def mp(tmp_path: pathlib.Path, gated: Gated, no_leftover_processes):  # type: ignore[no-untyped-def]
+    with model_host(tmp_path / "data", [gated.server.url]) as h:
         yield h
 
 

@@ -13,17 +13,22 @@ import copy
 import os
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
-from ..spec import AgentSpec
-from .base import Agent, AgentError
+from projections import MODEL_BASE_URL, MODEL_PROVIDER
+from spine import Event, Kind
+
+from ..model_servers import ModelServers
+from ..spec import AgentSpec, TurnInput
+from .base import Agent, AgentError, TurnOutput
 from .loop import ModelAgent, Provider
 from .mcp_config import McpConfig, McpConfigError
 from .profiles import Profile, resolve
-from .providers import PROVIDERS, SCRIPTED, unknown_provider
+from .providers import PROVIDERS, SCRIPTED, default_servers, unknown_provider
 from .scripted import ScriptedProvider
 from .tools import ToolRegistry, builtin_tools
 
-__all__ = ["ModelFactory", "ScriptedFactory", "with_mcp"]
+__all__ = ["ModelFactory", "RefusedServer", "ScriptedFactory", "with_mcp", "with_model_servers"]
 
 
 class ModelFactory:
@@ -44,6 +49,7 @@ class ModelFactory:
         flush_interval: float = 0.02,
         profiles: Mapping[str, Profile] | None = None,
         mcp: McpConfig | None = None,
+        model_servers: ModelServers | None = None,
     ) -> None:
         self.tools = tools if tools is not None else builtin_tools()
         #: The operator's provider profiles (`actors.agents.profiles`), by name.
@@ -53,6 +59,9 @@ class ModelFactory:
         self.flush_interval = flush_interval
         #: The operator's MCP servers (``DIR/mcp.toml``), among which sessions pick.
         self.mcp = mcp
+        #: The model servers a session's metadata may name (None: none; a profile's server
+        #: is the operator's and always allowed). The `Host` gives its own.
+        self.model_servers = model_servers
 
     def provider(self, spec: AgentSpec) -> Provider:
         if spec.provider == SCRIPTED:
@@ -88,8 +97,25 @@ class ModelFactory:
 
     def build(self, spec: AgentSpec, session_id: str) -> Agent:
         spec = resolve(spec, self.profiles)
+        refused = self.refused(spec)
+        if refused is not None:
+            return refused
         mcp = self.mcp_tools(spec)
         return ModelAgent(spec, self.provider(spec), self.tools, self.flush_interval, mcp)
+
+    def refused(self, spec: AgentSpec) -> Agent | None:
+        """The turn's refusal when its model server is not one the operator allows (None:
+        it is). Checked before every turn, whoever wrote the metadata and whenever: the
+        allowance in force now is what counts."""
+        if spec.profile is not None or spec.provider not in PROVIDERS:
+            return None  # a profile's server is the operator's; no server, no request
+        servers = getattr(self, "model_servers", None) or default_servers()
+        md = {MODEL_PROVIDER: spec.provider, MODEL_BASE_URL: spec.base_url or ""}
+        problem = servers.refusal(md)
+        if problem is None:
+            return None
+        url = spec.base_url or PROVIDERS[spec.provider].default_base_url
+        return RefusedServer(url, problem)
 
     def mcp_tools(self, spec: AgentSpec) -> Any:
         """The tools of the MCP servers the session picked (None: it picked none); a
@@ -104,6 +130,24 @@ class ModelFactory:
         from .mcp_client import McpTools
 
         return McpTools(servers)
+
+
+class RefusedServer:
+    """The agent of a turn whose model server the operator does not allow: it stores the
+    refusal as a ``net.egress`` event and fails the turn naming the key; nothing is sent."""
+
+    def __init__(self, url: str, problem: str) -> None:
+        self.url = url
+        self.problem = problem
+
+    def run(self, turn: TurnInput, out: TurnOutput) -> str:
+        try:
+            host = urlsplit(self.url).hostname or self.url
+        except ValueError:
+            host = self.url
+        reason = f"{self.url} is not a model server the operator allows"
+        out.emit(Event(kind=Kind.EGRESS, host=host, allowed=False, reason=reason))
+        raise AgentError(self.problem)
 
 
 class ScriptedFactory(ModelFactory):
@@ -129,5 +173,18 @@ def with_mcp(factory: Any, config: McpConfig | None) -> Any:
     if isinstance(factory, ModelFactory) and getattr(factory, "mcp", None) is None:
         f = copy.copy(factory)
         f.mcp = config
+        return f
+    return factory
+
+
+def with_model_servers(factory: Any, servers: ModelServers) -> Any:
+    """``factory`` checking model servers against ``servers``, when it is a `ModelFactory`
+    that has no allowance of its own (a copy: the caller's stays as it was); None: the
+    default factory with that allowance; else ``factory`` itself (its own business)."""
+    if factory is None:
+        return ModelFactory(model_servers=servers)
+    if isinstance(factory, ModelFactory) and getattr(factory, "model_servers", None) is None:
+        f = copy.copy(factory)
+        f.model_servers = servers
         return f
     return factory

@@ -61,6 +61,7 @@ __all__ = [
     "EgressGuard",
     "Fault",
     "GoalBudget",
+    "GoalCost",
     "GoalTokens",
     "GoalToolCalls",
     "GoalTurns",
@@ -131,10 +132,11 @@ def _rank(trust: str) -> int:
 @attrs.frozen(kw_only=True)
 class GoalBudget:
     """A goal run's own budget (``max_turns``, ``max_tokens``, ``max_tool_calls``,
-    ``max_seconds``) and what the run has used since it started. ``elapsed`` is the run's
+    ``max_seconds``, ``max_cost``) and what the run has used since it started (``spent``:
+    its ``cost`` and the ``raised`` granted to its ``max_cost``). ``elapsed`` is the run's
     wall time in seconds, None when its start or the clock is unknown."""
 
-    limits: Mapping[str, int] = attrs.field(factory=dict)
+    limits: Mapping[str, float] = attrs.field(factory=dict)
     spent: Spent = attrs.field(factory=Spent)
     elapsed: float | None = None
 
@@ -218,6 +220,27 @@ class GoalTokens:
         if g is None or limit is None or g.spent.tokens < limit:
             return None
         return _spent_out("goal tokens")
+
+
+@attrs.frozen
+class GoalCost:
+    """A goal run's model call waits for a human (approvals on; else it is refused) when
+    the run's spending since its start, with the call's reserved cost, would pass its
+    ``max_cost`` plus the raises granted to it (no price table: no money budget). Only
+    model calls spend money: a tool call is left to the rules after."""
+
+    def check(self, ask: Ask) -> Ruling | None:
+        g = ask.goal
+        limit = None if g is None else g.limits.get("max_cost")
+        if g is None or limit is None or g.spent.cost is None or ask.action != "model":
+            return None
+        cost, reserve, limit = g.spent.cost, ask.spent.reserve, limit + g.spent.raised
+        if cost < limit and cost + reserve <= limit:
+            return None
+        why = f"goal cost budget {limit:g}: spent {cost:.6g}, the call may cost {reserve:.6g}"
+        if ask.policy.approvals:
+            return Ruling(Verdict.PENDING, Fault.BUDGET_EXCEEDED, why)
+        return _spent_out(why)
 
 
 @attrs.frozen
@@ -363,6 +386,7 @@ RULES: tuple[Rule, ...] = (
     GoalTurns(),
     GoalToolCalls(),
     GoalTokens(),
+    GoalCost(),
     CostBudget(),
     TurnBudget(),
     ToolCallBudget(),

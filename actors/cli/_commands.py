@@ -26,6 +26,7 @@ from ._conversation_commands import (
     switch_branch_args,
 )
 from ._daemon import alive
+from ._goal_commands import resume, resume_args, submit, submit_args, wait, wait_args
 from ._integrity_commands import (
     check,
     check_args,
@@ -86,10 +87,6 @@ from ._session_commands import (
     reject,
     send,
     send_args,
-    submit,
-    submit_args,
-    wait,
-    wait_args,
 )
 from ._timer_commands import (
     approve_args,
@@ -300,17 +297,24 @@ COMMANDS: tuple[Command, ...] = (
         "open a goal run: the session works on OBJECTIVE until it converges or stalls",
         (
             'vertebra submit research "summarise the spec" --create --max-turns 5 --wait',
-            "vertebra submit s1 objective --max-seconds 60 --json",
+            "vertebra submit s1 objective --max-seconds 60 --max-cost 0.5 --json",
         ),
         submit_args,
         submit,
     ),
     Command(
         "wait",
-        "print a goal run's answer once it ends (exit 1 if it stalled; no daemon needed)",
+        "print a goal run's answer once it ends (exit 1 if it stalled or is interrupted)",
         ("vertebra wait research", "vertebra wait research --timeout 30 --json"),
         wait_args,
         wait,
+    ),
+    Command(
+        "resume",
+        "continue a goal run nothing drives (a daemon started with --no-resume-goals)",
+        ("vertebra resume research", "vertebra resume research --json"),
+        resume_args,
+        resume,
     ),
     Command(
         "history",

@@ -29,7 +29,7 @@ from ._daemon import (
 from ._format import Style, event_line, json_line
 from ._output import JsonOut, Out
 from ._parser import positive
-from ._serve_options import cluster_role
+from ._serve_options import cluster_role, gateway_bounds
 
 if TYPE_CHECKING:
     from ..host import Host
@@ -213,6 +213,7 @@ def _start_host(
             convention_bind=bind,
             durability=args.durability,
             prices=prices,
+            model_servers=_model_servers(args),
             snapshots=SnapshotPolicy(events=args.snapshot_every, size=args.snapshot_bytes),
             spare_sessions=args.spares,
             warm_spares=not args.cold_spares,
@@ -224,6 +225,19 @@ def _start_host(
         raise CliError(
             f"the daemon could not start: {type(exc).__name__}: {_first_line(exc)}"
         ) from None
+
+
+def _model_servers(args: argparse.Namespace) -> list[str]:
+    """The ``--allow-model-url`` servers, checked: a bad one stops the start naming it."""
+    from ..model_servers import server_url
+
+    urls = list(getattr(args, "allow_model_url", None) or [])
+    for url in urls:
+        try:
+            server_url(url)
+        except ValueError as exc:
+            raise CliError(f"--allow-model-url: {exc}", EXIT_USAGE) from None
+    return urls
 
 
 def _factory(args: argparse.Namespace) -> Any:
@@ -245,9 +259,16 @@ def _factory(args: argparse.Namespace) -> Any:
 
 
 def _publish(args: argparse.Namespace, host: Any, out: Out, spine: str | None) -> None:
-    """Export spans, write the daemon file clients attach through, and print events."""
+    """Export spans, print events, bring back what was cut, then write the daemon file."""
     # Before the daemon file announces the daemon: no turn a client starts goes unseen.
     _start_otlp(args, host, out)
+    if not args.quiet:
+        host.add_sink(_event_printer(out))
+    # And runs are resumed first: a `wait` that finds the daemon never catches one between.
+    for sid in host.recover_cut_off():
+        out.line(f"closed the turn of {sid} cut off by the previous daemon")
+    for sid in host.resume_all() if args.resume_goals else ():
+        out.line(f"resumed the goal run of {sid}")
     write_daemon(
         args.data,
         DaemonInfo(
@@ -258,8 +279,6 @@ def _publish(args: argparse.Namespace, host: Any, out: Out, spine: str | None) -
             spine=spine or "",
         ),
     )
-    if not args.quiet:
-        host.add_sink(_event_printer(out))
 
 
 def _event_printer(out: Out) -> Any:
@@ -278,11 +297,6 @@ def _event_printer(out: Out) -> Any:
 
 
 def _greet(args: argparse.Namespace, host: Any, out: Out, bind: str | None) -> None:
-    for sid in host.recover_cut_off():
-        out.line(f"closed the turn of {sid} cut off by the previous daemon")
-    if args.resume_goals:
-        for sid in host.resume_all():
-            out.line(f"resumed the goal run of {sid}")
     where = "loopback" if bind is None else f"convention leader on {bind}"
     out.line(
         f"vertebra daemon {__version__}: data {args.data}, admin port {host.admin_port} "
@@ -310,6 +324,7 @@ def _start_otlp(args: argparse.Namespace, host: Any, out: Out) -> None:
 
 def _start_http(args: argparse.Namespace, host: Any, out: Out) -> Any:
     """The HTTP gateway for ``serve --http ADDR`` (None without it); prints its URL."""
+    bounds = gateway_bounds(args)
     if args.http is None:
         return None
     try:
@@ -323,7 +338,12 @@ def _start_http(args: argparse.Namespace, host: Any, out: Out) -> Any:
     webhook = _webhook(args)
     try:
         gw = start_gateway(
-            args.data, args.http, allow_remote=args.http_allow_remote, host=host, webhook=webhook
+            args.data,
+            args.http,
+            allow_remote=args.http_allow_remote,
+            host=host,
+            webhook=webhook,
+            **bounds,
         )
     except GatewayError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None

@@ -4,6 +4,7 @@ convention's leader, or a member joining one)."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from ._daemon import EXIT_USAGE, CliError
 from ._parser import count, positive, tcp_port
@@ -22,6 +23,7 @@ def serve_args(p: argparse.ArgumentParser) -> None:
     _daemon_options(p)
     _output_options(p)
     _storage_and_door_options(p)
+    _bounds_options(p)
     _convention_options(p)
 
 
@@ -63,6 +65,14 @@ def _daemon_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         default=None,
         help="the provider profiles sessions may choose (default: DATA/providers.toml if present)",
+    )
+    p.add_argument(
+        "--allow-model-url",
+        metavar="URL",
+        action="append",
+        default=[],
+        help="a keyless model server (base URL) sessions may name themselves, e.g. a local "
+        "llama.cpp or Ollama; repeat for more (default: none, only provider profiles)",
     )
     p.add_argument("--for-seconds", type=positive, default=None, help=argparse.SUPPRESS)
 
@@ -171,6 +181,74 @@ def _storage_and_door_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+#: ``serve`` option -> (the `Limits` field, its type); None: the gateway's default.
+_LIMITS = {
+    "http_max_connections": ("connections", int),
+    "http_header_timeout": ("header", float),
+    "http_body_timeout": ("body", float),
+    "http_idle_timeout": ("idle", float),
+}
+#: ``serve`` option -> (the `Quotas` field, its type); None: no bound.
+_QUOTAS = {
+    "tenant_sessions": ("sessions", int),
+    "tenant_turns": ("turns", int),
+    "tenant_rate": ("rate", float),
+    "tenant_burst": ("burst", int),
+    "tenant_max_cost": ("cost", float),
+}
+
+
+def _bounds_options(p: argparse.ArgumentParser) -> None:
+    """The HTTP gateway's connection limits and every tenant's quotas."""
+    g = p.add_argument_group("HTTP limits and tenant quotas (with --http)")
+    helps = {
+        "http_max_connections": ("N", "connections held at once (default: half the file limit)"),
+        "http_header_timeout": ("S", "seconds to a request head's end (default 10)"),
+        "http_body_timeout": ("S", "seconds from the head to the body's end (default 30)"),
+        "http_idle_timeout": ("S", "seconds a kept-alive connection may idle (default 5)"),
+        "tenant_sessions": ("N", "live sessions each tenant may hold (default: no bound)"),
+        "tenant_turns": ("N", "turns each tenant's sessions may run at once (default: no bound)"),
+        "tenant_rate": ("R", "requests a second each tenant's tokens may make (default: no bound)"),
+        "tenant_burst": ("N", "requests a tenant may make at once within its rate (default 20)"),
+        "tenant_max_cost": ("AMOUNT", "what each tenant's sessions may spend together (--prices)"),
+    }
+    for dest, (metavar, text) in helps.items():
+        kind = {**_LIMITS, **_QUOTAS}[dest][1]
+        flag = "--" + dest.replace("_", "-")
+        g.add_argument(flag, type=positive if kind is float else _count, metavar=metavar, help=text)
+
+
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def gateway_bounds(args: argparse.Namespace) -> dict[str, Any]:
+    """``limits`` and ``quotas`` for `start_gateway`, from the options given (an option
+    given without ``--http`` is refused)."""
+    given = {k: v for k in (*_LIMITS, *_QUOTAS) if (v := getattr(args, k, None)) is not None}
+    if given and getattr(args, "http", None) is None:
+        flag = "--" + next(iter(given)).replace("_", "-")
+        raise CliError(f"{flag} needs --http ADDR", EXIT_USAGE)
+    if not given:
+        return {}
+    from ..gateway import Limits, Quotas
+
+    out: dict[str, Any] = {}
+    limits = {_LIMITS[k][0]: v for k, v in given.items() if k in _LIMITS}
+    quotas = {_QUOTAS[k][0]: v for k, v in given.items() if k in _QUOTAS}
+    if limits:
+        out["limits"] = Limits(**limits)
+    if quotas:
+        out["quotas"] = Quotas(**quotas)
+    return out
+
+
 def _convention_options(p: argparse.ArgumentParser) -> None:
     """Leading a convention of hosts, or joining one as a member."""
     hosts = p.add_argument_group("several hosts (a PostgreSQL --spine shared by all)")
@@ -227,7 +305,7 @@ def cluster_role(args: argparse.Namespace) -> str:
     return "member"
 
 
-__all__ = ["SEAL_EVERY", "SEAL_INTERVAL", "cluster_role", "serve_args"]
+__all__ = ["SEAL_EVERY", "SEAL_INTERVAL", "cluster_role", "gateway_bounds", "serve_args"]
 
 
 def _shared(spine: str) -> bool:

@@ -1,5 +1,5 @@
-"""The commands that work with sessions through the daemon: create, send, submit a goal
-run and wait for it, interrupt, approve or reject a waiting action, close, and chat."""
+"""The commands that work with sessions through the daemon: create, send, interrupt,
+approve or reject a waiting action, close, and chat (goal runs: `_goal_commands`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from typing import Any
 
 from ._access import add_json, attach, open_spine, payload_line, session_id, unknown_session
 from ._daemon import (
-    EXIT_FAILED,
     EXIT_NO_DAEMON,
     EXIT_USAGE,
     CliError,
@@ -220,73 +219,6 @@ class _DeltaPrinter:
         return False
 
 
-def submit_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("session", metavar="SESSION")
-    p.add_argument("objective", metavar="OBJECTIVE", help="what the goal run is to achieve")
-    p.add_argument("--create", action="store_true", help="create the session if it is new")
-    for name in ("max-turns", "max-tokens", "max-tool-calls", "max-seconds"):
-        p.add_argument(f"--{name}", type=int, metavar="N", help=f"budget: {name[4:]}")
-    p.add_argument("--wait", action="store_true", help="wait for the run's answer")
-    p.add_argument("--timeout", type=positive, default=None, metavar="S", help="wait timeout")
-    add_json(p)
-
-
-def submit(args: argparse.Namespace, out: Out) -> int:
-    sid = session_id(args.session)
-    from ..errors import SessionAlreadyExists
-
-    budget = {
-        k: v
-        for k, v in (
-            ("max_turns", args.max_turns),
-            ("max_tokens", args.max_tokens),
-            ("max_tool_calls", args.max_tool_calls),
-            ("max_seconds", args.max_seconds),
-        )
-        if v is not None
-    }
-    with attach(args) as host:
-        if args.create:
-            with contextlib.suppress(SessionAlreadyExists):
-                host.create(sid)
-        ack = host.submit(sid, args.objective, budget=budget)
-        if not args.wait:
-            out.line(json_line({"seq": ack.seq}) if args.json else f"run opened at seq {ack.seq}")
-            return 0
-        return _print_outcome(lambda: host.wait(sid, args.timeout), sid, args, out)
-
-
-def _print_outcome(wait: Any, sid: str, args: argparse.Namespace, out: Out) -> int:
-    from ..errors import GoalStalled
-
-    try:
-        answer = wait()
-    except GoalStalled as exc:
-        if args.json:
-            out.line(json_line({"session": sid, "outcome": "stalled", "error": str(exc)}))
-            return EXIT_FAILED
-        raise CliError(f"the goal run of {sid} stalled: {exc}") from None
-    if args.json:
-        out.line(json_line({"session": sid, "outcome": "converged", "text": answer}))
-    else:
-        out.line(answer)
-    return 0
-
-
-def wait_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("session", metavar="SESSION")
-    p.add_argument("--timeout", type=positive, default=None, metavar="S", help="give up after S")
-    add_json(p)
-
-
-def wait(args: argparse.Namespace, out: Out) -> int:
-    sid = session_id(args.session)
-    from ..host.goals import wait_goal
-
-    with open_spine(args) as log:
-        return _print_outcome(lambda: wait_goal(log, sid, args.timeout), sid, args, out)
-
-
 def interrupt_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", metavar="SESSION")
     add_json(p)
@@ -423,8 +355,4 @@ __all__ = [
     "reject",
     "send",
     "send_args",
-    "submit",
-    "submit_args",
-    "wait",
-    "wait_args",
 ]

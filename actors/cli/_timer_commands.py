@@ -13,6 +13,7 @@ from ._access import add_json, attach, open_spine, session_id, unknown_session
 from ._daemon import EXIT_USAGE, CliError
 from ._format import json_line
 from ._output import Out
+from ._parser import positive
 from ._session_commands import decide_args
 
 _AFTER = re.compile(r"^\+(\d+(?:\.\d+)?)([smhd]?)$")
@@ -92,6 +93,7 @@ def schedule_args(p: argparse.ArgumentParser) -> None:
     )
     for name in ("max-turns", "max-tokens", "max-tool-calls", "max-seconds"):
         p.add_argument(f"--{name}", type=int, metavar="N", help=f"with --goal, budget: {name[4:]}")
+    p.add_argument("--max-cost", type=positive, metavar="AMOUNT", help="with --goal, budget: money")
     add_json(p)
 
 
@@ -102,7 +104,7 @@ def schedule(args: argparse.Namespace, out: Out) -> int:
     spec = when(args.when)
     budget = {
         k.replace("-", "_"): v
-        for k in ("max-turns", "max-tokens", "max-tool-calls", "max-seconds")
+        for k in ("max-turns", "max-tokens", "max-tool-calls", "max-seconds", "max-cost")
         if (v := getattr(args, k.replace("-", "_"))) is not None
     }
     with attach(args) as host:

@@ -15,7 +15,7 @@ from .. import errors as e
 from ._gateway import Gateway, call
 from ._replies import HttpError, ack_json, info_json, json_response, session_path
 from ._requests import field, idempotency_key, json_body, session_id, string_map
-from ._session_routes import authorize, within_quota
+from ._session_routes import authorize, within_quota, within_turns
 from ._tenants import TENANT_KEY
 from ._tokens import Grant
 
@@ -47,7 +47,8 @@ async def edit(gw: Gateway, request: Request) -> Response:
     # white space differs between JSON Schema's patterns and Python.
     if not isinstance(text, str) or not text:
         raise HttpError(422, "invalid_field", "'text' must be a non-empty string")
-    ack = await call(gw.host.edit, sid, seq, text, key=_key(request, "http-edit"))
+    key = _key(request, "http-edit")
+    ack = await within_turns(gw, request, sid, gw.host.edit, sid, seq, text, key=key)
     return json_response(ack_json(ack), 201)
 
 
@@ -56,7 +57,8 @@ async def regenerate(gw: Gateway, request: Request) -> Response:
     sid = session_id(request)
     body = await json_body(request, required=False)
     seq = _seq(body, "seq", required=False)
-    ack = await call(gw.host.regenerate, sid, seq, key=_key(request, "http-regen"))
+    key = _key(request, "http-regen")
+    ack = await within_turns(gw, request, sid, gw.host.regenerate, sid, seq, key=key)
     return json_response(ack_json(ack), 201)
 
 
@@ -100,7 +102,7 @@ async def fork(gw: Gateway, request: Request) -> Response:
             raise HttpError(400, "bad_id", str(exc)) from None
     g: Grant = request.state.grant
     # The fork's settings are the caller's say, as a session's own writes are.
-    authorize(g, metadata, {})
+    authorize(g, metadata, {}, gw.host.model_servers)
     if g.tenant is not None:
         await within_quota(gw, g.tenant)
         metadata = {**metadata, TENANT_KEY: g.tenant}

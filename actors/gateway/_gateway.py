@@ -61,6 +61,7 @@ class Gateway:
         knows which stored event it follows, and pass live items to the session's hub."""
         if ev is not None:
             self.hubs.last_seen[sid] = ev.seq
+            self.tenants.observe(sid, ev.kind)
         elif live is not None:
             self.hubs.post_live(sid, live)
 

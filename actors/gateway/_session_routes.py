@@ -17,6 +17,7 @@ from spine import history as stream_history
 
 from .. import errors as e
 from ..authority import Authority, refusal
+from ..model_servers import ModelServers
 from ..policy import BusyPolicy
 from ..session.rules.goals import budget_problem
 from ._gateway import Gateway, call, known
@@ -67,12 +68,12 @@ async def create_session(gw: Gateway, request: Request) -> Response:
             raise HttpError(400, "bad_id", str(exc)) from None
     g: Grant = request.state.grant
     if g.tenant is not None:
-        authorize(g, metadata, {})
+        authorize(g, metadata, {}, gw.host.model_servers)
         sid = await _create_in_tenant(gw, g.tenant, sid, metadata)
     else:
         if not g.admin and (sid is None or not g.may_write(sid)):
             raise HttpError(403, "forbidden", "this token may only create its own sessions")
-        authorize(g, metadata, {})
+        authorize(g, metadata, {}, gw.host.model_servers)
         sid = await call(gw.host.create, sid, metadata, authority=_authority(g))
     info = await call(gw.host.get, sid)
     # A header is Latin-1 on the wire and an id need not be: percent-encode it (RFC 3986).
@@ -96,6 +97,48 @@ async def within_quota(gw: Gateway, tenant: str) -> None:
             "quota_exceeded",
             f"tenant {tenant!r} holds its {limit} live sessions; close one first",
         )
+
+
+async def within_spend(gw: Gateway, tenant: str | None) -> None:
+    """429 ``quota_exceeded`` if ``tenant``'s sessions spent what it may."""
+    limit = gw.quotas.cost
+    if tenant is None or limit is None:
+        return
+    spent = await call(gw.tenants.spent, tenant)
+    if spent >= limit:
+        raise HttpError(
+            429,
+            "quota_exceeded",
+            f"tenant {tenant!r} spent {spent:.6g} of the {limit:g} it may spend; no turn "
+            "starts until the operator raises its quota",
+        )
+
+
+async def within_turns(
+    gw: Gateway, request: Request, sid: str, fn: Any, *args: Any, **kw: Any
+) -> Any:
+    """``fn(*args, **kw)`` (a request that may start a turn in ``sid``) within the token's
+    tenant's quota of turns at once: 429 ``quota_exceeded`` if it holds them all."""
+    g: Grant = request.state.grant
+    await within_spend(gw, g.tenant)
+    took = gw.tenants.admit_turn(g.tenant, sid) if g.tenant is not None else False
+    if took is None:
+        raise HttpError(
+            429,
+            "quota_exceeded",
+            f"tenant {g.tenant!r} runs its {gw.quotas.turns} turns at once; "
+            "send again when one has ended",
+            {"Retry-After": "1"},
+        )
+    try:
+        ack = await call(fn, *args, **kw)
+    except BaseException:
+        if took:
+            gw.tenants.release(str(g.tenant), sid)
+        raise
+    if took and (ack.consumed or ack.duplicate):
+        gw.tenants.release(str(g.tenant), sid)  # no turn of its own starts
+    return ack
 
 
 async def _create_in_tenant(
@@ -136,7 +179,9 @@ async def send_message(gw: Gateway, request: Request) -> Response:
         raise HttpError(422, "invalid_field", f"'mode' must be one of {choices}")
     key = idempotency_key(request)
     try:
-        ack = await call(gw.host.send, sid, text, key=f"http:{key}" if key else None, mode=mode)
+        ack = await within_turns(
+            gw, request, sid, gw.host.send, sid, text, key=f"http:{key}" if key else None, mode=mode
+        )
     except e.IdempotencyConflict:
         raise HttpError(
             422,
@@ -166,8 +211,9 @@ async def submit_goal(gw: Gateway, request: Request) -> Response:
         raise HttpError(422, "invalid_field", problem)
     key = idempotency_key(request)
     try:
-        ack = await call(
-            gw.host.submit, sid, objective, budget=budget, key=f"http-goal:{key}" if key else None
+        goal_key = f"http-goal:{key}" if key else None
+        ack = await within_turns(
+            gw, request, sid, gw.host.submit, sid, objective, budget=budget, key=goal_key
         )
     except e.InvalidRequest as exc:
         if "already runs a goal" in str(exc):
@@ -180,8 +226,10 @@ async def wait_goal(gw: Gateway, request: Request) -> Response:
     """The end of the session's latest goal run, waiting up to ``timeout`` seconds
     (default `WAIT_DEFAULT`, at most `WAIT_MAX`): ``{"state": "converged", "answer": ...}``,
     ``{"state": "stalled", "reason": ...}``, or ``{"state": "running"}`` if it has not
-    ended by then (ask again). Read from the stream, so it answers for a run that ended
-    before the call and across daemon restarts. 409 if the session has run no goal."""
+    ended by then (ask again); ``{"state": "interrupted", "reason": ...}`` at once, or
+    then, if nothing drives it (`Host.interrupted`: resume it). Read from the stream, so
+    it answers for a run that ended before the call and across daemon restarts. 409 if
+    the session has run no goal."""
     sid = session_id(request)
     timeout = float_param(request, "timeout", WAIT_DEFAULT, high=WAIT_MAX)
     await known(gw, sid)
@@ -198,6 +246,10 @@ async def wait_goal(gw: Gateway, request: Request) -> Response:
             raise HttpError(409, "no_goal", f"session {sid!r} has run no goal")
         end = next((ev for ev in events if ev.seq > start.seq and ev.kind in ends), None)
         deadline = asyncio.get_running_loop().time() + timeout
+        # Asked at the start and the end of the wait only: a long poll that asked the
+        # Runner every second would cost it a request per waiter per second.
+        if end is None and (stuck := await call(gw.host.interrupted, sid)) is not None:
+            return _interrupted(stuck)
         while end is None:
             hit = next((r for r in waiter.found if r.seq > start.seq), None)
             if hit is not None:
@@ -205,6 +257,8 @@ async def wait_goal(gw: Gateway, request: Request) -> Response:
                 break
             left = deadline - asyncio.get_running_loop().time()
             if left <= 0 or gw.stopping:
+                if not gw.stopping and (stuck := await call(gw.host.interrupted, sid)):
+                    return _interrupted(stuck)
                 return json_response({"state": "running", "goal": start.goal, "seq": start.seq})
             waiter.changed.clear()
             with contextlib.suppress(TimeoutError):
@@ -215,6 +269,11 @@ async def wait_goal(gw: Gateway, request: Request) -> Response:
         )
     reason = end.error or "stalled"
     return json_response({"state": "stalled", "reason": reason, "goal": end.goal, "seq": end.seq})
+
+
+def _interrupted(why: e.GoalInterrupted) -> Response:
+    body = {"state": "interrupted", "reason": str(why), "goal": why.goal, "seq": why.seq}
+    return json_response(body)
 
 
 async def interrupt(gw: Gateway, request: Request) -> Response:
@@ -240,9 +299,15 @@ def _authority(g: Grant) -> Authority:
     return Authority.OPERATOR if g.admin else Authority.SESSION
 
 
-def authorize(g: Grant, changes: Mapping[str, str | None], metadata: Mapping[str, str]) -> None:
-    """403 naming the first key ``g`` may not write (`actors.authority`)."""
-    problem = refusal(changes, metadata, _authority(g))
+def authorize(
+    g: Grant,
+    changes: Mapping[str, str | None],
+    metadata: Mapping[str, str],
+    servers: ModelServers,
+) -> None:
+    """403 naming the first key ``g`` may not write (`actors.authority`; ``servers``: the
+    model servers the operator lets sessions name)."""
+    problem = refusal(changes, metadata, _authority(g), servers)
     if problem is not None:
         raise HttpError(403, "forbidden_key", problem)
 

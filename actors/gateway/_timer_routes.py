@@ -34,7 +34,7 @@ def _seconds(body: dict[str, object], name: str) -> float | None:
     return float(value)
 
 
-def goal_budget(budget: dict[str, object]) -> dict[str, int]:
+def goal_budget(budget: dict[str, object]) -> dict[str, float]:
     """A goal run's budget as the body gives it, checked (422 naming what is wrong)."""
     # JSON has one number type: 3.0 is the integer 3 (as JSON Schema reads it).
     out = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in budget.items()}

@@ -13,6 +13,7 @@ from spine import Kind, Log, SpineError, new_session_id, validate_session_id
 from .. import messages as m
 from ..authority import Authority, refusal
 from ..errors import ActorsError, InvalidRequest, NotAuthorized
+from ..model_servers import ModelServers
 from ..policy import BusyPolicy
 from ..session.rules.goals import budget_problem
 from .goals import in_flight, runs_in_flight
@@ -28,6 +29,7 @@ class SessionCommands:
     """
 
     _log: Log
+    model_servers: ModelServers
 
     if TYPE_CHECKING:
 
@@ -64,7 +66,7 @@ class SessionCommands:
                         f"metadata must map non-empty string keys to strings, got {k!r}: {v!r}",
                         session_id=sid,
                     )
-        problem = refusal(metadata or {}, {}, authority)
+        problem = refusal(metadata or {}, {}, authority, self.model_servers)
         if problem is not None:
             raise NotAuthorized(problem, session_id=sid)
         problem = secret_problem(metadata or {})
@@ -237,13 +239,17 @@ class SessionCommands:
         session_id: str,
         objective: str,
         *,
-        budget: Mapping[str, int] | None = None,
+        budget: Mapping[str, float] | None = None,
         key: str | None = None,
     ) -> m.Ack:
         """Open a goal run on ``session_id``: the session drives turns on its own until it
         converges or stalls (`wait`). ``budget`` limits ``max_turns``, ``max_tokens``,
         ``max_tool_calls`` and ``max_seconds`` from the run's start; exhausting one is an
-        ``action.rejected`` (``budget_exceeded``), then ``session.stalled``."""
+        ``action.rejected`` (``budget_exceeded``), then ``session.stalled``. ``max_cost``
+        (money, under the operator's prices) is reserved before every model call: one that
+        would pass it pauses the session (``session.paused``) and asks, like the session's
+        own budget; ``approve(..., raise_by=X)`` grows the run's budget and the same turn
+        goes on, a rejection stalls the run."""
         if not isinstance(objective, str) or not objective.strip():
             raise InvalidRequest("a goal's objective must be a non-empty string")
         problem = budget_problem(budget or {})

@@ -290,6 +290,8 @@ class ConversationCommands:
             )
         events = fork_events(self._log, session_id, at, metadata or {}, root=root)
         try:
+            if child == session_id:  # the parent's own id is taken, by the parent
+                raise ConflictError(child, 0, last)
             self._log.fork(child, session_id, at, events)
         except ConflictError:
             raise SessionAlreadyExists(

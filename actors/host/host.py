@@ -25,10 +25,12 @@ from spine import open_log, private_dir
 
 from .. import messages as m
 from .._runtime.system import bind_only, free_port, loopback_only, orphan_guard
-from ..agents.factory import with_mcp
+from ..agents.factory import with_mcp, with_model_servers
+from ..agents.providers import default_servers
 from ..errors import HostClosed, HostTimeout, InvalidRequest
 from ..interceptors import SlashCommands
 from ..messages import Ping, Pong, RunnerConfig, SessionPid
+from ..model_servers import ModelServers
 from ..policy import BusyPolicy, RestartPolicy, SealPolicy, SnapshotPolicy
 from ..runner import spine_spec
 from ..runner.protocol import StopSpares
@@ -70,6 +72,16 @@ def _mcp_config(data_dir: str | os.PathLike[str]) -> Any:
     except McpConfigError as exc:
         raise InvalidRequest(str(exc)) from None
     return config
+
+
+def _servers(urls: Iterable[str]) -> ModelServers:
+    """The operator's model servers; `InvalidRequest` names one that is no server's URL."""
+    if isinstance(urls, str):
+        urls = (urls,)
+    try:
+        return default_servers(urls)
+    except ValueError as exc:
+        raise InvalidRequest(f"model_servers: {exc}") from None
 
 
 def _close_mcp() -> None:
@@ -118,6 +130,9 @@ class Host(SessionCommands, ConversationCommands, SessionReading, SessionTimers)
     (a crash of any process) or ``"full"`` (a power cut as well, at the cost of a sync
     per commit; `spine.LogSpec.durable`). ``snapshots`` says when sessions write their
     snapshot (`SnapshotPolicy`: by default every 1000 events or 4 MiB of payload).
+    ``model_servers`` are the model servers (base URLs) a session's metadata may name; any
+    other is refused when a session writes it and when a turn would send to it
+    (`actors.model_servers`; provider profiles' servers are always allowed).
     """
 
     def __init__(
@@ -143,12 +158,18 @@ class Host(SessionCommands, ConversationCommands, SessionReading, SessionTimers)
         durability: str = "normal",
         prices: Mapping[str, Any] | None = None,
         snapshots: SnapshotPolicy | None = None,
+        model_servers: Iterable[str] = (),
     ) -> None:
         _check_base(base, attach, admin_port, convention_bind is not None)
+        servers = _servers(model_servers)
+        #: The model servers sessions may name (`actors.model_servers`).
+        self.model_servers = servers
+        if not attach:
+            factory = with_model_servers(with_mcp(factory, _mcp_config(data_dir)), servers)
         cfg = RunnerConfig(
             data_dir=os.path.abspath(os.fspath(data_dir)),
             interceptors=tuple(interceptors) if interceptors is not None else (SlashCommands(),),
-            factory=factory if attach else with_mcp(factory, _mcp_config(data_dir)),
+            factory=factory,
             busy_policy=BusyPolicy.parse(busy_policy),
             idle_timeout=idle_timeout,
             restart=RestartPolicy(max_restarts=max_restarts, window=restart_window),
@@ -161,6 +182,7 @@ class Host(SessionCommands, ConversationCommands, SessionReading, SessionTimers)
             spare_sessions=0 if base == "simpleSystemBase" else spare_sessions,
             warm_spares=warm_spares,
             prices=check_prices(prices) if prices else {},
+            model_servers=servers,
         )
         self._init(cfg, convention_bind, base, timeout, attach, admin_port)
 

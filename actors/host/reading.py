@@ -29,10 +29,10 @@ from projections import (
 from spine import Event, Kind, Log, history, subscribe
 
 from .. import messages as m
-from ..errors import ActorsError, HostTimeout, SessionNotFound
+from ..errors import ActorsError, GoalInterrupted, HostTimeout, SessionNotFound
 from ..session.rules.state import SessionState, fold
 from ..session.rules.views import context_report
-from .goals import wait_goal
+from .goals import interruption, wait_goal
 from .replies import request_id
 from .runtime import Runtime
 from .subscription import SessionSubscription
@@ -117,9 +117,24 @@ class SessionReading:
     def wait(self, session_id: str, timeout: float | None = None) -> str:
         """The final answer of the session's latest goal run, once it converged; raises
         `GoalStalled` with the reason if it stalled, `HostTimeout` if it has not ended
-        within ``timeout`` seconds (None: wait as long as it takes). Reads the stream, so
-        it answers for a run that ended before the call, and across daemon restarts."""
-        return wait_goal(self._log, session_id, timeout)
+        within ``timeout`` seconds (None: wait as long as it takes), and `GoalInterrupted`
+        (its ``goal`` and ``seq``) as soon as the run is in flight with nothing driving it
+        (`interrupted`): a wait never hangs on a run no process works on. Reads the
+        stream, so it answers for a run that ended before the call, and across restarts."""
+        return wait_goal(self._log, session_id, timeout, lambda: self.working(session_id))
+
+    def interrupted(self, session_id: str) -> GoalInterrupted | None:
+        """Why the session's latest goal run is interrupted: in flight in the log while no
+        process is on the session (the daemon started with ``--no-resume-goals``, or the
+        session failed) and no human was asked anything; `resume` continues it. None if it
+        is not: ended, driven, waiting for a human, or no run at all."""
+        return interruption(self._log, session_id, lambda: self.working(session_id))
+
+    def working(self, session_id: str) -> bool:
+        """Whether a process is on the session or about to be, as the Runner's registry
+        knows it (`SessionInfo.working`); reading it never brings a session up."""
+        reply = self._request(m.ListSessions(request_id=request_id(), session_id=session_id))
+        return any(i.working for i in reply.sessions)
 
     def history(self, session_id: str) -> list[Event]:
         """Every stored event of the session, in order (empty for an unknown id)."""

@@ -52,7 +52,7 @@ class SessionTimers:
         timer_id: str | None = None,
         key: str | None = None,
         goal: bool = False,
-        budget: Mapping[str, int] | None = None,
+        budget: Mapping[str, float] | None = None,
     ) -> str:
         """Set a timer that delivers ``text`` to the session as a user message: once ``at``
         a Unix time or ``after`` seconds, or on every time the five-field ``cron``
@@ -164,4 +164,10 @@ def spending_of(st: SessionState) -> dict[str, Any]:
     out["pausedFor"] = {
         str(c): st.spend.paused_for[c] for c in out["paused"] if c in st.spend.paused_for
     }
+    g = st.running_goal
+    limit = None if g is None else g.budget.get("max_cost")
+    out["goal"] = None
+    if g is not None and limit is not None:
+        cost = round(st.spend.cost - g.base_cost, 9)
+        out["goal"] = {"id": g.id, "cost": cost, "budget": round(limit + g.raised, 9)}
     return out

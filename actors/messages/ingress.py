@@ -91,15 +91,15 @@ class DecideAction:
 class SubmitGoal:
     """Open a goal run on the session: ``session.started`` with the objective, then the
     session drives turns on its own until ``session.converged`` or ``session.stalled``.
-    ``budget`` maps ``max_turns``, ``max_tokens``, ``max_tool_calls``, ``max_seconds`` to
-    limits counted from the run's start. Answered with an `Ack`; a run already in flight
-    is `InvalidRequest`."""
+    ``budget`` maps ``max_turns``, ``max_tokens``, ``max_tool_calls``, ``max_seconds`` and
+    ``max_cost`` (money) to limits counted from the run's start. Answered with an `Ack`; a
+    run already in flight is `InvalidRequest`."""
 
     request_id: str
     session_id: str
     key: str
     objective: str
-    budget: Mapping[str, int] = attrs.field(factory=dict, converter=_frozen_map)
+    budget: Mapping[str, float] = attrs.field(factory=dict, converter=_frozen_map)
 
 
 @attrs.frozen(kw_only=True)

@@ -54,7 +54,11 @@ class CloseAll:
 
 @attrs.frozen(kw_only=True)
 class ListSessions:
+    """Every session the spine knows; with ``session_id``, that one only, as the registry
+    holds it, read from no stream (none if it holds no entry: no process is on it)."""
+
     request_id: str
+    session_id: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -92,7 +96,9 @@ class Done:
 @attrs.frozen(kw_only=True)
 class SessionInfo:
     """Where a session stands. ``state`` is live, passivated, closed or failed; ``error``
-    says why a failed session failed (for a stream that does not decode, the seq)."""
+    says why a failed session failed (for a stream that does not decode, the seq).
+    ``working``: a process is on the session or about to be (starting, live, restarting
+    after a crash), so a goal run in flight goes on; False while nothing drives it."""
 
     session_id: str
     state: str
@@ -100,6 +106,7 @@ class SessionInfo:
     restarts: int = 0
     metadata: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_map)
     error: str = ""
+    working: bool = False
 
 
 @attrs.frozen(kw_only=True)

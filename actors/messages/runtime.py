@@ -8,6 +8,7 @@ from typing import Any
 
 import attrs
 
+from ..model_servers import ModelServers
 from ..policy import BusyPolicy, RestartPolicy, SealPolicy, SnapshotPolicy
 from .converters import _busy_policy, _frozen_map, _tuple
 
@@ -50,6 +51,8 @@ class RunnerConfig:
     warm_spares: bool = True
     # The operator's price table (``vertebra serve --prices``), empty: spending unpriced.
     prices: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_map)
+    # The model servers sessions may name (``vertebra serve --allow-model-url``).
+    model_servers: ModelServers = attrs.field(factory=ModelServers)
 
 
 @attrs.frozen(kw_only=True)

@@ -31,7 +31,7 @@ class SetTimer:
     policy: str = "fire_once"
     grace: float = 60.0
     goal: bool = False
-    budget: Mapping[str, int] = attrs.field(factory=dict, converter=_frozen_map)
+    budget: Mapping[str, float] = attrs.field(factory=dict, converter=_frozen_map)
 
 
 @attrs.frozen(kw_only=True)

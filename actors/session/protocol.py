@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from ..messages import _tuple
+from ..model_servers import ModelServers
 from ..policy import BusyPolicy, SealPolicy, SnapshotPolicy
 from ..terse import terse_module
 
@@ -35,6 +36,8 @@ class SessionConfig:
     snapshots: SnapshotPolicy = attrs.field(factory=SnapshotPolicy)
     # The operator's price table (`actors.session.rules.spend`), empty: none.
     prices: Mapping[str, Any] = attrs.field(factory=dict)
+    # The model servers the session may name (`actors.model_servers`).
+    model_servers: ModelServers = attrs.field(factory=ModelServers)
 
 
 @attrs.frozen(kw_only=True)

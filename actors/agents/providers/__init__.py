@@ -9,8 +9,11 @@ factory runs it without a server.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from projections import MODEL_PROVIDER
 
+from ...model_servers import ModelServers
 from . import anthropic, openai, responses
 from .base import Accumulator, WireFormat, bearer_headers
 
@@ -20,6 +23,7 @@ __all__ = [
     "Accumulator",
     "WireFormat",
     "bearer_headers",
+    "default_servers",
     "known_providers",
     "unknown_provider",
 ]
@@ -40,3 +44,10 @@ def known_providers() -> tuple[str, ...]:
 def unknown_provider(name: str, key: str = MODEL_PROVIDER) -> str:
     """The error for a provider name no module provides."""
     return f"{key} must be one of {', '.join(known_providers())}, got {name!r}"
+
+
+def default_servers(urls: Iterable[str] = ()) -> ModelServers:
+    """The allowance of ``urls``, knowing each wire format's own default server (where a
+    session naming a provider and no base URL would go); `ValueError` names a bad URL."""
+    defaults = {f.name: f.default_base_url for f in PROVIDERS.values()}
+    return ModelServers(urls=tuple(urls), defaults=defaults)

@@ -2,9 +2,17 @@
 // by seq, assistant text streaming in from live deltas), a composer with an interrupt
 // button, and side panels from the status projection.
 import { openStream } from "/sse.js";
+import { renderMarkdown } from "/markdown.js";
 
 const $ = (id) => document.getElementById(id);
 const state = { token: null, session: null, stream: null, turns: new Map(), statusTimer: null };
+// What the inspector shows: each stored event's JSON as it arrived (by seq), the seqs of
+// each turn, and the sessions known to wait for an approval (marked in the list).
+const seen = { raw: new Map(), turnSeqs: new Map(), turnTimes: new Map(), answers: new Map(), seq: 0 };
+const waiting = new Set();
+// The page keeps this many events' JSON for the inspector (the latest ones): a long
+// session's page stays small.
+const KEPT_EVENTS = 20000;
 
 function readToken() {
   const params = new URLSearchParams(location.hash.slice(1));
@@ -35,6 +43,8 @@ function add(cls, text) {
   const el = document.createElement("div");
   el.className = cls;
   el.textContent = text;
+  // Made while a stored event is read: that event is the one the inspector opens on it.
+  if (seen.seq) el.dataset.seqs = String(seen.seq);
   const box = $("transcript");
   const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
   box.appendChild(el);
@@ -47,23 +57,89 @@ function inputText(input) {
   return typeof input === "string" ? input : JSON.stringify(input ?? {});
 }
 
+// An assistant bubble holds its text in a body (plain while it streams, rendered as
+// markdown once stored) and, when its turn ends, a line with the turn's time, tokens and
+// latency; its inspect button opens every event of its turn.
 function bubble(turn) {
   let el = state.turns.get(turn);
   if (!el) {
     el = add("msg assistant streaming", "");
     el.dataset.turn = turn;
+    delete el.dataset.seqs;
+    el.appendChild(document.createElement("div")).className = "body";
+    el.appendChild(inspectButton());
     state.turns.set(turn, el);
   }
   return el;
+}
+
+const bodyOf = (el) => el.querySelector(":scope > .body");
+
+function setAnswer(el, text) {
+  const body = bodyOf(el);
+  body.classList.add("md");
+  body.replaceChildren(renderMarkdown(text));
+  // The answer's source text stays readable for copying and for tests.
+  body.dataset.source = text;
 }
 
 // Text after a tool call goes in a new bubble below it, so the transcript reads in order.
 function settle(turn) {
   const el = state.turns.get(turn);
   if (!el) return;
-  if (el.textContent) el.classList.remove("streaming");
+  if (bodyOf(el).textContent) el.classList.remove("streaming");
   else el.remove();
   state.turns.delete(turn);
+}
+
+function inspectButton() {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.className = "msg-inspect";
+  // The label is drawn by the style sheet, so a message's text stays its own.
+  b.dataset.label = "inspect";
+  b.setAttribute("aria-label", "inspect the events");
+  return b;
+}
+
+// Each event of a turn is remembered against it: an answer's inspector shows them all, and
+// its latency runs from the turn's start to the latest time any of them was stored.
+function noteTurn(ev, seq) {
+  if (!ev.turn) return;
+  if (!seen.turnSeqs.has(ev.turn)) seen.turnSeqs.set(ev.turn, []);
+  seen.turnSeqs.get(ev.turn).push(seq);
+  const t = Date.parse(ev.time);
+  if (Number.isNaN(t)) return;
+  const span = seen.turnTimes.get(ev.turn) || { start: t, end: t };
+  if (ev.kind === "turn.started") span.start = t;
+  span.end = Math.max(span.end, t);
+  seen.turnTimes.set(ev.turn, span);
+}
+
+function duration(ms) {
+  return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;
+}
+
+// The answer's line: when its turn ended, the tokens it used and how long it took.
+function answerMeta(el, ev) {
+  const span = seen.turnTimes.get(ev.turn);
+  const u = ev.usage || {};
+  const parts = [];
+  if (ev.time) parts.push(new Date(ev.time).toLocaleTimeString());
+  if (u.inputTokens !== undefined || u.outputTokens !== undefined) {
+    parts.push(`${u.inputTokens ?? 0} in / ${u.outputTokens ?? 0} out tokens${u.cacheReadTokens ? ` (${u.cacheReadTokens} cached)` : ""}`);
+  }
+  if (span) parts.push(duration(span.end - span.start));
+  if (!parts.length) return;
+  const meta = el.querySelector(":scope > .meta") || el.insertBefore(document.createElement("div"), el.lastChild);
+  meta.className = "meta";
+  meta.textContent = parts.join(" · ");
+  Object.assign(meta.dataset, {
+    time: ev.time || "",
+    inputTokens: u.inputTokens ?? "",
+    outputTokens: u.outputTokens ?? "",
+    latencyMs: span ? String(span.end - span.start) : "",
+  });
 }
 
 // The turn whose assistant text is streaming now (the last one started and not ended).
@@ -78,13 +154,25 @@ function onMirrored(ev) {
   }
 }
 
-function onStored(ev, seq) {
+function onStored(ev, seq, raw) {
   $("transcript").dataset.lastSeq = seq;
+  seen.raw.set(seq, raw);
+  if (seen.raw.size > KEPT_EVENTS) seen.raw.delete(seen.raw.keys().next().value);
+  seen.seq = seq;
+  try {
+    storedEvent(ev, seq);
+  } finally {
+    seen.seq = 0;
+  }
+}
+
+function storedEvent(ev, seq) {
   if (ev.goal && ev.goal !== state.session) {
     onMirrored(ev);
     scheduleStatus();
     return;
   }
+  noteTurn(ev, seq);
   switch (ev.kind) {
     case "session.started":
       if (ev.goal) {
@@ -124,7 +212,8 @@ function onStored(ev, seq) {
       break;
     case "assistant.message": {
       const el = bubble(ev.turn);
-      el.textContent = ev.text || "";
+      setAnswer(el, ev.text || "");
+      seen.answers.set(ev.turn, el);
       break;
     }
     case "tool.call":
@@ -154,8 +243,11 @@ function onStored(ev, seq) {
       const el = bubble(ev.turn);
       el.classList.remove("streaming");
       // A failed turn keeps its partial text here, not in an assistant.message.
-      if (ev.text && !el.textContent) el.textContent = ev.text;
-      if (!el.textContent) el.remove();
+      if (ev.text && !bodyOf(el).textContent) setAnswer(el, ev.text);
+      if (!bodyOf(el).textContent) el.remove();
+      const answer = el.isConnected ? el : seen.answers.get(ev.turn);
+      if (answer?.isConnected) answerMeta(answer, ev);
+      seen.answers.delete(ev.turn);
       streamingTurn = null;
       break;
     }
@@ -163,7 +255,8 @@ function onStored(ev, seq) {
       const el = bubble(ev.turn);
       el.classList.remove("streaming");
       el.classList.add("cancelled");
-      el.textContent = (ev.text || "") + " [interrupted]";
+      bodyOf(el).textContent = (ev.text || "") + " [interrupted]";
+      seen.answers.delete(ev.turn);
       streamingTurn = null;
       break;
     }
@@ -256,8 +349,10 @@ function userMessage(ev, seq) {
   const label = ev.edits ? `(edit of ${ev.edits}) ` : ev.regenerates ? `(again) ` : "";
   const el = add("msg user", label + (ev.text || ""));
   el.dataset.seq = seq;
+  if (ev.time) el.title = new Date(ev.time).toLocaleString();
   const tools = document.createElement("span");
   tools.className = "msg-tools";
+  tools.appendChild(inspectButton());
   for (const [name, fn] of [["edit", () => editMessage(seq, ev.text || "")], ["regenerate", () => regenerate(seq)], ["fork", () => forkAt(seq - 1)]]) {
     const b = document.createElement("button");
     b.type = "button";
@@ -270,6 +365,46 @@ function userMessage(ev, seq) {
   }
   el.appendChild(tools);
   scheduleBranches();
+}
+
+// The events a transcript entry came from: an answer's whole turn, else its own event.
+function eventsOf(el) {
+  if (el.classList.contains("assistant") && el.dataset.turn) return seen.turnSeqs.get(Number(el.dataset.turn)) || [];
+  const own = el.dataset.seq || el.dataset.seqs;
+  return own ? own.split(",").map(Number) : [];
+}
+
+// The inspector shows the raw events as JSON text (an array, in seq order), pretty-printed.
+function inspect(el) {
+  const all = eventsOf(el);
+  const seqs = all.filter((q) => seen.raw.has(q));
+  if (!all.length) return;
+  for (const old of document.querySelectorAll("#transcript > .inspected")) old.classList.remove("inspected");
+  el.classList.add("inspected");
+  const events = seqs.map((q) => JSON.parse(seen.raw.get(q)));
+  const gone = all.length - seqs.length;
+  $("inspector-title").textContent =
+    (seqs.length === 1 ? `event ${seqs[0]}` : `events ${seqs.join(", ")}`) +
+    (gone ? ` (${gone} older not kept by the page: vertebra history)` : "");
+  $("inspector-json").textContent = JSON.stringify(events, null, 2);
+  $("inspector").hidden = false;
+}
+
+function closeInspector() {
+  $("inspector").hidden = true;
+  $("inspector-json").textContent = "";
+  for (const old of document.querySelectorAll("#transcript > .inspected")) old.classList.remove("inspected");
+}
+
+// A click on an entry (not on a link or a control of it) or on its inspect button opens
+// the inspector; a click that ends a text selection does not.
+function onTranscriptClick(e) {
+  if (e.target.closest("a, summary, input, textarea, .compaction-events")) return;
+  const button = e.target.closest("button");
+  if (button && !button.classList.contains("msg-inspect")) return;
+  const el = e.target.closest("#transcript > div");
+  if (!el || (!button && String(getSelection() || ""))) return;
+  inspect(el);
 }
 
 const sessionPath = () => `/v1/sessions/${encodeURIComponent(state.session)}`;
@@ -327,8 +462,7 @@ async function refreshBranches() {
 function onLive(item) {
   if (item.kind === "assistant.delta") {
     if (streamingTurn === null) return;
-    const el = bubble(streamingTurn);
-    el.textContent += item.text;
+    bodyOf(bubble(streamingTurn)).textContent += item.text;
     const box = $("transcript");
     box.scrollTop = box.scrollHeight;
   } else if (item.kind === "notice") {
@@ -346,6 +480,8 @@ function openSession(id) {
   state.stream?.close();
   state.session = id;
   state.turns = new Map();
+  Object.assign(seen, { raw: new Map(), turnSeqs: new Map(), turnTimes: new Map(), answers: new Map(), seq: 0 });
+  closeInspector();
   streamingTurn = null;
   $("transcript").replaceChildren();
   $("transcript").dataset.lastSeq = "0";
@@ -359,7 +495,7 @@ function openSession(id) {
     token: state.token,
     onEvent: (msg) => {
       const data = JSON.parse(msg.data);
-      if (msg.id !== null) onStored(data, Number(msg.id));
+      if (msg.id !== null) onStored(data, Number(msg.id), msg.data);
       else onLive(data);
     },
     onState: (s, detail) => setConn(s === "open" ? "live" : detail ? `${s} (${detail})` : s, s),
@@ -389,6 +525,18 @@ function contextText(c) {
   return `${Math.round(c.fill * 100)}% of ${c.window}`;
 }
 
+// Where the latest goal run stands, as goals/wait answers at once: a run nothing drives
+// is "interrupted" (its transcript alone would look like a run going on), with how to
+// resume it (the answer's reason says it in full).
+async function goalState(id) {
+  try {
+    const w = await api("GET", `/v1/sessions/${encodeURIComponent(id)}/goals/wait?timeout=0`);
+    return w.state === "interrupted" ? `interrupted (vertebra resume ${id})` : w.state;
+  } catch {
+    return "-";
+  }
+}
+
 async function refreshStatus() {
   if (!state.session) return;
   let p;
@@ -398,9 +546,11 @@ async function refreshStatus() {
     return;
   }
   const u = p.usage || {};
+  const goal = p.objective ? await goalState(state.session) : null;
   const dl = $("usage");
   dl.replaceChildren();
   for (const [k, v] of [
+    ...(goal ? [["goal run", goal]] : []),
     ["turns", p.turns],
     ["cancelled", p.cancelled],
     ["input tokens", u.inputTokens],
@@ -427,6 +577,7 @@ async function refreshStatus() {
       row([a.goal ? `${a.goal} #${a.call}` : a.call, a.action, a.trust, a.state + (a.fault ? ` (${a.fault})` : "")]),
     ),
   );
+  setWaiting(state.session, (p.pending || []).length > 0);
   $("pending").replaceChildren(
     ...(p.pending || []).map((w) => {
       const div = document.createElement("div");
@@ -565,7 +716,53 @@ async function loadSessions() {
       return li;
     }),
   );
+  markWaiting();
+  refreshWaiting(sessions).catch(() => {});
   return sessions;
+}
+
+// A session with an action waiting for a human's approval is marked in the list.
+function markWaiting() {
+  for (const li of $("session-list").children) {
+    const on = waiting.has(li.dataset.id);
+    li.classList.toggle("waiting", on);
+    let mark = li.querySelector(".approval-mark");
+    if (on && !mark) {
+      mark = document.createElement("span");
+      mark.className = "approval-mark";
+      mark.textContent = "approval";
+      mark.title = "waiting for an approval";
+      li.insertBefore(mark, li.lastChild);
+    } else if (!on && mark) mark.remove();
+  }
+}
+
+function setWaiting(id, on) {
+  if (on === waiting.has(id)) return;
+  if (on) waiting.add(id);
+  else waiting.delete(id);
+  markWaiting();
+}
+
+// Asks each open session (a few at a time) whether anything waits for approval; a closed
+// or failed one cannot be waiting, and one whose last seq has not moved since it was last
+// asked cannot have changed its answer, so it is not asked again.
+const ASKED_AT_ONCE = 4;
+const askedAt = new Map();
+async function refreshWaiting(sessions) {
+  const open = sessions.filter((s) => s.state !== "closed" && s.state !== "failed");
+  for (const id of [...waiting]) if (!open.some((s) => s.id === id)) waiting.delete(id);
+  const moved = open.filter((s) => askedAt.get(s.id) !== s.last_seq);
+  for (let i = 0; i < moved.length; i += ASKED_AT_ONCE) {
+    await Promise.all(
+      moved.slice(i, i + ASKED_AT_ONCE).map(async (s) => {
+        const { pending } = await api("GET", `/v1/sessions/${encodeURIComponent(s.id)}/approvals`);
+        askedAt.set(s.id, s.last_seq);
+        setWaiting(s.id, pending.length > 0);
+      }),
+    );
+  }
+  markWaiting();
 }
 
 async function send(text) {
@@ -621,6 +818,8 @@ function wire() {
       scheduleStatus();
     });
   };
+  $("transcript").addEventListener("click", onTranscriptClick);
+  $("inspector-close").onclick = closeInspector;
   $("regenerate").onclick = () => state.session && regenerate(0);
   $("fork").onclick = () => state.session && forkAt(0);
   $("interrupt").onclick = async () => {

@@ -52,6 +52,8 @@ class EntryState(enum.StrEnum):
         return EntryState.PASSIVATED.value
 
 
+#: States in which a process is on the session or is about to be (after a crash's backoff).
+WORKING = (EntryState.STARTING, EntryState.LIVE, EntryState.RESTARTING)
 #: States in which the session serves no more ingress.
 TERMINAL = (EntryState.CLOSED, EntryState.FAILED)
 
@@ -112,6 +114,7 @@ class Entry:
             restarts=self.total_restarts,
             metadata=self.metadata,
             error=self.error if self.state == EntryState.FAILED else "",
+            working=self.state in WORKING,
         )
 
     def spawn(self) -> Spawn:

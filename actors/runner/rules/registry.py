@@ -121,9 +121,13 @@ class Registry(RegistryExits):
             e = self.entries[sid] = Entry(session_id=sid)
         return [Reply(to=reply_to, message=m.SessionReply(request_id=request_id, info=e.info()))]
 
-    def list_sessions(self, request_id: str, reply_to: Any) -> list[Action]:
-        """`ListSessions`: every entry (the shell loaded the log's streams first)."""
-        infos = tuple(e.info() for e in self.entries.values())
+    def list_sessions(self, request_id: str, reply_to: Any, only: str = "") -> list[Action]:
+        """`ListSessions`: every entry (the shell loaded the log's streams first), or the
+        entry named ``only``, if there is one."""
+        if only:
+            infos = tuple(e.info() for e in (self.entries.get(only),) if e is not None)
+        else:
+            infos = tuple(e.info() for e in self.entries.values())
         return [
             Reply(to=reply_to, message=m.SessionListReply(request_id=request_id, sessions=infos))
         ]

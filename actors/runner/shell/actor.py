@@ -235,8 +235,9 @@ class RunnerActor(GuardedActor):
 
     def receiveMsg_ListSessions(self, msg: m.ListSessions, sender: Any) -> None:
         if (ready := self._ready(msg, sender)) is not None:
-            self._load_all(*ready)
-            self.do(ready[0].list_sessions(msg.request_id, sender))
+            if not msg.session_id:  # one id needs no read: an entry not loaded has no process
+                self._load_all(*ready)
+            self.do(ready[0].list_sessions(msg.request_id, sender, msg.session_id))
 
     def receiveMsg_CloseAll(self, msg: m.CloseAll, sender: Any) -> None:
         if (ready := self._ready(msg, sender)) is not None:

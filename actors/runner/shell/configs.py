@@ -28,6 +28,7 @@ def session_config(cfg: RunnerConfig, action: a.Spawn, data_dir: str) -> sp.Sess
         auto_seal=cfg.auto_seal,
         snapshots=cfg.snapshots,
         prices=cfg.prices,
+        model_servers=cfg.model_servers,
     )
 
 

@@ -22,9 +22,11 @@ def changes_of(s: Session, cmd: Intercepted) -> tuple[dict[str, Any], Decision |
     st, ing = s.stored, cmd.ingress
     changes = metadata_diff(st.metadata, cmd.changes)
     # What interceptors change, they change on the session's behalf (slash commands).
-    problem = authority_refusal(changes, st.metadata, Authority.SESSION)
+    servers = s.model_servers
+    problem = authority_refusal(changes, st.metadata, Authority.SESSION, servers)
     if ing is not None and ing.kind == Kind.PROPERTIES:
-        problem = problem or authority_refusal(ing.properties, st.metadata, ing.authority)
+        asked = ing.properties
+        problem = problem or authority_refusal(asked, st.metadata, ing.authority, servers)
         changes.update(metadata_diff({**st.metadata, **changes}, ing.properties))  # type: ignore[dict-item]
     if problem is not None:
         # Nothing of this ingress is stored, and the conduits hear why.

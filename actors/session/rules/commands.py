@@ -12,6 +12,7 @@ from spine import Event, Usage
 
 from ...agents.governance import Requirement
 from ...interceptors import Ingress, NoticeItem
+from ...model_servers import ModelServers
 from ...policy import BusyPolicy
 from ...spec import AgentSpec, TurnInput
 from ...terse import terse_module
@@ -52,8 +53,10 @@ class Session:
     busy_policy: BusyPolicy = BusyPolicy.ENQUEUE
     running: Running | None = None
     stopping: bool = False
-    #: The operator's price table this incarnation was given (`spend.check_prices`).
+    #: What the operator gave this incarnation: its price table (`spend.check_prices`)
+    #: and the model servers the session may name (`actors.model_servers`).
     prices: Mapping[str, Any] | None = None
+    model_servers: ModelServers = attrs.field(factory=ModelServers)
 
     @property
     def session_id(self) -> str:
@@ -81,18 +84,15 @@ class Receive:
     request_id: str
     ingress: Ingress
     stored: tuple[tuple[int, str], ...] = ()
-    #: The events of that earlier delivery, to tell a retry from another request that
-    #: reuses its key.
+    #: The events of that delivery: is this a retry, or another request reusing its key?
     prior: tuple[Event, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
 class Intercepted:
-    """What the interceptor chain made of a `Receive`: ``ingress`` None means consumed.
-
-    ``changes`` are the metadata changes the chain made through its session view,
-    ``emitted`` the events and notices it published, in order, and ``notices`` the
-    result's notices (emitted after the chain)."""
+    """What the interceptor chain made of a `Receive` (``ingress`` None: consumed):
+    ``changes`` the metadata changes it made through its session view, ``emitted`` the
+    events and notices it published, in order, ``notices`` the result's (after the chain)."""
 
     request_id: str
     key: str
@@ -149,8 +149,7 @@ class Finished:
     text: str = ""
     error: str = ""
     usage: Usage | None = None
-    #: The providers' own usage reports, one per model call (kept beside the normalised
-    #: usage on ``turn.completed`` as ``providerUsage``).
+    #: The providers' own usage reports, one per model call (turn.completed's providerUsage).
     provider_usage: tuple[Mapping[str, Any], ...] = ()
     #: Events the worker still held (an action's end): stored after the last text.
     events: tuple[Event, ...] = ()
@@ -166,11 +165,9 @@ class Govern:
     tool_use_id: str = ""
     input: str = ""
     need: Requirement = attrs.field(factory=Requirement)
-    #: The addresses the worker looked the action's destination up to (``need.egress``
-    #: names one by a host name); None when nothing was looked up.
+    #: The addresses the worker resolved ``need.egress``'s host name to (None: not looked up).
     resolved: tuple[str, ...] | None = None
-    #: Unix time the session received the request (stamped by the shell: a goal run's
-    #: wall-time budget is checked against it).
+    #: Unix time the session got it (stamped by the shell: a goal's wall-time budget).
     now: float = 0.0
     #: What the tenant's other sessions spent in the current periods (read by the shell
     #: when the tenant's spending is capped; the caps are checked against it).
@@ -363,12 +360,10 @@ class Live:
 @attrs.frozen(kw_only=True)
 class Decision:
     """What a command decided: events to append (with the ingress's idempotency key), the
-    reply, live items, effects, and the decider's next state.
-
-    The state's ``stored`` part is not advanced here: the shell folds the events it
-    actually appended. An append that the log reports as a duplicate key applies nothing
-    but the reply (the events were stored by an earlier delivery).
-    """
+    reply, live items, effects, and the decider's next state. The state's ``stored`` part
+    is not advanced here: the shell folds the events it actually appended; an append the
+    log reports as a duplicate key applies only the reply (an earlier delivery stored the
+    events)."""
 
     state: Session
     events: tuple[Event, ...] = ()

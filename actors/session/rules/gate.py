@@ -21,10 +21,11 @@ from ...spec import AgentSpec, SettingsError, TurnInput, replay_of
 from . import questions
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
 from .conversation import delivered
-from .goals import goal_budget
+from .goals import goal_budget, paused_on
 from .intents import ARGS, IDEMPOTENT, KEY, RETRY, args_hash, effect_key
 from .recovery import unfinished
 from .refusals import failed
+from .spend import GOAL_PAUSE
 from .state import PendingAction, SessionState, action_key
 from .tenantcaps import over_cap, spent_of
 from .views import context_of, history_before
@@ -82,8 +83,9 @@ def govern(s: Session, cmd: Govern) -> Decision:
         # The budget would be passed: the session pauses, its turn intact, and asks.
         ev = Event(kind=Kind.ACTION_PENDING, fault=fault, error=err, input=cmd.input, **base)
         extra = {"period": over.period} if over is not None else {}
+        goal = paused_on(st, run, cmd.now) if over is None else ""
         why = Event(kind=Kind.PAUSED, reason="budget", call=call, turn=run.turn, error=err)
-        return Decision(state=s, events=(ev, attrs.evolve(why, extra=extra)))
+        return Decision(state=s, events=(ev, attrs.evolve(why, extra=extra, goal=goal)))
     if verdict == Verdict.ADMIT:
         # The admission and the intent in one append: the tool runs once it is durable.
         key = effect_key(st.session_id, run.turn, call)
@@ -342,20 +344,28 @@ def _decided(st: SessionState, pending: PendingAction, cmd: Decide, key: str) ->
         "tool": pending.action if pending.action != "model" else "",
         "tool_use_id": pending.tool_use_id,
     }
-    period = st.spend.paused_for.get(cmd.call)
-    extra = {"amount": cmd.raise_by, **({"period": period} if period else {})}
+    period, g = st.spend.paused_for.get(cmd.call, ""), st.running_goal
+    on_goal = period == GOAL_PAUSE and g is not None
+    # What the raise grows: the goal run's money budget, a tenant's cap, or the session's.
+    extra = {"amount": cmd.raise_by, **({"period": period} if period and not on_goal else {})}
+    goal = g.id if on_goal and g else ""
     raised = (
-        (Event(kind=Kind.BUDGET_RAISED, call=cmd.call, extra=extra),)
+        (Event(kind=Kind.BUDGET_RAISED, call=cmd.call, goal=goal, extra=extra),)
         if cmd.approve and cmd.raise_by > 0
         else ()
     )
+    # A goal run whose money budget a human would not raise ends stalled on that budget.
+    stop = {"fault": Fault.BUDGET_EXCEEDED, "error": "goal cost budget: not raised"}
     return (
         *raised,
         Event(kind=Kind.ACTION_APPROVAL, allowed=cmd.approve, reason=cmd.note, **base),
         Event(kind=Kind.ACTION_ADMITTED, extra={KEY: key, ARGS: args_hash(pending.input)}, **base)
         if cmd.approve
-        else Event(kind=Kind.ACTION_REJECTED, fault=Fault.APPROVAL_REJECTED, **base),
+        else Event(kind=Kind.ACTION_REJECTED, **(stop if on_goal else _REFUSED), **base),
     )
+
+
+_REFUSED = {"fault": Fault.APPROVAL_REJECTED}
 
 
 def resumed(st: SessionState, turn: int) -> StartTurn:

@@ -20,7 +20,7 @@ class Submit:
     request_id: str
     key: str
     objective: str
-    budget: Mapping[str, int] = attrs.field(factory=dict)
+    budget: Mapping[str, float] = attrs.field(factory=dict)
     #: Unix time the session received it (stamped by the shell), 0 if unknown.
     now: float = 0.0
     #: What an earlier delivery of the same key stored, as ``(seq, kind)`` rows (the shell

@@ -16,10 +16,11 @@ from datetime import UTC, datetime
 
 import attrs
 
+from projections import MODEL_NAME
 from spine import Event, Kind
 
 from ... import messages as m
-from ...agents.governance import GoalBudget, Spent
+from ...agents.governance import Ask, GoalBudget, GoalCost, Policy, PolicyError, Spent
 from .commands import (
     CancelChildren,
     CreateChild,
@@ -45,6 +46,7 @@ from .state import (
     SessionState,
     depth_of,
 )
+from .tenantcaps import spent_of
 from .views import ingress_seq
 
 #: Stop reasons of a turn that ended with an answer (``finish``: the finish tool ended it).
@@ -74,11 +76,15 @@ def finish_problem(metadata: Mapping[str, str]) -> str:
 
 
 def budget_problem(budget: Mapping[str, object]) -> str:
-    """What is wrong with a goal budget ("" if nothing)."""
+    """What is wrong with a goal budget ("" if nothing): ``max_cost`` is money, a positive
+    number; every other budget counts whole things, a positive integer."""
     for k, v in budget.items():
         if k not in BUDGET_KEYS:
             return f"unknown budget {k!r} (known: {', '.join(BUDGET_KEYS)})"
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        if k == "max_cost":
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 1e12:
+                return f"budget max_cost must be a positive number, got {v!r}"
+        elif not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             return f"budget {k} must be a positive integer, got {v!r}"
     return ""
 
@@ -145,13 +151,29 @@ def goal_budget(st: SessionState, run: Running, now: float) -> GoalBudget | None
     if g is None or not g.budget:
         return None
     used = st.usage + run.usage if run.usage is not None else st.usage
+    # The open turn's cost is priced as the session's own budget prices it.
+    spend = st.spend.charged(run.usage, st.metadata.get(MODEL_NAME, ""))
     spent = Spent(
         tokens=used.input_tokens + used.output_tokens - g.base_tokens,
         tool_calls=st.tool_calls - g.base_tool_calls,
         turns=run.turn - g.base_turns,
+        cost=spend.cost - g.base_cost if spend.priced else None,
+        raised=g.raised,
     )
     elapsed = now - g.started_at if g.started_at and now else None
     return GoalBudget(limits=dict(g.budget), spent=spent, elapsed=elapsed)
+
+
+def paused_on(st: SessionState, run: Running, now: float) -> str:
+    """The goal run a budget pause of a model call names when the run's own ``max_cost``
+    is what it waits on (so a raise grows that budget), else ""."""
+    g, budget = st.running_goal, goal_budget(st, run, now)
+    try:
+        policy = Policy.from_metadata(st.metadata)
+    except PolicyError:
+        return ""
+    ask = Ask(policy=policy, action="model", spent=spent_of(st, run, "model"), goal=budget)
+    return g.id if g is not None and GoalCost().check(ask) is not None else ""
 
 
 def stalled(g: GoalRun, reason: str) -> Event:

@@ -32,6 +32,8 @@ PRICE_KINDS = ("input", "output", "cache_read", "cache_write", "reasoning")
 ANY_MODEL = "*"
 #: The periods a tenant's spending is capped over, each a calendar span in UTC.
 PERIODS = ("day", "month")
+#: What `Spend.paused_for` holds for a call paused on its goal run's own ``max_cost``.
+GOAL_PAUSE = "goal"
 
 
 class PriceError(ValueError):
@@ -132,7 +134,8 @@ class Spend:
     tenants: Mapping[str, Mapping[str, float]] = attrs.field(factory=dict)
     periods: Mapping[str, float] = attrs.field(factory=dict)
     period_raised: Mapping[str, float] = attrs.field(factory=dict)
-    #: Model calls paused for a tenant's cap, by call: the period they wait on.
+    #: Model calls paused for a tenant's cap, by call: the period they wait on (or
+    #: `GOAL_PAUSE`: the goal run's own money budget).
     paused_for: Mapping[int, str] = attrs.field(factory=dict)
 
     @property
@@ -216,10 +219,17 @@ def folded_prices(spend: Spend, ev: Event) -> Spend:
     )
 
 
-def folded_raise(spend: Spend, ev: Event) -> Spend:
+def raised_amount(ev: Event) -> float | None:
+    """The amount a ``budget.raised`` grants (None: it does not say a number)."""
     try:
-        amount = max(0.0, float(ev.extra.get("amount", 0.0)))
+        return max(0.0, float(ev.extra.get("amount", 0.0)))
     except (TypeError, ValueError):
+        return None
+
+
+def folded_raise(spend: Spend, ev: Event) -> Spend:
+    amount = raised_amount(ev)
+    if amount is None:
         return spend
     period = ev.extra.get("period")
     if isinstance(period, str) and period:
@@ -230,7 +240,7 @@ def folded_raise(spend: Spend, ev: Event) -> Spend:
 
 
 def folded_pause(spend: Spend, ev: Event) -> Spend:
-    period = ev.extra.get("period")
+    period = GOAL_PAUSE if ev.goal else ev.extra.get("period")
     if ev.reason != "budget" or not isinstance(period, str) or not period:
         return spend
     return attrs.evolve(spend, paused_for={**spend.paused_for, ev.call: period})

@@ -19,7 +19,7 @@ from .replace import replace
 from .timespend import TIMESPEND_FOLD, Spend, Timer
 
 #: Version of `SessionState`'s shape and module (pickles name it); others are ignored.
-SNAPSHOT_VERSION = 13
+SNAPSHOT_VERSION = 14
 
 
 @attrs.frozen(kw_only=True)
@@ -47,7 +47,7 @@ class PendingAction:
 
 
 #: Goal budget keys, as `Submit` takes them and ``session.started`` stores them (``extra``).
-BUDGET_KEYS = ("max_turns", "max_tokens", "max_tool_calls", "max_seconds")
+BUDGET_KEYS = ("max_turns", "max_tokens", "max_tool_calls", "max_seconds", "max_cost")
 
 #: Consecutive failed turns after which a goal run stalls.
 MAX_FAILURES = 3
@@ -55,16 +55,18 @@ MAX_FAILURES = 3
 
 @attrs.frozen(kw_only=True)
 class GoalRun:
-    """The session's goal run, opened by a ``session.started`` that names a goal. The
-    budget counts from the run's start (``base_*``: what the session had spent then);
-    ``outcome`` is "" while the run is in flight, else converged or stalled."""
+    """The session's goal run, opened by a ``session.started`` that names a goal. Its
+    budget counts from its start (``base_*``: the session's use then; ``raised``: what
+    humans added to ``max_cost``); ``outcome``: "" in flight, else converged or stalled."""
 
     id: str
     objective: str = ""
-    budget: Mapping[str, int] = attrs.field(factory=dict)
+    budget: Mapping[str, float] = attrs.field(factory=dict)
     base_turns: int = 0
     base_tokens: int = 0
     base_tool_calls: int = 0
+    base_cost: float = 0.0
+    raised: float = 0.0
     #: Unix time the run opened (the ``session.started`` event's time), 0 if unknown.
     started_at: float = 0.0
     #: Turns in a row that ended in an error (reset by a clean one).
@@ -201,12 +203,8 @@ def _tool_result(state: SessionState, ev: Event, seq: int) -> Changes:
     ).decode()
     changes: Changes = {"history": _push(state.history, ("tool.result", body, seq))}
     g = state.running_goal
-    if (
-        g is not None
-        and ev.tool == "finish"
-        and not ev.is_error
-        and state.metadata.get(GOAL_FINISH) == "tool"
-    ):
+    finish = ev.tool == "finish" and not ev.is_error and state.metadata.get(GOAL_FINISH) == "tool"
+    if g is not None and finish:
         changes["goal"] = attrs.evolve(g, answer=ev.result)
     return changes
 
@@ -232,8 +230,8 @@ def _turn_ended(state: SessionState, ev: Event, seq: int) -> Changes:
 def _started(state: SessionState, ev: Event, seq: int) -> Changes:
     if not ev.goal:
         return {}  # the session's creation, not a goal run
-    raw = ev.extra.get("budget") or {}
-    budget = {k: int(v) for k, v in raw.items() if k in BUDGET_KEYS}
+    b = ev.extra.get("budget") or {}
+    budget = {k: (float if k == "max_cost" else int)(v) for k, v in b.items() if k in BUDGET_KEYS}
     u = state.usage
     goal = GoalRun(
         id=ev.goal,
@@ -242,6 +240,7 @@ def _started(state: SessionState, ev: Event, seq: int) -> Changes:
         base_turns=state.turns,
         base_tokens=u.input_tokens + u.output_tokens,
         base_tool_calls=state.tool_calls,
+        base_cost=state.spend.cost,
         started_at=ev.time.timestamp() if ev.time is not None else 0.0,
     )
     return {"goal": goal}

@@ -28,7 +28,7 @@ class SetTimer:
     grace: float = 60.0
     #: Its firing opens a goal run (``text``: the objective; ``budget``: the run's).
     goal: bool = False
-    budget: Mapping[str, int] = attrs.field(factory=dict)
+    budget: Mapping[str, float] = attrs.field(factory=dict)
     #: Unix time the session received it (stamped by the shell); ``stored`` as `Submit`'s.
     now: float = 0.0
     stored: tuple[tuple[int, str], ...] = ()

@@ -53,7 +53,7 @@ class Timer:
     fired: int = 0
     #: A firing opens a goal run (``text``: its objective; ``budget``: the run's budget).
     goal: bool = False
-    budget: Mapping[str, int] = attrs.field(factory=dict)
+    budget: Mapping[str, float] = attrs.field(factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -97,7 +97,7 @@ def plan(
     policy: str = "fire_once",
     grace: float = DEFAULT_GRACE,
     goal: bool = False,
-    budget: Mapping[str, int] | None = None,
+    budget: Mapping[str, float] | None = None,
 ) -> Timer:
     """The timer a request asks for, its first firing computed from ``now``."""
     if not timer_id or len(timer_id) > 128 or not timer_id.isprintable():

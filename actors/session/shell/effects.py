@@ -20,7 +20,14 @@ def intercept(
     """Run the chain over the effect's ingress; what it made of it, as a command.
     An interceptor that raises propagates: the caller answers it, once."""
     st = state.stored
-    view = SessionView(st.session_id, st.metadata, st.last_seq, st.turns, state.running is not None)
+    view = SessionView(
+        st.session_id,
+        st.metadata,
+        st.last_seq,
+        st.turns,
+        state.running is not None,
+        model_servers=state.model_servers,
+    )
     emitter = Emitter()
     res = run_chain(interceptors, effect.ingress, view, emitter)
     return c.Intercepted(

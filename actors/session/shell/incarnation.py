@@ -95,7 +95,10 @@ class Incarnation:
             self.snapshots.close()
             raise
         self.state = c.Session(
-            stored=stored, busy_policy=cfg.busy_policy, prices=cfg.prices or None
+            stored=stored,
+            busy_policy=cfg.busy_policy,
+            prices=cfg.prices or None,
+            model_servers=cfg.model_servers,
         )
         self.subs = Subscriptions(sid, self.log, actor.send)
         self.ledger = LedgerPort(self.log, cfg.db_path)

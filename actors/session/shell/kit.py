@@ -28,7 +28,9 @@ from spine import Event, Kind, MemoryLog, Usage
 from spine.seal import SigningKey
 
 from ... import messages as m
+from ...agents.providers import default_servers
 from ...interceptors import Ingress, Interceptor, SlashCommands
+from ...model_servers import ModelServers
 from ...policy import BusyPolicy
 from ..rules import commands as c
 from ..rules.state import SessionState, fold
@@ -72,10 +74,17 @@ class SessionKit:
         busy_policy: BusyPolicy = BusyPolicy.ENQUEUE,
         interceptors: Sequence[Interceptor] | None = None,
         prices: Mapping[str, Any] | None = None,
+        model_servers: Iterable[str] | ModelServers = (),
     ) -> None:
         self.session_id = session_id
         #: The operator's price table the kit's incarnations are given.
         self.prices = prices
+        #: The model servers the operator lets the kit's session name.
+        self.model_servers = (
+            model_servers
+            if isinstance(model_servers, ModelServers)
+            else default_servers().with_urls(model_servers)
+        )
         self.log = MemoryLog()
         given = list(events)
         if given:
@@ -111,7 +120,12 @@ class SessionKit:
 
     def _fold(self) -> c.Session:
         stored = fold(SessionState(session_id=self.session_id), self.events)
-        return c.Session(stored=stored, busy_policy=self.busy_policy, prices=self.prices)
+        return c.Session(
+            stored=stored,
+            busy_policy=self.busy_policy,
+            prices=self.prices,
+            model_servers=self.model_servers,
+        )
 
     @property
     def events(self) -> list[Event]:
