@@ -47,18 +47,41 @@ class DueIndex:
         self._db.executescript(_SCHEMA)
         row = self._db.execute("SELECT position FROM position WHERE id = 0").fetchone()
         self.position = int(row[0]) if row else 0
-        self._due: dict[tuple[str, str], float] = {}
-        self._order: SortedList = SortedList()
+        #: Each session's timers (id to due time) and the same by due time, and each
+        #: session's earliest once: the Runner's questions (who is due, when next) then
+        #: cost per session, not per timer, which matters with thousands overdue after
+        #: an outage; the session's id is held once, not per timer.
+        self._due: dict[str, dict[str, float]] = {}
+        self._per: dict[str, SortedList] = {}
+        self._heads: SortedList = SortedList()
+        self._count = 0
         for stream, timer, due in self._db.execute("SELECT stream, timer, due FROM due"):
             self._put(stream, timer, float(due))
 
     def _put(self, stream: str, timer: str, due: float | None) -> None:
-        old = self._due.pop((stream, timer), None)
+        mine, ids = self._per.get(stream), self._due.get(stream)
+        if mine is None or ids is None:
+            if due is None:
+                return
+            mine, ids = SortedList(), {}
+            self._per[stream], self._due[stream] = mine, ids
+        head = mine[0][0] if mine else None
+        old = ids.pop(timer, None)
         if old is not None:
-            self._order.discard((old, stream, timer))
+            mine.discard((old, timer))
+            self._count -= 1
         if due is not None:
-            self._due[(stream, timer)] = due
-            self._order.add((due, stream, timer))
+            ids[timer] = due
+            mine.add((due, timer))
+            self._count += 1
+        new = mine[0][0] if mine else None
+        if new != head:
+            if head is not None:
+                self._heads.discard((head, stream))
+            if new is not None:
+                self._heads.add((new, stream))
+        if not mine:
+            del self._per[stream], self._due[stream]
 
     def fold(self, records: Iterable[Record]) -> dict[tuple[str, str], float | None]:
         """Fold ``records`` (in position order); returns what changed."""
@@ -129,28 +152,34 @@ class DueIndex:
 
     def next_due(self) -> float | None:
         """The earliest due time of any timer, None if none is set."""
-        return self._order[0][0] if self._order else None
+        return self._heads[0][0] if self._heads else None
 
     def due(self, now: float) -> list[str]:
         """The sessions with a timer due at ``now``, earliest first, each once."""
         out: list[str] = []
-        for due, stream, _ in self._order:
+        for due, stream in self._heads:
             if due > now:
                 break
-            if stream not in out:
-                out.append(stream)
+            out.append(stream)
         return out
 
     def entries(self) -> Iterator[tuple[float, str]]:
-        """Every timer's (due time, session), earliest first."""
-        for due, stream, _ in self._order:
-            yield due, stream
+        """Each session's earliest timer as (due time, session), earliest first."""
+        yield from self._heads
+
+    def next_after(self, stream: str, when: float) -> float | None:
+        """The earliest due time of ``stream``'s timers later than ``when``, if any."""
+        mine = self._per.get(stream)
+        if not mine:
+            return None
+        i = mine.bisect_right((when, "\U0010ffff"))
+        return float(mine[i][0]) if i < len(mine) else None
 
     def timers(self, stream: str) -> dict[str, float]:
-        return {t: d for (s, t), d in self._due.items() if s == stream}
+        return dict(self._due.get(stream, {}))
 
     def __len__(self) -> int:
-        return len(self._due)
+        return self._count
 
     def close(self) -> None:
         self._db.close()

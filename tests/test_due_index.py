@@ -55,3 +55,35 @@ def test_a_long_backlog_is_folded_page_by_page(tmp_path: pathlib.Path) -> None:
         idx.close()
     finally:
         log.close()
+
+
+def test_the_runner_asks_per_session_not_per_timer(tmp_path: pathlib.Path) -> None:
+    """Thousands of timers overdue after an outage: `entries` and `due` name each session
+    once, by its earliest timer, and follow that earliest one as it fires or is cancelled
+    (the Runner re-arms on every firing; walking every timer there stalled it)."""
+    log = SqliteLog(tmp_path / "spine.db")
+    try:
+        for i in range(20):
+            log.append(f"s{i}", [_set(f"t{j}", float(i + j * 100)) for j in range(50)])
+        idx = DueIndex(log, tmp_path / "timers.db")
+        idx.catch_up()
+        assert len(idx) == 1000
+        assert list(idx.entries()) == [(float(i), f"s{i}") for i in range(20)]
+        assert idx.due(1e9) == [f"s{i}" for i in range(20)] and idx.due(4.5) == [
+            f"s{i}" for i in range(5)
+        ]
+        log.append("s0", [_fired("t0", 0.0, None)])
+        log.append("s1", [Event(kind=Kind.TIMER_CANCELLED, extra={"timer": "t0"})])
+        log.append("s2", [_fired("t0", 2.0, 0.5)])  # moved earlier: still its head
+        idx.catch_up()
+        heads = dict((sid, due) for due, sid in idx.entries())
+        assert heads["s0"] == 100.0 and heads["s1"] == 101.0 and heads["s2"] == 0.5
+        assert idx.next_due() == 0.5 and idx.due(3.0) == ["s2", "s3"]
+        for j in range(50):
+            log.append("s5", [Event(kind=Kind.TIMER_CANCELLED, extra={"timer": f"t{j}"})])
+        idx.catch_up()
+        assert "s5" not in {sid for _, sid in idx.entries()} and idx.timers("s5") == {}
+        assert len(list(idx.entries())) == 19 and len(idx) == 948
+        idx.close()
+    finally:
+        log.close()

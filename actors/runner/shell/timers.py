@@ -110,16 +110,27 @@ class DueTimers:
             self._asked.pop(sid, None)
         self.news()
 
+    def _wake_at(self, sid: str, head: float) -> float:
+        """When to ask ``sid`` (its earliest timer due at ``head``) next. A wait after an
+        ask holds back only the timers due when it was asked: one that comes due later is
+        asked for then (an answer that nothing was due, to an ask its firing overtook,
+        must not hold the session's next timer back for `REFUSED_RETRY`)."""
+        asked = self._asked.get(sid)
+        if asked is None or self.index is None:
+            return head
+        at, wait = asked
+        later = self.index.next_after(sid, at)
+        held = max(head, at + wait)
+        return held if later is None else min(held, later)
+
     def _next_wake(self) -> float | None:
-        """When to ask next: the earliest due time, or for a session asked already, when
-        its wait runs out."""
+        """When to ask next: the earliest of each session's `_wake_at`."""
         assert self.index is not None
         best: float | None = None
         for due, sid in self.index.entries():
             if best is not None and due >= best:
                 break
-            asked, wait = self._asked.get(sid, (due, 0.0))
-            at = max(due, asked + wait)
+            at = self._wake_at(sid, due)
             best = at if best is None else min(best, at)
         return best
 
@@ -140,9 +151,10 @@ class DueTimers:
             return
         self._catch_up()
         now = time.time()
-        for sid in self.index.due(now):
-            asked, wait = self._asked.get(sid, (now, 0.0))
-            if now - asked < wait:
+        for head, sid in self.index.entries():
+            if head > now:
+                break
+            if self._wake_at(sid, head) > now:
                 continue
             self._asked[sid] = (now, RETRY)
             self.sent += 1
@@ -155,5 +167,8 @@ class DueTimers:
         if not request_id.startswith(_FIRE):
             return False
         if not ok or consumed:
-            self._asked[request_id[len(_FIRE) :]] = (time.time(), REFUSED_RETRY)
+            # From the ask on, not the answer: a timer due in between was not due when
+            # the session decided, and is not held back.
+            sid = request_id[len(_FIRE) :]
+            self._asked[sid] = (self._asked.get(sid, (time.time(), 0.0))[0], REFUSED_RETRY)
         return True
