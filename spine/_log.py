@@ -365,6 +365,24 @@ def _now() -> str:
     return f"{prefix}.{us:06d}Z" if us else f"{prefix}Z"
 
 
+def appended(
+    stream: str,
+    first_seq: int,
+    encoded: Sequence[tuple[int, str, bytes]],
+    first_position: int,
+    rows: Sequence[Iterable[object]],
+) -> AppendResult:
+    """The `AppendResult` of ``encoded`` stored as ``rows`` from ``first_position`` on."""
+    return AppendResult(
+        stream=stream,
+        first_seq=first_seq,
+        last_seq=encoded[-1][0],
+        first_position=first_position,
+        last_position=first_position + len(rows) - 1,
+        records=tuple(map(make_record, rows)),
+    )
+
+
 def encode_batch(
     events: Sequence[Event], first_seq: int, stream: str | None = None
 ) -> list[tuple[int, str, bytes]]:

@@ -44,7 +44,7 @@ from ._errors import (
 )
 from ._event import Event
 from ._forks import ForkReads, Links, check_fork, link_event
-from ._log import AppendResult, Wakeup, check_append, encode_batch, make_record
+from ._log import AppendResult, Wakeup, appended, check_append, encode_batch, make_record
 from ._postgres_reads import PostgresReads
 from ._postgres_schema import (
     _COLUMNS,
@@ -207,14 +207,7 @@ class PostgresLog(ForkReads, PostgresReads, PostgresWatch):
             for seq, kind, payload in encoded
         ]
         self.wakeup.bump([(stream, kind, seq) for seq, kind, _ in encoded])
-        return AppendResult(
-            stream=stream,
-            first_seq=last + 1,
-            last_seq=encoded[-1][0],
-            first_position=pos0 + 1,
-            last_position=pos0 + len(rows),
-            records=tuple(map(make_record, rows)),
-        )
+        return appended(stream, last + 1, encoded, pos0 + 1, rows)
 
     def _run_append(
         self,
@@ -310,14 +303,7 @@ class PostgresLog(ForkReads, PostgresReads, PostgresWatch):
             for seq, kind, payload in encoded
         ]
         self.wakeup.bump([(stream, kind, seq) for seq, kind, _ in encoded])
-        return AppendResult(
-            stream=stream,
-            first_seq=at + 1,
-            last_seq=encoded[-1][0],
-            first_position=pos0 + 1,
-            last_position=pos0 + len(rows),
-            records=tuple(map(make_record, rows)),
-        )
+        return appended(stream, at + 1, encoded, pos0 + 1, rows)
 
     @staticmethod
     def _start_fork(c: psycopg.Connection[Any], stream: str, parent: str, at: int) -> int:

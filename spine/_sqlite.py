@@ -25,6 +25,7 @@ from ._log import (
     Row,
     StreamInfo,
     Wakeup,
+    appended,
     check_append,
     check_kinds,
     check_page,
@@ -186,14 +187,7 @@ class SqliteLog(ForkReads, SqliteWatch):
                     raise StorageError(f"append to {stream!r} failed: {exc}") from exc
                 raise
         self.wakeup.bump([(stream, kind, seq) for seq, kind, _ in encoded])
-        return AppendResult(
-            stream=stream,
-            first_seq=last + 1,
-            last_seq=encoded[-1][0],
-            first_position=pos0 + 1,
-            last_position=pos0 + len(rows),
-            records=tuple(map(make_record, rows)),
-        )
+        return appended(stream, last + 1, encoded, pos0 + 1, rows)
 
     def fork(self, stream: str, parent: str, at: int, events: Sequence[Event] = ()) -> AppendResult:
         """Make ``stream`` a fork of ``parent`` at ``at`` by reference (`spine._forks`):
@@ -222,14 +216,7 @@ class SqliteLog(ForkReads, SqliteWatch):
                     raise StorageError(f"fork into {stream!r} failed: {exc}") from exc
                 raise
         self.wakeup.bump([(stream, kind, seq) for seq, kind, _ in encoded])
-        return AppendResult(
-            stream=stream,
-            first_seq=at + 1,
-            last_seq=encoded[-1][0],
-            first_position=pos0 + 1,
-            last_position=pos0 + len(rows),
-            records=tuple(map(make_record, rows)),
-        )
+        return appended(stream, at + 1, encoded, pos0 + 1, rows)
 
     @staticmethod
     def _insert_fork(
