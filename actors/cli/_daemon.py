@@ -194,9 +194,10 @@ def acquire_lock(data: str) -> int:
             session = int(raw.get("system_session", 0) or 0)
             holders = lock_holders(data)
             stale = [h for h in holders if session > 0 and _session_of(h) == session]
-            if not stale and holders and time.monotonic() < grace:
-                # Holders that are exiting (a process whose main thread is gone reads as a
-                # zombie while its other threads still hold its files) get a moment.
+            if not stale and time.monotonic() < grace:
+                # Holders that are exiting get a moment: a process whose main thread is
+                # gone reads as a zombie while its other threads still hold its files, and
+                # one that is being torn down shows no descriptors at all (no holder seen).
                 time.sleep(0.05)
                 continue
             if not stale:
