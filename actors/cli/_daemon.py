@@ -195,9 +195,8 @@ def acquire_lock(data: str) -> int:
             holders = lock_holders(data)
             stale = [h for h in holders if session > 0 and _session_of(h) == session]
             if not stale and time.monotonic() < grace:
-                # Holders that are exiting get a moment: a process whose main thread is
-                # gone reads as a zombie while its other threads still hold its files, and
-                # one that is being torn down shows no descriptors at all (no holder seen).
+                # Exiting holders get a moment: a zombie's other threads still hold its
+                # files, and a process being torn down shows no descriptors (none seen).
                 time.sleep(0.05)
                 continue
             if not stale:
