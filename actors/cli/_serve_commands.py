@@ -208,6 +208,7 @@ def _start_host(
             factory=factory,
             admin_port=args.port,
             idle_timeout=args.idle_timeout,
+            timer_lead=args.timer_lead,
             spine=spine,
             auto_seal=seal_policy,
             convention_bind=bind,

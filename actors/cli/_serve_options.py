@@ -38,6 +38,13 @@ def _daemon_options(p: argparse.ArgumentParser) -> None:
         help="passivate a session idle for S seconds (default 300)",
     )
     p.add_argument(
+        "--timer-lead",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="bring a passivated session back S seconds before its next timer (default 1)",
+    )
+    p.add_argument(
         "--seal-every",
         type=int,
         default=SEAL_EVERY,
