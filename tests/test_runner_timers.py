@@ -119,3 +119,36 @@ def test_a_passivated_session_is_woken_ahead_and_a_live_one_fires_on_its_own(
     finally:
         timers.close()
         log.close()
+
+
+def test_after_bulk_work_the_runner_gives_memory_back_once_quiet(
+    tmp_path: pathlib.Path, monkeypatch: Any
+) -> None:
+    """Many timers set: once no change came for `QUIET` s, the next pass gives memory
+    back (the heap, the page caches) and counts afresh; a quiet Runner does nothing."""
+    from actors.runner.shell import timers as shell
+
+    log = SqliteLog(tmp_path / "spine.db")
+    lender = _Lender()
+    timers = DueTimers(lender)
+    given: list[int] = []
+    monkeypatch.setattr(shell, "give_back", lambda: given.append(1))
+    monkeypatch.setattr(shell, "BULK", 5)
+    try:
+        timers.start(log, str(tmp_path))
+        now = time.time()
+        for i in range(6):
+            rec = log.append(f"s{i}", [_set("t", now + 3600)])
+            timers.appended(f"s{i}", ((rec.last_seq, Kind.TIMER_SET, b""),))
+        # A wake-up within the quiet time is armed although nothing is due for an hour.
+        assert min(lender.wakes) < now + 60
+        timers.due()
+        assert given == []  # not quiet yet
+        monkeypatch.setattr(shell, "QUIET", 0.0)
+        timers.due()
+        assert given == [1] and timers._bulk == 0
+        timers.due()
+        assert given == [1]
+    finally:
+        timers.close()
+        log.close()

@@ -201,11 +201,10 @@ def _start_host(
     from ..policy import SnapshotPolicy
 
     prices = _prices(args)
-    factory = _factory(args)
     try:
         return Host(
             args.data,
-            factory=factory,
+            factory=_factory(args),
             admin_port=args.port,
             idle_timeout=args.idle_timeout,
             timer_lead=args.timer_lead,

@@ -28,6 +28,7 @@ from projections import DUE_KINDS, DueIndex
 from spine import Kind, Log, SpineError
 
 from ... import messages as m
+from ..._runtime.heap import give_back
 from ...messages import Ping
 from ..protocol import TimersDue
 
@@ -44,6 +45,11 @@ DUE_FILE = "timers.db"
 #: Seconds after a timer's due time that a live session, which fires on its own wake-up,
 #: is asked to fire what its log does not show fired.
 BACKSTOP = RETRY
+#: Sessions' timer changes folded after which the Runner gives memory back (the heap the
+#: messages grew, the page caches of the index and of the log's reads), `QUIET` s after
+#: the last of them: setting thousands of timers is bulk work, waiting for them is not.
+BULK = 500
+QUIET = 2.0
 _FIRE = "fire-"
 _WAKE = "wake-"
 #: The registry's states of a session without a process to hold a wake-up ("": not
@@ -88,6 +94,9 @@ class DueTimers:
         #: sessions brought back ahead of a timer (``timers_woken``).
         self.sent = 0
         self.woken = 0
+        #: Timer changes folded since memory was last given back, and when the last was.
+        self._bulk = 0
+        self._last_change = 0.0
 
     def start(self, log: Log, data_dir: str) -> None:
         self.index = _open(log, os.path.join(data_dir, DUE_FILE))
@@ -125,6 +134,18 @@ class DueTimers:
             return
         for sid in changed:
             self._asked.pop(sid, None)
+        if changed:
+            self._bulk += len(changed)
+            self._last_change = time.monotonic()
+
+    def _give_back(self) -> None:
+        """After bulk work, once quiet: memory back to the system."""
+        if self._bulk < BULK or time.monotonic() - self._last_change < QUIET:
+            return
+        self._bulk = 0
+        if self.index is not None:
+            self.index.release_memory()
+        give_back()
 
     def news(self) -> None:
         """A session started or exited: what it stored may not have reached the Runner."""
@@ -195,6 +216,8 @@ class DueTimers:
             return
         nxt = self._next_wake(now)
         nxt = now + FLOOR if nxt is None else min(nxt, now + FLOOR)
+        if self._bulk >= BULK:
+            nxt = min(nxt, now + QUIET)
         if self._armed is not None and now <= self._armed <= nxt:
             return  # a wake-up comes sooner
         self._armed = nxt
@@ -207,6 +230,7 @@ class DueTimers:
         if self.index is None or self.runner.exiting:
             return
         self._catch_up()
+        self._give_back()
         now, lead = time.time(), self._lead()
         for head, sid in self.index.entries():
             if head - lead > now:
