@@ -21,6 +21,9 @@ from ..rules import commands as c
 
 #: The payload of the wake-up.
 TIMER_WAKE = "timer-wake"
+#: Seconds before ringing again for a due time that a ring did not move on (its firing's
+#: append failed): a spine that refuses must not turn the alarm into a busy loop.
+BACKOFF = 1.0
 
 
 def next_due(state: c.Session) -> float | None:
@@ -38,17 +41,24 @@ class Alarm:
     def __init__(self, actor: Any) -> None:
         self.actor = actor
         self.pending: list[float] = []
+        #: The earliest due time when the alarm last rang.
+        self.rang_for: float | None = None
 
     def arm(self, state: c.Session) -> None:
         """Have a wake-up come at the session's next due time (if none comes sooner)."""
         nxt = next_due(state)
-        if nxt is None or (self.pending and min(self.pending) <= nxt):
+        if nxt is None:
             return
-        self.pending.append(nxt)
-        self.actor.wakeupAfter(timedelta(seconds=max(0.0, nxt - time.time())), TIMER_WAKE)
+        now = time.time()
+        at = max(nxt, now + BACKOFF) if nxt == self.rang_for else nxt
+        if self.pending and min(self.pending) <= at:
+            return
+        self.pending.append(at)
+        self.actor.wakeupAfter(timedelta(seconds=max(0.0, at - now)), TIMER_WAKE)
 
-    def rang(self) -> float:
+    def rang(self, state: c.Session) -> float:
         """A wake-up came (the earliest pending); returns the time to fire at."""
         if self.pending:
             self.pending.remove(min(self.pending))
+        self.rang_for = next_due(state)
         return time.time()

@@ -310,7 +310,7 @@ class Incarnation:
     def timers_due(self) -> None:
         """The alarm rang: fire what is due, as the Runner's ask would (once, by key)."""
         try:
-            self.run(c.FireDue(request_id="", now=self.alarm.rang()), None)
+            self.run(c.FireDue(request_id="", now=self.alarm.rang(self.state)), None)
         except (ConflictError, StorageError):
             return  # this incarnation has asked to be stopped; the next one fires
         self.settle()
