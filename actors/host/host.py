@@ -124,7 +124,7 @@ class Host(SessionCommands, ConversationCommands, SessionReading, SessionTimers)
     an embedding Host seals only when asked; ``spare_sessions``
     session processes are kept started and warmed up ahead of need (multiproc only), so
     that creating a session (a goal's child above all) does not wait for a process to start;
-    ``warm_spares=False`` keeps them cold (about 1 MB less per session, a slower first turn:
+    ``warm_spares=False`` keeps them cold (about 0.6 MB less per session, a slower first turn:
     `RunnerConfig.warm_spares`).
     ``durability`` is what an acknowledged event survives on a SQLite spine: ``"normal"``
     (a crash of any process) or ``"full"`` (a power cut as well, at the cost of a sync
