@@ -15,7 +15,7 @@ import cattrs
 import orjson
 
 from ._codec_decode import _from_dict, _raw_input, _wide_loads
-from ._codec_fields import _fill, plain_event, usage_from_dict, usage_to_dict
+from ._codec_fields import _fill, encode_checked, plain_event, usage_from_dict, usage_to_dict
 from ._errors import DecodeError, InvalidArgumentError
 from ._event import Event, Usage
 
@@ -24,6 +24,7 @@ __all__ = [
     "Upcaster",
     "converter",
     "decode_event",
+    "encode_batch_checked",
     "encode_event",
     "encode_events",
     "event_from_dict",
@@ -94,30 +95,21 @@ def encode_events(
     """``(seq, kind, payload)`` for each event, seqs from ``first_seq``.
 
     Events without a time get ``now()`` (called at most once per batch). This is
-    `encode_event` unrolled over a batch: appends spend most of their Python time here.
+    `encode_event` over a batch (`spine._codec_fields.encode_checked`, which also says
+    which events are not `plain_event`): appends spend most of their Python time here.
     """
-    out = []
-    stamp: str | None = None
-    seq = first_seq
-    fill, dumps = _fill, orjson.dumps
+    return encode_batch_checked(events, first_seq, now)[0]
+
+
+def encode_batch_checked(
+    events: Sequence[Event], first_seq: int, now: Callable[[], str]
+) -> tuple[list[tuple[int, str, bytes]], list[int]]:
+    """`encode_events`, and the indices of the events that are not `plain_event` (those
+    the read-back check must decode again)."""
     try:
-        for ev in events:
-            kind = ev.kind
-            if not kind or not isinstance(kind, str):
-                raise InvalidArgumentError("an event needs a non-empty kind")
-            t = ev.time
-            if t is None:
-                if stamp is None:
-                    stamp = now()
-                ts = stamp
-            else:
-                ts = format_time(t)
-            d = fill(ev, {"seq": seq, "time": ts})
-            out.append((seq, d["kind"], dumps(d)))
-            seq += 1
+        return encode_checked(events, first_seq, now, format_time)
     except TypeError as exc:
         raise InvalidArgumentError(f"event cannot be encoded as JSON: {exc}") from None
-    return out
 
 
 def event_from_dict(d: Any, *, stream: str | None = None, seq: int | None = None) -> Event:

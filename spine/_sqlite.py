@@ -32,6 +32,7 @@ from ._log import (
     encode_batch,
     gc_paused,
     make_record,
+    wake_marks,
 )
 from ._private import private_sqlite
 from ._sqlite_schema import (
@@ -186,7 +187,7 @@ class SqliteLog(ForkReads, SqliteWatch):
                 if isinstance(exc, sqlite3.Error):
                     raise StorageError(f"append to {stream!r} failed: {exc}") from exc
                 raise
-        self.wakeup.bump([(stream, kind, seq) for seq, kind, _ in encoded])
+        self.wakeup.bump(wake_marks(stream, encoded))
         return appended(stream, last + 1, encoded, pos0 + 1, rows)
 
     def fork(self, stream: str, parent: str, at: int, events: Sequence[Event] = ()) -> AppendResult:
@@ -215,7 +216,7 @@ class SqliteLog(ForkReads, SqliteWatch):
                 if isinstance(exc, sqlite3.Error):
                     raise StorageError(f"fork into {stream!r} failed: {exc}") from exc
                 raise
-        self.wakeup.bump([(stream, kind, seq) for seq, kind, _ in encoded])
+        self.wakeup.bump(wake_marks(stream, encoded))
         return appended(stream, at + 1, encoded, pos0 + 1, rows)
 
     @staticmethod
