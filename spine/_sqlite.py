@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ._codec import decode_event
+from ._codec import decode_stored
 from ._errors import ConflictError, InvalidArgumentError, StorageError
 from ._event import Event
 from ._filewatch import FileWrites
@@ -310,9 +310,7 @@ class SqliteLog(ForkReads, SqliteWatch):
                 # holds a read snapshot, which would keep the WAL from being checkpointed.
                 with contextlib.closing(cur), gc_paused():
                     while rows := cur.fetchmany(_REPLAY_PAGE):
-                        out.extend(
-                            [decode_event(b, stream=stream, seq=s, version=v) for s, v, b in rows]
-                        )
+                        out.extend(decode_stored(rows, stream))
         except sqlite3.Error as exc:
             raise StorageError(f"read from {self.path!r} failed: {exc}") from exc
         return out

@@ -371,6 +371,37 @@ def test_stored_bytes_are_a_fixed_point_of_decode_and_encode(payload: bytes) -> 
     assert decode_event(once) == decode_event(payload)
 
 
+#: Values a test swaps in for one member (None: leave the payload as it is).
+_RETYPED: list[Any] = [None, 7, "text", True, "", [1], {"a": 1}, 1.5, None]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(event_json(), events().map(encode_event)), st.sampled_from(_RETYPED))
+def test_the_fast_decode_agrees_with_the_general_path(payload: bytes, retype: Any) -> None:
+    """A payload's shape builder gives the general path's event, or leaves the payload to
+    it (a member of the wrong type, one it does not know): never another event."""
+    from spine._codec import _decode_general, decode_stored
+    from spine._codec_fast import fast_decode
+
+    d = orjson.loads(payload)
+    if retype is not None and isinstance(d, dict) and d:
+        name = sorted(d)[len(d) // 2]
+        d[name] = retype
+        payload = orjson.dumps(d)
+    try:
+        general: Event | None = _decode_general(payload, None, None, SCHEMA_VERSION)
+    except DecodeError:
+        general = None
+    fast = fast_decode(orjson.loads(payload), payload, None)
+    assert fast is None or (general is not None and fast == general)
+    seq = general.seq if general is not None else 0
+    if general is None:
+        with pytest.raises(DecodeError):
+            decode_stored([(seq, SCHEMA_VERSION, payload)], "s")
+    else:
+        assert decode_stored([(seq, SCHEMA_VERSION, payload)], "s") == [general]
+
+
 @settings(max_examples=200, deadline=None)
 @given(raw_json, st.booleans())
 def test_any_json_input_is_kept_as_the_exact_text(text: str, stored: bool) -> None:
