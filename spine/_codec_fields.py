@@ -169,6 +169,28 @@ def _make_plain() -> Callable[[Event], bool]:
 plain_event = _make_plain()
 
 
+def _encode_fields() -> list[str]:
+    # The encoder's lines for each field after kind: store it if set, and judge it.
+    lines = []
+    for attr, key in _FIELDS[3:]:
+        lines.append(f"        v = ev.{attr}")
+        if attr == "input":
+            lines.append(f"        if v: d[{key!r}] = _Fragment(v); p = False")
+        elif attr == "usage":
+            ints = " or ".join(f"type(v.{a}) is not int" for a, _ in _USAGE_FIELDS)
+            lines.append("        if v is not None and not v.is_zero():")
+            lines.append(f"            d[{key!r}] = _usage(v)")
+            lines.append(f"            if type(v) is not _Usage or {ints}: p = False")
+        elif attr in ("properties", "record"):
+            lines.append(f"        if v: d[{key!r}] = v; p = False")
+        else:
+            want = "str" if key in _STR_FIELDS else "int" if key in _INT_FIELDS else "bool"
+            lines.append("        if v:")
+            lines.append(f"            d[{key!r}] = v")
+            lines.append(f"            if type(v) is not {want}: p = False")
+    return lines
+
+
 def _make_encode() -> Callable[..., tuple[list[tuple[int, str, bytes]], list[int]]]:
     """Generate ``encode(events, first_seq, now, stamp_time)``: the batch encoder.
 
@@ -196,22 +218,7 @@ def _make_encode() -> Callable[..., tuple[list[tuple[int, str, bytes]], list[int
         "        elif not kind: raise _Invalid(_NO_KIND)",
         "        d['kind'] = kind",
     ]
-    for attr, key in _FIELDS[3:]:
-        lines.append(f"        v = ev.{attr}")
-        if attr == "input":
-            lines.append(f"        if v: d[{key!r}] = _Fragment(v); p = False")
-        elif attr == "usage":
-            ints = " or ".join(f"type(v.{a}) is not int" for a, _ in _USAGE_FIELDS)
-            lines.append("        if v is not None and not v.is_zero():")
-            lines.append(f"            d[{key!r}] = _usage(v)")
-            lines.append(f"            if type(v) is not _Usage or {ints}: p = False")
-        elif attr in ("properties", "record"):
-            lines.append(f"        if v: d[{key!r}] = v; p = False")
-        else:
-            want = "str" if key in _STR_FIELDS else "int" if key in _INT_FIELDS else "bool"
-            lines.append("        if v:")
-            lines.append(f"            d[{key!r}] = v")
-            lines.append(f"            if type(v) is not {want}: p = False")
+    lines += _encode_fields()
     lines += [
         "        v = ev.extra",
         "        if v:",
