@@ -168,8 +168,10 @@ def main() -> None:
         default=f"0,{SPARES}",
         help=f"comma-separated spare session process counts to run (default: 0,{SPARES})",
     )
+    ap.add_argument("--rounds", type=int, help="rounds of the instant run (default 20, 3 quick)")
+    ap.add_argument("--cold-spares", action="store_true", help="spares that skip their warm-up")
     args = ap.parse_args()
-    rounds = 3 if args.quick else 20
+    rounds = args.rounds or (3 if args.quick else 20)
     for spares in (int(n) for n in args.spares.split(",")):
         print(f"-- spare session processes: {spares}")
         with tempfile.TemporaryDirectory() as tmp:
@@ -178,6 +180,7 @@ def main() -> None:
                 base="multiprocTCPBase",
                 timeout=30,
                 spare_sessions=spares,
+                warm_spares=not args.cold_spares,
             )
             try:
                 bench(h, "instant", INSTANT, rounds, spares)

@@ -31,11 +31,17 @@ CREATE TABLE IF NOT EXISTS position (id INTEGER PRIMARY KEY CHECK (id = 0), posi
 CREATE TABLE IF NOT EXISTS due (
     stream TEXT NOT NULL, timer TEXT NOT NULL, due REAL NOT NULL, PRIMARY KEY (stream, timer)
 );
+CREATE INDEX IF NOT EXISTS due_by_stream ON due (stream, due);
 """
+#: KiB of page cache the index's connection may hold: what it reads is one session's
+#: timers at a time, by index, and the file stays in the operating system's cache anyway.
+CACHE_KIB = 256
 
 
 class DueIndex:
-    """Every set timer's next due time; ``catch_up`` folds what the log added since."""
+    """Every set timer's next due time, in ``timers.db``; in memory only each session's
+    earliest (and how many it has), which is all the Runner asks about on its hot path.
+    ``catch_up`` folds what the log added since."""
 
     def __init__(self, log: Log, path: str | os.PathLike[str]) -> None:
         self._log = log
@@ -44,47 +50,42 @@ class DueIndex:
         # spares each catch-up a sync.
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         self._db.executescript(_SCHEMA)
         row = self._db.execute("SELECT position FROM position WHERE id = 0").fetchone()
         self.position = int(row[0]) if row else 0
-        #: Each session's timers (id to due time) and the same by due time, and each
-        #: session's earliest once: the Runner's questions (who is due, when next) then
-        #: cost per session, not per timer, which matters with thousands overdue after
-        #: an outage; the session's id is held once, not per timer.
-        self._due: dict[str, dict[str, float]] = {}
-        self._per: dict[str, SortedList] = {}
+        #: Each session's earliest due time and timer count, and the same heads by due
+        #: time: the Runner's questions (who is due, when next) cost per session, not per
+        #: timer (thousands overdue after an outage), and memory is per session too.
+        self._head: dict[str, tuple[float, int]] = {}
         self._heads: SortedList = SortedList()
         self._count = 0
-        for stream, timer, due in self._db.execute("SELECT stream, timer, due FROM due"):
-            self._put(stream, timer, float(due))
+        rows = self._db.execute("SELECT stream, MIN(due), COUNT(*) FROM due GROUP BY stream")
+        for stream, due, n in rows:
+            self._set_head(stream, (float(due), int(n)))
 
-    def _put(self, stream: str, timer: str, due: float | None) -> None:
-        mine, ids = self._per.get(stream), self._due.get(stream)
-        if mine is None or ids is None:
-            if due is None:
-                return
-            mine, ids = SortedList(), {}
-            self._per[stream], self._due[stream] = mine, ids
-        head = mine[0][0] if mine else None
-        old = ids.pop(timer, None)
+    def _set_head(self, stream: str, head: tuple[float, int] | None) -> None:
+        old = self._head.pop(stream, None)
         if old is not None:
-            mine.discard((old, timer))
-            self._count -= 1
-        if due is not None:
-            ids[timer] = due
-            mine.add((due, timer))
-            self._count += 1
-        new = mine[0][0] if mine else None
-        if new != head:
-            if head is not None:
-                self._heads.discard((head, stream))
-            if new is not None:
-                self._heads.add((new, stream))
-        if not mine:
-            del self._per[stream], self._due[stream]
+            self._heads.discard((old[0], stream))
+            self._count -= old[1]
+        if head is not None:
+            self._head[stream] = head
+            self._heads.add((head[0], stream))
+            self._count += head[1]
 
-    def fold(self, records: Iterable[Record]) -> dict[tuple[str, str], float | None]:
-        """Fold ``records`` (in position order); returns what changed."""
+    def _refresh(self, streams: Iterable[str]) -> None:
+        """Read the heads of ``streams`` back from the file after a commit."""
+        for stream in streams:
+            due, n = self._db.execute(
+                "SELECT MIN(due), COUNT(*) FROM due WHERE stream = ?", (stream,)
+            ).fetchone()
+            self._set_head(stream, None if due is None else (float(due), int(n)))
+
+    @staticmethod
+    def fold(records: Iterable[Record]) -> dict[tuple[str, str], float | None]:
+        """What ``records`` (in position order) change: each (stream, timer) to its due
+        time, None for a timer that ended. The last event of a timer says all of it."""
         changed: dict[tuple[str, str], float | None] = {}
         for r in records:
             ev = r.event()
@@ -97,7 +98,6 @@ class DueIndex:
             elif r.kind == Kind.TIMER_FIRED:
                 nxt = ev.extra.get("next")
                 due = None if nxt is None else float(nxt)
-            self._put(r.stream, timer, due)
             changed[(r.stream, timer)] = due
         return changed
 
@@ -119,7 +119,9 @@ class DueIndex:
                 position = max(position, top)
                 break
         self._commit(position, changed)
-        return {stream for stream, _ in changed}
+        streams = {stream for stream, _ in changed}
+        self._refresh(streams)
+        return streams
 
     def _with_prefixes(self, page: list[Record]) -> Iterator[Record]:
         """``page`` with the timers a fork's prefix (read by reference, not stored in
@@ -169,14 +171,25 @@ class DueIndex:
 
     def next_after(self, stream: str, when: float) -> float | None:
         """The earliest due time of ``stream``'s timers later than ``when``, if any."""
-        mine = self._per.get(stream)
-        if not mine:
+        if stream not in self._head:
             return None
-        i = mine.bisect_right((when, "\U0010ffff"))
-        return float(mine[i][0]) if i < len(mine) else None
+        row = self._db.execute(
+            "SELECT MIN(due) FROM due WHERE stream = ? AND due > ?", (stream, when)
+        ).fetchone()
+        return None if row[0] is None else float(row[0])
 
     def timers(self, stream: str) -> dict[str, float]:
-        return dict(self._due.get(stream, {}))
+        rows = self._db.execute("SELECT timer, due FROM due WHERE stream = ?", (stream,))
+        return {str(t): float(d) for t, d in rows}
+
+    def release_memory(self) -> None:
+        """Give back the page caches of the file and of the log's reads (the fold of
+        every ``timer.set``; only SQLite's log has one) after bulk work: they refill as
+        needed."""
+        self._db.execute("PRAGMA shrink_memory")
+        release = getattr(self._log, "release_memory", None)
+        if release is not None:
+            release()
 
     def __len__(self) -> int:
         return self._count

@@ -363,6 +363,17 @@ class SqliteLog(ForkReads, SqliteWatch):
         except sqlite3.Error as exc:
             raise StorageError(f"read from {self.path!r} failed: {exc}") from exc
 
+    def release_memory(self) -> None:
+        """Give back the page cache of the writer and of this thread's reader (after bulk
+        reads: it refills as needed)."""
+        with self._wlock:
+            if self._closed:
+                return
+            conns = {id(c): c for c in (self._w, getattr(self._local, "conn", None)) if c}
+            for c in conns.values():
+                with contextlib.suppress(sqlite3.Error):
+                    c.execute("PRAGMA shrink_memory")
+
     def close(self) -> None:
         with self._wlock:
             if self._closed:

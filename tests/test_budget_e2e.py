@@ -125,3 +125,36 @@ def test_a_tool_loop_is_stopped_within_one_call_of_its_goal_budget_and_a_raise_g
         assert [e.turn for e in end] == [turn]
     finally:
         h.close()
+
+
+def test_a_kill_during_a_budget_pause_mid_turn_keeps_the_calls_spent_before_it(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """A tool loop pauses at its second model call, the session is SIGKILLed in the pause,
+    a raise resumes the same turn on a new process: the spend counts every model call
+    once, the first (whose worker died) from the usage its ``action.completed`` stored."""
+    h = Host(tmp_path, base="multiprocTCPBase", timeout=20, spare_sessions=0, prices=PRICES)
+    try:
+        meta = {"ore.model.name": "scripted", "governance.max_cost": str(PER_CALL + RESERVE - 3)}
+        sid = h.create(metadata=meta)
+        sent = h.send(sid, LOOP)
+        wait_for(lambda: h.spending(sid)["paused"], timeout=20)
+        (call,) = h.spending(sid)["paused"]
+        os.kill(h.session_pid(sid), signal.SIGKILL)
+        assert h.spending(sid)["paused"] == [call]
+        h.approve(sid, call, raise_by=1000.0)
+        end = h.wait_turn(sid, sent.seq)
+        assert end.kind == Kind.TURN_COMPLETED
+        calls = [
+            e.usage
+            for e in h.history(sid)
+            if e.kind == Kind.ACTION_COMPLETED and e.action == "model" and e.usage is not None
+        ]
+        assert len(calls) >= 2
+        each = sum(u.input_tokens + u.output_tokens for u in calls)
+        assert end.usage is not None and end.usage.output_tokens < sum(
+            u.output_tokens for u in calls
+        )
+        assert h.spending(sid)["cost"] == pytest.approx(each)
+    finally:
+        h.close()

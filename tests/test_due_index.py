@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pathlib
 
+from actors._runtime.heap import give_back
 from projections import DueIndex
 from spine import Event, Kind, SqliteLog
 
@@ -87,3 +88,43 @@ def test_the_runner_asks_per_session_not_per_timer(tmp_path: pathlib.Path) -> No
         idx.close()
     finally:
         log.close()
+
+
+def test_memory_holds_each_sessions_earliest_only(tmp_path: pathlib.Path) -> None:
+    """Thousands of timers: the file holds them all, memory one head per session; what
+    the Runner asks beyond the heads is read from the file, the caches given back."""
+    log = SqliteLog(tmp_path / "spine.db")
+    try:
+        for i in range(10):
+            log.append(f"s{i}", [_set(f"t{j}", float(i + j * 10)) for j in range(300)])
+        idx = DueIndex(log, tmp_path / "timers.db")
+        idx.catch_up()
+        assert len(idx) == 3000 and len(idx._head) == 10 and len(idx._heads) == 10
+        assert idx.next_after("s3", 3.0) == 13.0 and idx.next_after("s3", 1e9) is None
+        assert idx.next_after("nobody", 0.0) is None
+        assert len(idx.timers("s3")) == 300
+        idx.release_memory()  # and the log's; the index answers as before
+        assert idx.next_due() == 0.0 and len(idx) == 3000
+        idx.close()
+        again = DueIndex(log, tmp_path / "timers.db")
+        assert len(again) == 3000 and again.next_due() == 0.0 and len(again._head) == 10
+        again.close()
+    finally:
+        log.close()
+
+
+def test_memory_is_given_back_and_the_log_reads_on(tmp_path: pathlib.Path) -> None:
+    """The heap (gc, and malloc_trim where glibc has it) and the log's page caches are
+    given back; nothing they held was needed: the log and the index answer as before."""
+    log = SqliteLog(tmp_path / "spine.db")
+    try:
+        log.append("s", [_set("t", 5.0)])
+        idx = DueIndex(log, tmp_path / "timers.db")
+        idx.catch_up()
+        log.release_memory()
+        give_back()
+        assert log.last_seq("s") == 1 and idx.timers("s") == {"t": 5.0}
+        idx.close()
+    finally:
+        log.close()
+    log.release_memory()  # closed: nothing to give back, and no error

@@ -432,10 +432,12 @@ def test_a_stop_requested_before_ready_keeps_requests_for_the_next_incarnation()
         ({"subscribers": 1}, False),
         ({"idle_for": 9.9}, False),
         ({"idle_timeout": None}, False),
+        ({"timer_soon": True}, False),
     ],
 )
 def test_passivation_eligibility(kw: dict[str, Any], eligible: bool) -> None:
-    """Live, not busy, nothing in flight, no subscribers, idle >= idle_timeout."""
+    """Live, not busy, nothing in flight, no subscribers, no timer due soon (it would be
+    brought back for it at once), idle >= idle_timeout."""
     args: dict[str, Any] = {"live": True, "busy": False, "in_flight": 0, "subscribers": 0}
     args |= {"idle_for": 10.0, "idle_timeout": 10.0} | kw
     assert sv.may_passivate(**args) is eligible
@@ -459,6 +461,15 @@ def test_a_session_with_a_subscriber_is_not_passivated() -> None:
     r = _live()
     r.route(SID, m.Subscribe(request_id="r", session_id=SID), CALLER, 0.0)
     assert r.passivation_due(now=100.0) == [Schedule(delay=5.0, payload=PassivationDue())]
+
+
+def test_a_session_with_a_timer_due_soon_is_not_passivated() -> None:
+    """The shell names the sessions with a timer due within the lead: they stay live."""
+    r = _live()
+    assert r.passivation_due(now=100.0, keep={SID}) == [
+        Schedule(delay=5.0, payload=PassivationDue())
+    ]
+    assert r.passivation_due(now=100.0, keep={"other"})[0] == Stop(session_id=SID, address="addr-1")
 
 
 # -- sinks, projection, close-all ----------------------------------------------------------

@@ -170,9 +170,10 @@ async def _call(
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        out.emit(completed(call, "model", "", _fault_of(exc)))
+        used = seen.usage if seen is not None else None
+        out.emit(completed(call, "model", "", _fault_of(exc), usage=used))
         raise SummaryFailed(f"the summary call failed: {exc}") from None
-    out.emit(completed(call, "model", "", ""))
+    out.emit(completed(call, "model", "", "", usage=seen.usage if seen is not None else None))
     if seen is not None:
         tally.add(seen)
         tally.report(UsageSeen(usage=Usage(), raw={}), out)

@@ -158,14 +158,16 @@ class ModelAgent:
         if events is None or any(isinstance(ev, ToolCallDone) for ev in events):
             return None
         stop = "end_turn"
+        used = None
         for ev in events:
             if isinstance(ev, TextDelta):
                 out.text(ev.text)
             elif isinstance(ev, UsageSeen):
                 out.usage(ev.usage, (ev.raw,) if ev.raw else ())
+                used = ev.usage
             elif isinstance(ev, Stopped):
                 stop = ev.reason
-        out.emit(completed(turn.model_call, "model", "", ""))
+        out.emit(completed(turn.model_call, "model", "", "", usage=used))
         return stop
 
     async def turn(self, turn: TurnInput, out: TurnOutput) -> str:

@@ -118,11 +118,11 @@ async def stream_reply(
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        out.emit(completed(call, "model", "", _fault_of(exc)))
+        out.emit(completed(call, "model", "", _fault_of(exc), usage=_used(seen)))
         raise
     counted = seen.usage.input_tokens if seen is not None else 0
     extra = {"context": {"chars": measure, "inputTokens": counted}} if measure and counted else None
-    out.emit(completed(call, "model", "", "", extra))
+    out.emit(completed(call, "model", "", "", extra, _used(seen)))
     if seen is not None:
         tally.add(seen)
     return Reply("".join(text), tuple(calls), stop)
@@ -148,11 +148,19 @@ def drain_now(stream: AsyncIterator[StreamEvent]) -> list[StreamEvent] | None:
 
 
 def completed(
-    call: int, action: str, tool_use_id: str, fault: str, extra: Mapping[str, Any] | None = None
+    call: int,
+    action: str,
+    tool_use_id: str,
+    fault: str,
+    extra: Mapping[str, Any] | None = None,
+    usage: Usage | None = None,
 ) -> Event:
-    """The ``action.completed`` event of governed call ``call`` (a model call or a tool)."""
+    """The ``action.completed`` event of governed call ``call`` (a model call or a tool);
+    a model call's carries what the call used, stored as it ends, so the spend of a turn
+    a crash cuts short still counts it."""
     return Event(
         kind=Kind.ACTION_COMPLETED,
+        usage=usage if usage is not None and not usage.is_zero() else None,
         call=call,
         action=action,
         tool=action if action != "model" else "",
@@ -160,6 +168,10 @@ def completed(
         fault=fault,
         extra=extra or {},
     )
+
+
+def _used(seen: UsageSeen | None) -> Usage | None:
+    return seen.usage if seen is not None else None
 
 
 def _fault_of(exc: BaseException) -> str:

@@ -201,13 +201,13 @@ def _start_host(
     from ..policy import SnapshotPolicy
 
     prices = _prices(args)
-    factory = _factory(args)
     try:
         return Host(
             args.data,
-            factory=factory,
+            factory=_factory(args),
             admin_port=args.port,
             idle_timeout=args.idle_timeout,
+            timer_lead=args.timer_lead,
             spine=spine,
             auto_seal=seal_policy,
             convention_bind=bind,

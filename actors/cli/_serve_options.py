@@ -21,10 +21,21 @@ SNAPSHOT_BYTES = 4 * 1024 * 1024
 def serve_args(p: argparse.ArgumentParser) -> None:
     # Declared in this order, which is the order `serve --help` lists them in.
     _daemon_options(p)
+    _timer_options(p)
     _output_options(p)
     _storage_and_door_options(p)
     _bounds_options(p)
     _convention_options(p)
+
+
+def _timer_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--timer-lead",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="bring a passivated session back S seconds before its next timer (default 1)",
+    )
 
 
 def _daemon_options(p: argparse.ArgumentParser) -> None:

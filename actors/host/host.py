@@ -146,6 +146,7 @@ class Host(SessionCommands, ConversationCommands, SessionReading, SessionTimers)
         interceptors: Sequence[Any] | None = None,
         busy_policy: str = "enqueue",
         idle_timeout: float | None = None,
+        timer_lead: float = 1.0,
         max_restarts: int = 5,
         restart_window: float = 60.0,
         timeout: float = 15.0,
@@ -162,8 +163,6 @@ class Host(SessionCommands, ConversationCommands, SessionReading, SessionTimers)
     ) -> None:
         _check_base(base, attach, admin_port, convention_bind is not None)
         servers = _servers(model_servers)
-        #: The model servers sessions may name (`actors.model_servers`).
-        self.model_servers = servers
         if not attach:
             factory = with_model_servers(with_mcp(factory, _mcp_config(data_dir)), servers)
         cfg = RunnerConfig(
@@ -172,6 +171,7 @@ class Host(SessionCommands, ConversationCommands, SessionReading, SessionTimers)
             factory=factory,
             busy_policy=BusyPolicy.parse(busy_policy),
             idle_timeout=idle_timeout,
+            timer_lead=timer_lead,
             restart=RestartPolicy(max_restarts=max_restarts, window=restart_window),
             projections=projections,
             spine=_durable(data_dir, spine, durability),
@@ -197,6 +197,8 @@ class Host(SessionCommands, ConversationCommands, SessionReading, SessionTimers)
     ) -> None:
         #: A convention leader's one listening address (None: a single loopback host).
         self.convention_bind = convention_bind
+        #: The model servers sessions may name (`actors.model_servers`).
+        self.model_servers = cfg.model_servers
         self.data_dir = cfg.data_dir
         #: The spine's URL as given (empty: the SQLite file in the data directory).
         self.spine = cfg.spine

@@ -28,6 +28,10 @@ class RunnerConfig:
     factory: Any = None
     busy_policy: BusyPolicy = attrs.field(default=BusyPolicy.ENQUEUE, converter=_busy_policy)
     idle_timeout: float | None = None
+    # Seconds before a passivated session's next timer is due that the Runner brings it
+    # back, so that it fires on its own wake-up rather than after a process start and a
+    # fold; a session is not passivated while a timer is due within it. 0: woken at due.
+    timer_lead: float = 1.0
     restart: RestartPolicy = attrs.field(factory=RestartPolicy)
     # Run the status projection actor beside the Runner (woken on every append).
     projections: bool = True

@@ -49,7 +49,7 @@ class Standby:
 
     db_path: str = ""
     spine: str = ""
-    #: Run the warm-up (`warmup.warm_up`) before answering (`RunnerConfig.warm_spares`).
+    #: Run the warm-up (`warmup.warm_spare`) before answering (`RunnerConfig.warm_spares`).
     warm: bool = True
 
 

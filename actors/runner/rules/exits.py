@@ -4,6 +4,7 @@ timers. Pure like the rest of the registry: no Thespian, no I/O, no clock."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from ...policy import RestartPolicy
@@ -135,8 +136,9 @@ class RegistryExits:
             return []
         return [e.spawn()]
 
-    def passivation_due(self, now: float) -> list[Action]:
-        """Stop every session idle long enough, and schedule the next check."""
+    def passivation_due(self, now: float, keep: Collection[str] = ()) -> list[Action]:
+        """Stop every session idle long enough (but those in ``keep``: a timer due soon),
+        and schedule the next check."""
         out: list[Action] = []
         for e in self.entries.values():
             if e.address is not None and sv.may_passivate(
@@ -146,6 +148,7 @@ class RegistryExits:
                 subscribers=e.subscribers,
                 idle_for=now - e.last_activity,
                 idle_timeout=self.idle_timeout,
+                timer_soon=e.session_id in keep,
             ):
                 e.state, e.stop_reason = EntryState.STOPPING, "passivate"
                 out.append(Stop(session_id=e.session_id, address=e.address))

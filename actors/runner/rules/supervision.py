@@ -111,9 +111,11 @@ def may_passivate(
     subscribers: int,
     idle_for: float,
     idle_timeout: float | None,
+    timer_soon: bool = False,
 ) -> bool:
     """A session may be stopped to save a process when it is live, runs no turn, holds
-    no uncommitted ingress and no protocol subscription, and has been idle long enough."""
-    if not idle_timeout or not live or busy or in_flight or subscribers:
+    no uncommitted ingress, no protocol subscription and no timer due soon (it would be
+    brought back for it at once), and has been idle long enough."""
+    if not idle_timeout or not live or busy or in_flight or subscribers or timer_soon:
         return False
     return idle_for >= idle_timeout

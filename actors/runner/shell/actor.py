@@ -387,7 +387,7 @@ class RunnerActor(GuardedActor):
         elif isinstance(payload, ProjectionWakeDue):
             self.wakes.fired()
         elif isinstance(payload, PassivationDue):
-            self.do(self.registry.passivation_due(time.monotonic()))
+            self.do(self.registry.passivation_due(time.monotonic(), self.timers.soon()))
         elif isinstance(payload, RestartDue):
             self.do(self.registry.restart_due(payload))
         elif isinstance(payload, TimersDue):

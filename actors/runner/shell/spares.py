@@ -34,14 +34,17 @@ class Spares:
         self.refill_due = False
         #: Asked to start no more (`StopSpares`).
         self.stopped = False
-        #: Whether this Runner has warmed up for the cold spares it forks.
+        #: Whether this Runner has warmed up for the session processes it forks.
         self.warmed = False
 
     def refill(self, cfg: RunnerConfig) -> None:
         """Start spare session processes up to `RunnerConfig.spare_sessions`."""
         if self.stopped:
             return
-        if not self.warmed and not cfg.warm_spares:
+        if not self.warmed:
+            # Warm or cold, a spare inherits what this run specialises and fills as pages
+            # it shares (`warmup`); a warm spare then only starts its threads and runs a
+            # chat turn of its own.
             self.warmed = True
             try:
                 warm_for_forks()

@@ -46,7 +46,7 @@ from .state import (
     SessionState,
     depth_of,
 )
-from .tenantcaps import spent_of
+from .tenantcaps import open_usage, spent_of
 from .views import ingress_seq
 
 #: Stop reasons of a turn that ended with an answer (``finish``: the finish tool ended it).
@@ -150,9 +150,10 @@ def goal_budget(st: SessionState, run: Running, now: float) -> GoalBudget | None
     g = st.running_goal
     if g is None or not g.budget:
         return None
-    used = st.usage + run.usage if run.usage is not None else st.usage
+    turn = open_usage(st, run)
+    used = st.usage + turn if turn is not None else st.usage
     # The open turn's cost is priced as the session's own budget prices it.
-    spend = st.spend.charged(run.usage, st.metadata.get(MODEL_NAME, ""))
+    spend = st.spend.charged(turn, st.metadata.get(MODEL_NAME, ""))
     spent = Spent(
         tokens=used.input_tokens + used.output_tokens - g.base_tokens,
         tool_calls=st.tool_calls - g.base_tool_calls,

@@ -120,6 +120,26 @@ def price(usage: Usage, rates: Mapping[str, float]) -> float:
     return total / 1e6
 
 
+def most(a: Usage | None, b: Usage | None) -> Usage | None:
+    """The open turn's usage from its two accounts: ``a``, the sum its model calls'
+    ``action.completed`` stored as each ended (every incarnation's), and ``b``, what its
+    worker reports (this incarnation's calls, the one still streaming included). Taken per
+    kind of token, the larger: each call counts once whether one account or both hold it,
+    a call of a crashed incarnation counts from the log, an agent that reports no usage
+    per call from its worker."""
+    if a is None or a.is_zero():
+        return b
+    if b is None:
+        return a
+    return Usage(
+        input_tokens=max(a.input_tokens, b.input_tokens),
+        output_tokens=max(a.output_tokens, b.output_tokens),
+        cache_read_tokens=max(a.cache_read_tokens, b.cache_read_tokens),
+        cache_write_tokens=max(a.cache_write_tokens, b.cache_write_tokens),
+        reasoning_tokens=max(a.reasoning_tokens, b.reasoning_tokens),
+    )
+
+
 @attrs.frozen(kw_only=True)
 class Spend:
     """The session's spending as its stream says: the price table in force, the cost of
@@ -165,11 +185,12 @@ class Spend:
                 periods[key] = periods.get(key, 0.0) + cost
         return attrs.evolve(self, cost=self.cost + cost, periods=periods)
 
-    def turn_ended(self, ev: Event, model: str) -> Spend:
-        """With the turn ``ev`` ends charged, in the periods of the time stored on it (the
-        shell stamps it before the append, so the live fold and a replay agree); no call of
-        it waits on a cap any more."""
-        out = self.charged(ev.usage, model, ev.time)
+    def turn_ended(self, ev: Event, model: str, used: Usage | None = None) -> Spend:
+        """With the turn ``ev`` ends charged (``used``: the turn's usage as `turn_used`
+        takes it; else the one ``ev`` carries), in the periods of the time stored on it
+        (the shell stamps it before the append, so the live fold and a replay agree); no
+        call of it waits on a cap any more."""
+        out = self.charged(used if used is not None else ev.usage, model, ev.time)
         return attrs.evolve(out, paused_for={}) if out.paused_for else out
 
     def as_dict(self) -> dict[str, Any]:

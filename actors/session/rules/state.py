@@ -13,10 +13,10 @@ from spine import Event, Kind, Usage, terminal_after
 
 from . import conversation
 from . import intents as ledger
-from .context import CONTEXT_HANDLERS, ContextState, calibrated
+from .context import CONTEXT_HANDLERS, ContextState
 from .intents import Intent
 from .replace import replace
-from .timespend import TIMESPEND_FOLD, Spend, Timer
+from .timespend import TIMESPEND_FOLD, Spend, Timer, model_call_ended, turn_used
 
 #: Version of `SessionState`'s shape and module (pickles name it); others are ignored.
 SNAPSHOT_VERSION = 14
@@ -210,12 +210,13 @@ def _tool_result(state: SessionState, ev: Event, seq: int) -> Changes:
 
 
 def _turn_ended(state: SessionState, ev: Event, seq: int) -> Changes:
-    usage = state.usage + ev.usage if ev.usage is not None else state.usage
+    used = turn_used(state.open_turn, ev)
+    usage = state.usage + used if used is not None else state.usage
     hist = state.history
     if ev.text:
         # Partial text of a cut-off or failed turn was said all the same.
         hist = _push(hist, ("assistant", ev.text, seq))
-    spend = state.spend.turn_ended(ev, state.metadata.get("ore.model.name", ""))
+    spend = state.spend.turn_ended(ev, state.metadata.get("ore.model.name", ""), used)
     changes: Changes = {"open_turn": None, "usage": usage, "history": hist, "spend": spend}
     if state.turn_actions:
         changes["turn_actions"] = {}
@@ -326,8 +327,8 @@ def _action(status: str) -> Callable[[SessionState, Event, int], Changes]:
         if status == "admitted" and ev.action != "model":
             changes["tool_calls"] = state.tool_calls + 1
         changes.update(_LEDGER.get(status, _ended)(state, ev, seq))
-        if status == "completed" and ev.action == "model" and ev.extra:
-            changes["context"] = calibrated(state.context, ev)
+        if status == "completed" and ev.action == "model":
+            changes.update(model_call_ended(state, ev))
         g = state.running_goal
         if status == "rejected" and ev.fault == "budget_exceeded" and g is not None:
             changes["goal"] = attrs.evolve(g, exhausted=ev.error or "budget exceeded")

@@ -19,7 +19,7 @@ from spine import Usage
 
 from ...agents.governance import Fault, Policy, PolicyError, Spent, Verdict
 from .commands import Running
-from .spend import PERIODS, TenantShare, period_keys, price
+from .spend import PERIODS, TenantShare, most, period_keys, price
 from .state import SessionState, depth_of
 
 __all__ = [
@@ -57,11 +57,17 @@ def reserve_of(st: SessionState) -> float:
     return price(Usage(output_tokens=int(cap)), rates)
 
 
+def open_usage(st: SessionState, run: Running) -> Usage | None:
+    """The open turn's usage so far: its calls' stored usage and its worker's (`most`)."""
+    return most(st.open_turn.usage if st.open_turn is not None else None, run.usage)
+
+
 def spent_of(st: SessionState, run: Running, action: str) -> Spent:
     """What the session has spent with ``run``'s turn so far, as the budget rules read it
     (a model call's reserve included)."""
-    used = st.usage + run.usage if run.usage is not None else st.usage
-    spend = st.spend.charged(run.usage, st.metadata.get(MODEL_NAME, ""))
+    turn = open_usage(st, run)
+    used = st.usage + turn if turn is not None else st.usage
+    spend = st.spend.charged(turn, st.metadata.get(MODEL_NAME, ""))
     return Spent(
         cost=spend.cost if spend.priced else None,
         raised=spend.raised,
@@ -93,7 +99,8 @@ def over_cap(st: SessionState, run: Running, others: TenantShare, now: float) ->
     caps = st.spend.caps(tenant)
     if not caps or not st.spend.priced:
         return None
-    open_turn = st.spend.charged(run.usage, st.metadata.get(MODEL_NAME, "")).cost - st.spend.cost
+    model = st.metadata.get(MODEL_NAME, "")
+    open_turn = st.spend.charged(open_usage(st, run), model).cost - st.spend.cost
     reserve = reserve_of(st)
     keys = period_keys(now)
     for period in PERIODS:

@@ -9,13 +9,14 @@ from typing import Any
 
 import attrs
 
-from spine import Event, Kind
+from spine import Event, Kind, Usage
 
 from . import timerbook
-from .spend import Spend, folded_pause, folded_prices, folded_raise, raised_amount
+from .context import calibrated
+from .spend import Spend, folded_pause, folded_prices, folded_raise, most, raised_amount
 from .timerbook import Timer
 
-__all__ = ["TIMESPEND_FOLD", "Spend", "Timer"]
+__all__ = ["TIMESPEND_FOLD", "Spend", "Timer", "model_call_ended", "turn_used"]
 
 Handler = Callable[[Any, Event, int], dict[str, Any]]
 
@@ -35,6 +36,25 @@ def _raised(state: Any, ev: Event, seq: int) -> dict[str, Any]:
     if ev.goal and g is not None and g.id == ev.goal:
         return {} if amount is None else {"goal": attrs.evolve(g, raised=g.raised + amount)}
     return {"spend": folded_raise(state.spend, ev)}
+
+
+def model_call_ended(state: Any, ev: Event) -> dict[str, Any]:
+    """A model call's ``action.completed``: the context's calibration from what it
+    measured, and its usage counted in the open turn, stored as the call ended (a crash
+    before the turn's end loses none of it: the turn's close takes it from there)."""
+    changes: dict[str, Any] = {}
+    if ev.extra:
+        changes["context"] = calibrated(state.context, ev)
+    ot = state.open_turn
+    if ev.usage is not None and ot is not None and ev.turn in (0, ot.turn):
+        changes["open_turn"] = attrs.evolve(ot, usage=ot.usage + ev.usage)
+    return changes
+
+
+def turn_used(ot: Any, ev: Event) -> Usage | None:
+    """What the turn ``ev`` ends used: its model calls' stored usage (``ot``, the open
+    turn) or what ``ev`` carries, as `spend.most` takes them (each call once)."""
+    return most(ot.usage if ot is not None else None, ev.usage)
 
 
 TIMESPEND_FOLD: dict[str, Handler] = {

@@ -46,6 +46,7 @@ from ..protocol import (
     Standby,
 )
 from ..rules import commands as c
+from .alarm import TIMER_WAKE
 from .autoseal import AUTO_SEAL, AUTO_SEAL_TIMER
 from .execution import session_log
 from .exit import Exit
@@ -244,6 +245,10 @@ class SessionActor(GuardedActor):
         if msg.payload in (AUTO_SEAL, AUTO_SEAL_TIMER):
             if self.live is not None:
                 self.live.auto_seal(msg.payload)
+            return
+        if msg.payload == TIMER_WAKE:
+            if self.live is not None:
+                self.live.timers_due()
             return
         if msg.payload == "notify":
             phase = self.live or self.exit

@@ -24,6 +24,7 @@ from ..protocol import RecordPoison, Routed, SessionConfig, SessionReady, Sessio
 from ..rules import commands as c
 from ..rules.state import SessionState, fold
 from ..rules.translation import command_of, session_info
+from .alarm import Alarm
 from .autoseal import AutoSealer
 from .execution import executor, keys, session_log
 from .outbox import NOTIFY_INTERVAL, Outbox
@@ -104,6 +105,7 @@ class Incarnation:
         self.ledger = LedgerPort(self.log, cfg.db_path)
         self.outbox = Outbox(sid, cfg.incarnation)
         self.sealer = AutoSealer(cfg.auto_seal, sid, self.log, self.signing_key)
+        self.alarm = Alarm(actor)
         #: How the turn's threads reach this actor.
         self.slot: Mailslot | Loopback = Mailslot() if supports_watch(actor) else Loopback(actor)
         #: The turn running on a worker, by its number (at most one).
@@ -305,6 +307,15 @@ class Incarnation:
         except (ConflictError, StorageError):
             pass  # this incarnation has asked to be stopped; the next one seals
 
+    def timers_due(self) -> None:
+        """The alarm rang: fire what is due, as the Runner's ask would (once, by key)."""
+        try:
+            self.run(c.FireDue(request_id="", now=self.alarm.rang(self.state)), None)
+        except (ConflictError, StorageError):
+            return  # this incarnation has asked to be stopped; the next one fires
+        self.settle()
+        self.flush_if_idle()
+
     # -- news for the Runner -----------------------------------------------------------------
 
     def drain(self) -> None:
@@ -317,9 +328,11 @@ class Incarnation:
     def after_message(self) -> None:
         """The end of every message: take what was handed back during it (an instant
         turn's end, which spares a pass of the transport's loop to be woken for it), and
-        send the news for the Runner, once per message."""
+        send the news for the Runner, once per message; and keep the alarm armed for the
+        next timer."""
         if self.slot.pending():
             self.drain()
+        self.alarm.arm(self.state)
         if not self.outbox:
             self.urgent = False
             return

@@ -1,9 +1,9 @@
 """`Spare`: a session process started ahead of need, standing by until it is configured.
 
 It watches the Runner (it must not outlive one that dies first), opens the log and the
-snapshot store every session opens first and reads through them once, and runs one goal
-run in memory (`warmup`), all while nothing waits for it; the incarnation it becomes takes
-what it opened.
+snapshot store every session opens first and reads through them once, and starts its threads
+and runs a chat turn in memory (`warmup.warm_spare`), all while nothing waits for it; the
+incarnation it becomes takes what it opened.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ..protocol import SessionConfig, Standby
 from .execution import session_log
 from .parent import Parent
 from .snapshots import SnapshotStore
-from .warmup import WARM_UP, warm_up
+from .warmup import WARM_UP, warm_spare
 
 #: What a session opens first: its log and its snapshot store.
 Stores = tuple[Log, SnapshotStore]
@@ -48,7 +48,7 @@ class Spare:
             return
         try:
             # The first run of a session's paths, in memory: see `warmup`.
-            warm_up()
+            warm_spare()
         except Exception:
             session_log().warning("spare session process: warm-up failed", exc_info=True)
 

@@ -1,20 +1,31 @@
-"""A spare session process's warm-up: one goal run in memory before it serves anything.
+"""The warm-up of session processes: a goal run and a chat turn in memory, before anything
+waits for them.
 
-A forked process runs every path for the first time slowly: its pages are shared with
-the Runner until written (reference counts write them), the interpreter has not yet
-specialised the code, and the turn's threads, the provider loop and its tool executor
-do not exist yet. A goal's child then paid for all of it on its first model call through
-the gate (8-9 ms against 4 ms in a warm process). A spare runs one goal run through the
-same code a session runs (the decider, the gate, the fold, the event codec, the turn
-worker, the tool loop with the scripted model and a calculator call) against an
-in-memory log while nothing waits for it, so the session it is handed later starts warm.
+A forked process runs every path for the first time slowly: the interpreter has not yet
+specialised the code, caches are empty, its pages are shared with the Runner until written
+(reference counts write them), and the turn's threads, the provider loop and its tool
+executor do not exist yet. A goal's child then paid for all of it on its first model call
+through the gate (8-9 ms against 4 ms in a warm process). The work is split by where it
+pays off:
 
-Nothing here touches the spine, the Runner or the network: the stream lives in a
-`spine.MemoryLog` and is dropped afterwards.
+- the Runner runs `warm_for_forks` once before it forks its first session process: one
+  goal run (the decider, the gate, the fold, the event codec, the turn worker, the tool
+  loop with the scripted model and a calculator call) and a chat turn. Code specialised
+  and caches filled there are inherited by every session as pages they share;
+- a spare (`warm_spare`, `RunnerConfig.warm_spares`) then starts the threads a goal's
+  first tool call would wait for (a turn thread, the provider loop and one thread of its
+  tool executor) and runs a chat turn, the path every session takes. It runs no goal run
+  of its own: those pages (about 1 MB) would be written in every session, chat sessions
+  included, and measured in a forked child the spare's own goal run bought less than
+  the threads did (docs/performance.md).
+
+Nothing here touches the spine, the Runner or the network: the streams live in a
+`spine.MemoryLog` and are dropped afterwards.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import queue
 import time
@@ -25,7 +36,7 @@ import attrs
 from spine import Kind
 
 from ...agents import ModelFactory
-from ...agents.provider_loop import stop_provider_loop
+from ...agents.provider_loop import provider_loop, stop_provider_loop
 from ..rules import commands as c
 from ..rules.state import GOAL_OBJECTIVE
 from . import turn_threads
@@ -33,7 +44,7 @@ from .executor import RecordingPorts
 from .kit import SessionKit
 from .worker import TurnWorker
 
-__all__ = ["WARM_UP", "warm_for_forks", "warm_up"]
+__all__ = ["WARM_UP", "warm_for_forks", "warm_spare", "warm_up"]
 
 #: The warm-up's session id (a valid id that no session has: it never reaches the spine).
 WARM_UP = "warm-up"
@@ -90,6 +101,36 @@ def warm_up(timeout: float = 2.0) -> bool:
     return _drive(kit, ports, out, (Kind.TURN_COMPLETED, Kind.TURN_CANCELLED), deadline)
 
 
+def warm_spare(timeout: float = 2.0) -> bool:
+    """A spare's warm-up: start the threads a session's first turns wait for, then run one
+    chat turn in memory; True when both happened within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    if not _start_threads(timeout):
+        return False
+    kit = _WarmKit(session_id=WARM_UP)
+    ports = kit._ports
+    assert isinstance(ports, _WarmPorts)
+    kit.create({})
+    out = kit.send("hello")
+    return _drive(kit, ports, out, (Kind.TURN_COMPLETED, Kind.TURN_CANCELLED), deadline)
+
+
+def _start_threads(timeout: float) -> bool:
+    """Start the provider loop and one thread of its tool executor (a tool call runs
+    there: `agents.tool_run`); a new thread waits to be scheduled, on a busy machine for
+    milliseconds, on the first tool call's path otherwise."""
+    loop = provider_loop()
+
+    async def start_executor() -> None:
+        await loop.run_in_executor(None, int)
+
+    try:
+        asyncio.run_coroutine_threadsafe(start_executor(), loop).result(timeout)
+    except Exception:
+        return False
+    return True
+
+
 def _drive(
     kit: SessionKit, ports: _WarmPorts, out: Any, ends: tuple[str, ...], deadline: float
 ) -> bool:
@@ -123,4 +164,5 @@ def warm_for_forks() -> bool:
     warm = warm_up()
     quiet = turn_threads.retire() and stop_provider_loop()
     gc.collect()
+    gc.freeze()
     return warm and quiet
