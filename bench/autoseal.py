@@ -74,14 +74,14 @@ def focused(rounds: int, turns: int) -> None:
                     last = res.last_seq
                     if sealer is None:
                         continue
-                    due = sealer.appended(evs, res.first_seq, last, {})
+                    due = sealer.appended(evs, res.first_seq, last, {}, res.records)
                     if due is not None and due[0] == 0.0:
                         cmd = sealer.due(due[1], last)
                         if cmd is not None and cmd.seal is not None:
                             ev = seal_event(cmd.seal)
                             res = log.append(sid, [ev], expected_seq=last)
                             last = res.last_seq
-                            sealer.appended([ev], res.first_seq, last, {})
+                            sealer.appended([ev], res.first_seq, last, {}, res.records)
                             made += 1
                 rates[name].append(turns / (time.perf_counter() - t0))
                 seals_made[name] = made

@@ -7,7 +7,10 @@ same pragmas, and encodes each event as a plain dict with orjson; what the ratio
 therefore exactly the spine's own cost: validation, the Event codec, records and results.
 
 Run it with ``python bench/spine.py`` (``--quick`` for a smoke run). Temporary database
-files live in a temporary directory that is removed at the end.
+files live in a temporary directory that is removed at the end. ``--eventsourcing``
+compares the batched append with the `eventsourcing` library's SQLite store instead; it
+needs an interpreter that has that library (install it beside this repository in a
+virtual environment of its own: it is no dependency of the project).
 """
 
 from __future__ import annotations
@@ -212,6 +215,80 @@ def bench_append(tmp: str, per_commit: int, commits: int, rounds: int) -> dict[s
         assert raw_last == spine_last == chunks * per_chunk * per_commit
         for k, dt in spent.items():
             samples[k].append(raw_last / dt)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def _eventsourcing_app(path: str) -> tuple[Any, Callable[[], Any]]:
+    """An `eventsourcing` application on its SQLite store at ``synchronous = NORMAL``
+    (set on each connection it opens, as the spine runs; SQLite's own default is FULL),
+    and a factory of the aggregate it saves."""
+    from eventsourcing import sqlite as es_sqlite
+    from eventsourcing.application import Application
+    from eventsourcing.domain import Aggregate, event
+
+    pool = es_sqlite.SQLiteConnectionPool
+    if not getattr(pool, "_vertebra_normal", False):
+        opened = pool._create_connection
+
+        def create(self: Any) -> Any:
+            conn = opened(self)
+            conn._sqlite_conn.execute("PRAGMA synchronous = NORMAL")
+            return conn
+
+        pool._create_connection = create  # type: ignore[method-assign]
+        pool._vertebra_normal = True  # type: ignore[attr-defined]
+
+    if "chat" not in _ES:  # the library registers each class under one topic, once
+
+        class Chat(Aggregate):  # type: ignore[misc]
+            @event("Said")  # type: ignore[misc]
+            def say(self, kind: str, actor: str, turn: int, text: str) -> None:
+                pass
+
+        _ES["chat"] = Chat
+    env = {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": path}
+    return Application(env=env), _ES["chat"]
+
+
+_ES: dict[str, Any] = {}
+
+
+def bench_eventsourcing(tmp: str, per_commit: int, commits: int, rounds: int) -> dict[str, float]:
+    """Events per second saving ``per_commit`` events per transaction: the spine's append
+    against an `eventsourcing` aggregate that records as many events and is saved (one
+    transaction of the library's SQLite recorder). Alternated in chunks as `bench_append`."""
+    events = [_append_event(i) for i in range(per_commit)]
+    dicts = [_append_dict(i) for i in range(per_commit)]
+    chunks = 10
+    per_chunk = commits // chunks
+    samples: dict[str, list[float]] = {"eventsourcing": [], "spine": []}
+    for _ in range(rounds):
+        app, chat_class = _eventsourcing_app(_fresh(tmp, "es.db"))
+        chat = chat_class()
+        app.save(chat)
+        spine_log = SqliteLog(_fresh(tmp, "spine.db"))
+        spent = {"eventsourcing": 0.0, "spine": 0.0}
+        spine_last = 0
+        try:
+            for c in range(chunks):
+                t0 = time.perf_counter()
+                for _ in range(per_chunk):
+                    for d in dicts:
+                        chat.say(d["kind"], d["actor"], d["turn"], d["text"])
+                    app.save(chat)
+                t1 = time.perf_counter()
+                for n in range(per_chunk):
+                    spine_last = spine_log.append(
+                        STREAM, events, expected_seq=spine_last, idempotency_key=f"k{c}-{n}"
+                    ).last_seq
+                spent["eventsourcing"] += t1 - t0
+                spent["spine"] += time.perf_counter() - t1
+        finally:
+            spine_log.close()
+            app.close()
+        assert chat.version == spine_last + 1  # its creation is one event more
+        for k, dt in spent.items():
+            samples[k].append(spine_last / dt)
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
@@ -520,8 +597,16 @@ def _line(name: str, value: str, ratio: str, target: str, ok: bool) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--quick", action="store_true", help="a smoke run with small sizes")
+    ap.add_argument(
+        "--eventsourcing",
+        action="store_true",
+        help="only the batched append against the eventsourcing library (run with an "
+        "interpreter that has it, in an environment of its own)",
+    )
     args = ap.parse_args(argv)
     q = args.quick
+    if args.eventsourcing:
+        return _versus_eventsourcing(q)
     rounds = 3 if q else 7
     replay_n = 10_000 if q else 100_000
     lat_n = 100 if q else 1000
@@ -596,6 +681,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"total {elapsed:.1f} s; targets missed: {', '.join(missed) or 'none'}")
     for key in missed:
         print(f"  {key}: {BOUNDS[key]}")
+    return 0
+
+
+def _versus_eventsourcing(quick: bool) -> int:
+    import importlib.metadata
+
+    version = importlib.metadata.version("eventsourcing")
+    rounds = 3 if quick else 7
+    with tempfile.TemporaryDirectory(prefix="spine-bench-") as tmp:
+        r = bench_eventsourcing(tmp, 100, 40 if quick else 400, rounds)
+    ratio = r["spine"] / r["eventsourcing"]
+    mark = "met" if ratio >= 3 else "MISSED"
+    print(f"append, 100 events per commit, medians of {rounds} rounds (WAL, NORMAL both)")
+    print(f"  spine {r['spine']:,.0f} ev/s  eventsourcing {version} {r['eventsourcing']:,.0f} ev/s")
+    print(f"  ratio {ratio:.2f}x  target >= 3x: {mark}")
     return 0
 
 

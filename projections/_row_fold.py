@@ -60,9 +60,16 @@ def _with_state(
     h: Callable[[StatusFolder, Mapping[str, Any]], None] | None,
     ih: Callable[[InfoFolder, Mapping[str, Any]], None],
 ) -> RowHandler:
+    if h is None:
+
+        def info_only(acc: _Acc, d: Mapping[str, Any]) -> None:
+            ih(acc.info, d)
+
+        return info_only
+    status = h
+
     def both(acc: _Acc, d: Mapping[str, Any]) -> None:
-        if h is not None:
-            h(acc, d)
+        status(acc, d)
         ih(acc.info, d)
 
     return both

@@ -73,9 +73,31 @@ def as_int(x: Any) -> int:
     return int(x) if isinstance(x, int | float) and not isinstance(x, bool) else 0
 
 
+#: (metadata items, answered) -> `window_in_force`'s answer. It is a pure function of
+#: them, and a rebuild asks it on every ``session.properties`` event, mostly with metadata
+#: it has seen (parsing every model and context setting again cost about 20 us a time).
+_WINDOWS: dict[tuple[Any, ...], tuple[int, str]] = {}
+
+
 def window_in_force(metadata: Mapping[str, str], answered: tuple[int, str, str]) -> tuple[int, str]:
     """The window the next turn works with and where it came from, as the session's
     ``context_of`` decides it; (0, "") when a setting cannot be used or none is known."""
+    key = (*metadata.items(), answered)
+    try:
+        hit = _WINDOWS.get(key)
+    except TypeError:  # a value that is not text: nothing to share
+        return _window_in_force(metadata, answered)
+    if hit is None:
+        hit = _window_in_force(metadata, answered)
+        if len(_WINDOWS) >= 4096:
+            _WINDOWS.clear()
+        _WINDOWS[key] = hit
+    return hit
+
+
+def _window_in_force(
+    metadata: Mapping[str, str], answered: tuple[int, str, str]
+) -> tuple[int, str]:
     try:
         settings = context_settings(metadata)
         model = model_settings(metadata).check()

@@ -9,6 +9,7 @@ fields without re-validating their types.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 _A_CALL, _A_ACTION, _A_TRUST, _A_STATE, _A_FAULT, _A_GOAL = range(6)
 
 _RUNNING = "running"
+_goal_of = itemgetter(_A_GOAL)
 
 FastHandler = Callable[["StatusFolder", Mapping[str, Any]], None]
 
@@ -108,9 +110,11 @@ def _child_completed(s: StatusFolder, d: Mapping[str, Any]) -> None:
     s.completed += c[_C_IN_FLIGHT]
     c[_C_IN_FLIGHT] = 0
     cid = c[_C_ID]
-    for a in s.actions:
-        if a[_A_GOAL] == cid and a[_A_STATE] == _RUNNING:
-            a[_A_STATE] = "done"
+    # A C-level scan first: most children own none of the ledger's actions.
+    if cid in map(_goal_of, s.actions):
+        for a in s.actions:
+            if a[_A_GOAL] == cid and a[_A_STATE] == _RUNNING:
+                a[_A_STATE] = "done"
 
 
 def _converged(s: StatusFolder, d: Mapping[str, Any]) -> None:

@@ -7,7 +7,7 @@ and generated encoders are in `spine._codec_fields`, the decoding in `spine._cod
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,7 +15,8 @@ import cattrs
 import orjson
 
 from ._codec_decode import _from_dict, _raw_input, _wide_loads
-from ._codec_fields import _fill, plain_event, usage_from_dict, usage_to_dict
+from ._codec_fast import _MISS, _PLANS, _plan, fast_decode
+from ._codec_fields import _fill, encode_checked, plain_event, usage_from_dict, usage_to_dict
 from ._errors import DecodeError, InvalidArgumentError
 from ._event import Event, Usage
 
@@ -24,6 +25,8 @@ __all__ = [
     "Upcaster",
     "converter",
     "decode_event",
+    "decode_stored",
+    "encode_batch_checked",
     "encode_event",
     "encode_events",
     "event_from_dict",
@@ -94,30 +97,21 @@ def encode_events(
     """``(seq, kind, payload)`` for each event, seqs from ``first_seq``.
 
     Events without a time get ``now()`` (called at most once per batch). This is
-    `encode_event` unrolled over a batch: appends spend most of their Python time here.
+    `encode_event` over a batch (`spine._codec_fields.encode_checked`, which also says
+    which events are not `plain_event`): appends spend most of their Python time here.
     """
-    out = []
-    stamp: str | None = None
-    seq = first_seq
-    fill, dumps = _fill, orjson.dumps
+    return encode_batch_checked(events, first_seq, now)[0]
+
+
+def encode_batch_checked(
+    events: Sequence[Event], first_seq: int, now: Callable[[], str]
+) -> tuple[list[tuple[int, str, bytes]], list[int]]:
+    """`encode_events`, and the indices of the events that are not `plain_event` (those
+    the read-back check must decode again)."""
     try:
-        for ev in events:
-            kind = ev.kind
-            if not kind or not isinstance(kind, str):
-                raise InvalidArgumentError("an event needs a non-empty kind")
-            t = ev.time
-            if t is None:
-                if stamp is None:
-                    stamp = now()
-                ts = stamp
-            else:
-                ts = format_time(t)
-            d = fill(ev, {"seq": seq, "time": ts})
-            out.append((seq, d["kind"], dumps(d)))
-            seq += 1
+        return encode_checked(events, first_seq, now, format_time)
     except TypeError as exc:
         raise InvalidArgumentError(f"event cannot be encoded as JSON: {exc}") from None
-    return out
 
 
 def event_from_dict(d: Any, *, stream: str | None = None, seq: int | None = None) -> Event:
@@ -141,6 +135,43 @@ def decode_event(
 
     ``input`` is read as the exact text the payload holds for it, never re-encoded.
     """
+    if version == SCHEMA_VERSION and type(payload) is bytes:
+        try:
+            ev = fast_decode(orjson.loads(payload), payload, seq)
+        except orjson.JSONDecodeError:
+            ev = None
+        if ev is not None:
+            return ev
+    return _decode_general(payload, stream, seq, version)
+
+
+def decode_stored(rows: Iterable[tuple[int, int, bytes]], stream: str) -> list[Event]:
+    """The events of stored ``(seq, version, payload)`` rows of ``stream``: `decode_event`
+    over a page, its fast path inlined (a replay runs it once per stored event)."""
+    out: list[Event] = []
+    append, loads, plans, plan, miss = out.append, orjson.loads, _PLANS, _plan, _MISS
+    for s, v, b in rows:
+        ev = None
+        if v == SCHEMA_VERSION and type(b) is bytes:
+            try:
+                d = loads(b)
+                if type(d) is dict:
+                    fn = plans.get(tuple(d), miss)
+                    if fn is miss:
+                        fn = plan(d)
+                    if fn is not None:
+                        ev = fn(d, b)
+                        if ev.seq != s:
+                            ev = None
+            except Exception:  # the general path below names what is wrong
+                ev = None
+        append(ev if ev is not None else _decode_general(b, stream, s, v))
+    return out
+
+
+def _decode_general(
+    payload: bytes | str, stream: str | None, seq: int | None, version: int
+) -> Event:
     raw: str | None = None
     try:
         d = orjson.loads(payload)

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from ._errors import InvalidArgumentError
 from ._event import Event, Usage
 
 # Python attribute -> JSON field, in the seed's order.
@@ -166,3 +167,79 @@ def _make_plain() -> Callable[[Event], bool]:
 
 
 plain_event = _make_plain()
+
+
+def _encode_fields() -> list[str]:
+    # The encoder's lines for each field after kind: store it if set, and judge it.
+    lines = []
+    for attr, key in _FIELDS[3:]:
+        lines.append(f"        v = ev.{attr}")
+        if attr == "input":
+            lines.append(f"        if v: d[{key!r}] = _Fragment(v); p = False")
+        elif attr == "usage":
+            ints = " or ".join(f"type(v.{a}) is not int" for a, _ in _USAGE_FIELDS)
+            lines.append("        if v is not None and not v.is_zero():")
+            lines.append(f"            d[{key!r}] = _usage(v)")
+            lines.append(f"            if type(v) is not _Usage or {ints}: p = False")
+        elif attr in ("properties", "record"):
+            lines.append(f"        if v: d[{key!r}] = v; p = False")
+        else:
+            want = "str" if key in _STR_FIELDS else "int" if key in _INT_FIELDS else "bool"
+            lines.append("        if v:")
+            lines.append(f"            d[{key!r}] = v")
+            lines.append(f"            if type(v) is not {want}: p = False")
+    return lines
+
+
+def _make_encode() -> Callable[..., tuple[list[tuple[int, str, bytes]], list[int]]]:
+    """Generate ``encode(events, first_seq, now, stamp_time)``: the batch encoder.
+
+    Returns ``(seq, kind, payload)`` per event and the indices of the events that are not
+    plain (`plain_event`), so the read-back check decodes only those. One pass, with
+    `_fill` and the plain test inlined: each attribute is loaded once, and only the
+    fields an event sets are type-checked (an empty field is left out of the payload,
+    so it cannot read back differently). A batched append spends most of its Python
+    time here (docs/performance.md).
+    """
+    lines = [
+        "def encode(events, first_seq, now, stamp_time):",
+        "    out = []; odd = []; stamp = None; seq = first_seq",
+        "    for i, ev in enumerate(events):",
+        "        v = ev.time",
+        "        if v is None:",
+        "            if stamp is None: stamp = now()",
+        "            d = {'seq': seq, 'time': stamp}; p = True",
+        "        else:",
+        "            d = {'seq': seq, 'time': stamp_time(v)}; p = False",
+        "        kind = ev.kind",
+        "        if type(kind) is not str:",
+        "            if not kind or not isinstance(kind, str): raise _Invalid(_NO_KIND)",
+        "            kind = str(kind)",
+        "        elif not kind: raise _Invalid(_NO_KIND)",
+        "        d['kind'] = kind",
+    ]
+    lines += _encode_fields()
+    lines += [
+        "        v = ev.extra",
+        "        if v:",
+        "            p = False",
+        "            for k, x in v.items(): d.setdefault(k, x)",
+        "        out.append((seq, kind, _dumps(d)))",
+        "        if not p: odd.append(i)",
+        "        seq += 1",
+        "    return out, odd",
+    ]
+    ns: dict[str, Any] = {
+        "_Fragment": orjson.Fragment,
+        "_usage": usage_to_dict,
+        "_Usage": Usage,
+        "_dumps": orjson.dumps,
+        "_Invalid": InvalidArgumentError,
+        "_NO_KIND": "an event needs a non-empty kind",
+    }
+    exec("\n".join(lines), ns)
+    encode: Callable[..., tuple[list[tuple[int, str, bytes]], list[int]]] = ns["encode"]
+    return encode
+
+
+encode_checked = _make_encode()

@@ -294,3 +294,7 @@ def _make_builder() -> Callable[..., Event]:
 #: output): ``input`` checked JSON text, ``usage`` non-zero or ``None``, mappings as
 #: `FrozenDict` (or left out). Anything else must go through `Event` itself.
 build_event: Callable[..., Event] = _make_builder()
+
+#: The mutable twin `build_event` fills before giving it the `Event` class, for decoders
+#: that generate their own straight-line builders; None where the switch is refused.
+EVENT_TWIN: type | None = None if build_event is Event else build_event.__globals__["_Twin"]

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
+import operator
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import attrs
 
-from ._codec import SCHEMA_VERSION, decode_event, encode_event, encode_events, plain_event
+from ._codec import (
+    SCHEMA_VERSION,
+    decode_event,
+    encode_batch_checked,
+    encode_event,
+    plain_event,
+)
 from ._errors import DecodeError, InvalidArgumentError
 from ._event import EPHEMERAL_KINDS, Event
+from ._gcpause import gc_paused as gc_paused
 from ._ids import validate_session_id
 
 #: Rows per page when a reader does not say.
@@ -283,6 +289,10 @@ def check_kinds(kinds: Iterable[str] | None) -> tuple[str, ...] | None:
     return out
 
 
+_JUST_EVENT = {Event}
+_kind_of = operator.attrgetter("kind")
+
+
 def check_append(
     stream: str, events: Sequence[Event], expected_seq: int | None, idempotency_key: str | None
 ) -> None:
@@ -292,11 +302,17 @@ def check_append(
         raise InvalidArgumentError("append takes a sequence of events, not one event")
     if not events:
         raise InvalidArgumentError(f"append to {stream!r} has no events")
-    for ev in events:
-        if not isinstance(ev, Event):
-            raise InvalidArgumentError(f"append to {stream!r} got {type(ev).__name__}, not Event")
-        if ev.kind in EPHEMERAL_KINDS:
-            raise InvalidArgumentError(f"{ev.kind!r} events are ephemeral and never stored")
+    # C-level passes first: a batch of plain `Event`s of stored kinds is the usual case.
+    if set(map(type, events)) != _JUST_EVENT or not EPHEMERAL_KINDS.isdisjoint(
+        map(_kind_of, events)
+    ):
+        for ev in events:
+            if not isinstance(ev, Event):
+                raise InvalidArgumentError(
+                    f"append to {stream!r} got {type(ev).__name__}, not Event"
+                )
+            if ev.kind in EPHEMERAL_KINDS:
+                raise InvalidArgumentError(f"{ev.kind!r} events are ephemeral and never stored")
     if expected_seq is not None and (not isinstance(expected_seq, int) or expected_seq < 0):
         raise InvalidArgumentError(f"expected_seq must be a non-negative int, got {expected_seq!r}")
     if idempotency_key is not None and (
@@ -310,37 +326,6 @@ def check_page(after: int, limit: int | None, what: str) -> None:
         raise InvalidArgumentError(f"{what} must be a non-negative int, got {after!r}")
     if limit is not None and (not isinstance(limit, int) or limit <= 0):
         raise InvalidArgumentError(f"limit must be a positive int or None, got {limit!r}")
-
-
-_gc_lock = threading.Lock()
-_gc_pauses = 0
-_gc_was_enabled = False
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Hold off Python's cyclic garbage collector while a bulk read builds its result.
-
-    Replaying a long stream allocates one tracked object per event, all kept, and none in a
-    cycle: the collector would only re-traverse the growing result again and again (a
-    third of replay time for 100k events). Reference counting still frees everything as
-    usual; only the cycle search waits, and it resumes as soon as the last reader leaves.
-    Nested and concurrent pauses are counted, and a collector the application had already
-    disabled stays disabled.
-    """
-    global _gc_pauses, _gc_was_enabled
-    with _gc_lock:
-        if _gc_pauses == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_pauses += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_pauses -= 1
-            if _gc_pauses == 0 and _gc_was_enabled:
-                gc.enable()
 
 
 _stamp: tuple[int, str] = (-1, "")
@@ -363,6 +348,15 @@ def _now() -> str:
         prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
         _stamp = (sec, prefix)
     return f"{prefix}.{us:06d}Z" if us else f"{prefix}Z"
+
+
+def wake_marks(
+    stream: str, encoded: Sequence[tuple[int, str, bytes]]
+) -> list[tuple[str, str, int]]:
+    """What an append tells `Wakeup.bump`: the last seq of each kind it stored (the seqs
+    ascend, so the last one per kind wins), not one mark per event."""
+    last = {kind: seq for seq, kind, _ in encoded}
+    return [(stream, kind, seq) for kind, seq in last.items()]
 
 
 def appended(
@@ -388,8 +382,9 @@ def encode_batch(
 ) -> list[tuple[int, str, bytes]]:
     """Encode a batch with its seqs assigned and unset times stamped now, and check that
     every payload reads back as the same event (see `check_readback`)."""
-    out = encode_events(events, first_seq, _now)
-    check_readback(out, stream, events)
+    out, odd = encode_batch_checked(events, first_seq, _now)
+    if odd:
+        check_readback(out, stream, only=odd)
     return out
 
 
@@ -397,6 +392,8 @@ def check_readback(
     encoded: Sequence[tuple[int, str, bytes]],
     stream: str | None,
     events: Sequence[Event] | None = None,
+    *,
+    only: Iterable[int] | None = None,
 ) -> None:
     """Refuse a batch of which any payload does not decode to the event that made it.
 
@@ -406,10 +403,12 @@ def check_readback(
     an event, as much as the rest of a batched append, so with ``events`` (what made
     ``encoded``) an event whose fields are all plain scalars of their decoded types
     (`spine._codec.plain_event`, about 1 us) is not decoded again: it cannot read back
-    differently. Every other event is.
+    differently. Every other event is. ``only`` names the events to check instead (the
+    encoder's own verdict, taken while it read each field: `encode_batch_checked`).
     """
     where = f" to {stream!r}" if stream is not None else ""
-    for i, (_seq, kind, payload) in enumerate(encoded):
+    for i in range(len(encoded)) if only is None else only:
+        _seq, kind, payload = encoded[i]
         if events is not None and plain_event(events[i]):
             continue
         try:

@@ -44,7 +44,15 @@ from ._errors import (
 )
 from ._event import Event
 from ._forks import ForkReads, Links, check_fork, link_event
-from ._log import AppendResult, Wakeup, appended, check_append, encode_batch, make_record
+from ._log import (
+    AppendResult,
+    Wakeup,
+    appended,
+    check_append,
+    encode_batch,
+    make_record,
+    wake_marks,
+)
 from ._postgres_reads import PostgresReads
 from ._postgres_schema import (
     _COLUMNS,
@@ -206,7 +214,7 @@ class PostgresLog(ForkReads, PostgresReads, PostgresWatch):
             (stream, seq, pos0 + seq - last, kind, payload, SCHEMA_VERSION)
             for seq, kind, payload in encoded
         ]
-        self.wakeup.bump([(stream, kind, seq) for seq, kind, _ in encoded])
+        self.wakeup.bump(wake_marks(stream, encoded))
         return appended(stream, last + 1, encoded, pos0 + 1, rows)
 
     def _run_append(
@@ -302,7 +310,7 @@ class PostgresLog(ForkReads, PostgresReads, PostgresWatch):
             (stream, seq, pos0 + seq - at, kind, payload, SCHEMA_VERSION)
             for seq, kind, payload in encoded
         ]
-        self.wakeup.bump([(stream, kind, seq) for seq, kind, _ in encoded])
+        self.wakeup.bump(wake_marks(stream, encoded))
         return appended(stream, at + 1, encoded, pos0 + 1, rows)
 
     @staticmethod

@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 
-from ._codec import decode_event
+from ._codec import decode_stored
 from ._errors import StorageError, UnavailableError
 from ._event import Event
 from ._log import (
@@ -114,9 +114,7 @@ class PostgresReads:
             )
             with contextlib.closing(cur), gc_paused():
                 while rows := cur.fetchmany(_REPLAY_PAGE):
-                    out.extend(
-                        [decode_event(b, stream=stream, seq=s, version=v) for s, v, b in rows]
-                    )
+                    out.extend(decode_stored(rows, stream))
         return out
 
     def read_all(

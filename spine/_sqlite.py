@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ._codec import decode_event
+from ._codec import decode_stored
 from ._errors import ConflictError, InvalidArgumentError, StorageError
 from ._event import Event
 from ._filewatch import FileWrites
@@ -32,6 +32,7 @@ from ._log import (
     encode_batch,
     gc_paused,
     make_record,
+    wake_marks,
 )
 from ._private import private_sqlite
 from ._sqlite_schema import (
@@ -186,7 +187,7 @@ class SqliteLog(ForkReads, SqliteWatch):
                 if isinstance(exc, sqlite3.Error):
                     raise StorageError(f"append to {stream!r} failed: {exc}") from exc
                 raise
-        self.wakeup.bump([(stream, kind, seq) for seq, kind, _ in encoded])
+        self.wakeup.bump(wake_marks(stream, encoded))
         return appended(stream, last + 1, encoded, pos0 + 1, rows)
 
     def fork(self, stream: str, parent: str, at: int, events: Sequence[Event] = ()) -> AppendResult:
@@ -215,7 +216,7 @@ class SqliteLog(ForkReads, SqliteWatch):
                 if isinstance(exc, sqlite3.Error):
                     raise StorageError(f"fork into {stream!r} failed: {exc}") from exc
                 raise
-        self.wakeup.bump([(stream, kind, seq) for seq, kind, _ in encoded])
+        self.wakeup.bump(wake_marks(stream, encoded))
         return appended(stream, at + 1, encoded, pos0 + 1, rows)
 
     @staticmethod
@@ -309,9 +310,7 @@ class SqliteLog(ForkReads, SqliteWatch):
                 # holds a read snapshot, which would keep the WAL from being checkpointed.
                 with contextlib.closing(cur), gc_paused():
                     while rows := cur.fetchmany(_REPLAY_PAGE):
-                        out.extend(
-                            [decode_event(b, stream=stream, seq=s, version=v) for s, v, b in rows]
-                        )
+                        out.extend(decode_stored(rows, stream))
         except sqlite3.Error as exc:
             raise StorageError(f"read from {self.path!r} failed: {exc}") from exc
         return out

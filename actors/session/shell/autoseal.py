@@ -5,16 +5,22 @@ session is its stream's only writer, so it seals itself: the shell asks `AutoSea
 after each append whether a seal is due now or a timer should start, and on the timer
 (or at once) for the `Sealed` command to run through the decider like an asked-for seal.
 Counting costs one comparison per append; reading the newest seal happens once per
-incarnation, on the first append.
+incarnation, on the first append. The sealer also keeps the rows it is told of since
+the last seal, so a seal due by the policy hashes them without reading its range back
+(the read was 1.1 ms of a 1000-event seal's 2.7); the first seal of an incarnation, or
+one after rows it did not see, reads the range as before. Hashing each append's rows
+as they come (a `MerkleFrontier`) was measured and dropped: the same hashes cost about
+three times as much one append at a time as in one pass at the seal.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 
-from spine import Event, Kind, Log, SpineError
-from spine.seal import NothingToSealError, SigningKey, prepare_seal, seals
+from spine import Event, Kind, Log, Record, SpineError
+from spine.seal import NothingToSealError, SigningKey, compute_seal, prepare_seal, seals
 
 from ...policy import SealPolicy
 from ..rules import commands as c
@@ -49,6 +55,10 @@ class AutoSealer:
         self.now = False
         self.timer = False
         self.broken = False
+        #: The rows appended from seq ``rows_first`` on, as the appends returned them;
+        #: they serve a seal when ``rows_first`` is its first seq (`_track`).
+        self.rows_first: int | None = None
+        self.rows: list[Record] = []
 
     def _load(self) -> None:
         found = seals(self.log, self.stream)
@@ -60,10 +70,16 @@ class AutoSealer:
             self.first, self.mark = 1, 0
 
     def appended(
-        self, events: Sequence[Event], first_seq: int, last_seq: int, metadata: Mapping[str, str]
+        self,
+        events: Sequence[Event],
+        first_seq: int,
+        last_seq: int,
+        metadata: Mapping[str, str],
+        records: Sequence[Record] | None = None,
     ) -> tuple[float, str] | None:
-        """Note an append; when a seal is due, as the delay and wakeup payload to schedule
-        (0 and `AUTO_SEAL`: at once), or None when nothing new is to be scheduled."""
+        """Note an append (``records``: the rows it stored, kept for the next seal);
+        when a seal is due, as the delay and wakeup payload to schedule (0 and
+        `AUTO_SEAL`: at once), or None when nothing new is to be scheduled."""
         if self.broken:
             return None
         policy = self.policy.for_session(metadata)
@@ -85,6 +101,8 @@ class AutoSealer:
                     seq = first_seq + i
                     self.first = last + 1
                     self.mark = seq if seq == last + 1 else last
+        if records is not None:
+            self._track(records)
         pending = last_seq - self.mark
         if pending <= 0:
             return None
@@ -108,10 +126,44 @@ class AutoSealer:
         try:
             if self._signing is None:
                 self._signing = self._key()
-            seal = prepare_seal(self.log, self.stream, self._signing, first=self.first)
+            rows = self.rows
+            if self.rows_first == self.first and rows and rows[-1].seq == last_seq:
+                seal = compute_seal(
+                    self.stream,
+                    self.first,
+                    [r.payload for r in rows],
+                    self._signing,
+                    time=datetime.now(UTC),
+                    versions=[r.version for r in rows],
+                )
+            else:
+                seal = prepare_seal(self.log, self.stream, self._signing, first=self.first)
         except NothingToSealError:
             return None
         except SpineError as exc:
             _log().warning("session %s: auto-seal failed: %s", self.stream, exc)
             return None
         return c.Sealed(request_id="", seal=seal)
+
+    def _track(self, records: Sequence[Record]) -> None:
+        """Keep ``records`` for the range the next seal covers; rows it has (a duplicate
+        append's) are skipped, and after a gap the next seal reads its range itself."""
+        rows = self.rows
+        if self.rows_first != self.first:
+            # A new range (the seal event that ends the last one starts it), or the first.
+            self.rows_first = self.first
+            rows = self.rows = []
+        have = rows[-1].seq if rows else (self.first or 1) - 1
+        fresh = [r for r in records if r.seq > have]
+        if not fresh:
+            return
+        if fresh[0].seq != have + 1 or len(rows) > _MAX_ROWS:
+            self.rows_first = -1  # not this range's rows from its start: it is read
+            self.rows = []
+            return
+        rows.extend(fresh)
+
+
+#: Past this many rows unsealed (a policy sealing by time alone, a busy stream) the sealer
+#: stops keeping them, and that seal reads its range.
+_MAX_ROWS = 20_000

@@ -140,7 +140,7 @@ class IncarnationPorts:
             inc.snapshot(st)
         inc.subs.publish(res.records)
         inc.tell_runner(records=[(r.seq, r.kind, r.payload) for r in res.records])
-        due = inc.sealer.appended(events, res.first_seq, st.last_seq, st.metadata)
+        due = inc.sealer.appended(events, res.first_seq, st.last_seq, st.metadata, res.records)
         if due is not None:
             inc.actor.wakeupAfter(timedelta(seconds=due[0]), due[1])
 
