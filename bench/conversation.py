@@ -31,6 +31,9 @@ from collections.abc import Callable
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
+sys.path.insert(0, os.path.join(os.path.dirname(_HERE), "tests"))
+
+from steer_storm import storm  # noqa: E402
 
 from actors.host import Host  # noqa: E402
 from actors.host.conversation import _prefix, fork_events, fork_root  # noqa: E402
@@ -170,6 +173,20 @@ def steer_figures(data: str, count: int) -> None:
         )
 
 
+def storm_figures(data: str, steers: int, kills: int) -> None:
+    t0 = time.perf_counter()
+    counts, steer, plain = storm(data, steers, kills)
+    took = time.perf_counter() - t0
+    print(f"steer storm ({steers} steers, {kills} SIGKILLs, {took:.1f} s):")
+    for k, v in counts.items():
+        print(f"  {k}: {v}")
+    for name, xs in (("steer", steer), ("plain", plain)):
+        print(
+            f"  {name} ack over {len(xs)}: p50 {pct(xs, 0.5) * 1e3:.2f} ms, "
+            f"p99 {pct(xs, 0.99) * 1e3:.2f} ms"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -177,11 +194,20 @@ def main() -> None:
     ap.add_argument("--steers", type=int, default=300)
     ap.add_argument("--postgres", action="store_true", help="fork on PostgreSQL too")
     ap.add_argument("--no-steer", action="store_true", help="the fork figures only")
+    ap.add_argument(
+        "--storm",
+        action="store_true",
+        help="only the steer storm: steers racing tool turns, the session SIGKILLed",
+    )
+    ap.add_argument("--kills", type=int, default=50)
     args = ap.parse_args()
     n = 10_000 if args.quick else args.events
     steers = 50 if args.quick else args.steers
     data = tempfile.mkdtemp(prefix="vertebra-conv-")
     try:
+        if args.storm:
+            storm_figures(data, 100 if args.quick else 1000, 5 if args.quick else args.kills)
+            return
         sqlite_forks(data, n)
         if args.postgres:
             postgres_forks(n)

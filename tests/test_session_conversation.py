@@ -136,8 +136,31 @@ def test_a_crash_between_ack_and_delivery_drops_the_steer_once_and_runs_it_next(
     (start,) = [e for e in out.effects if isinstance(e, c.StartTurn)]
     assert start.input.text == "after the crash"
     kit.finish(text="ok")
-    again = kit.restart()
+    kit.restart()
     assert "steer.dropped" not in again.kinds
+
+
+def test_a_message_queued_behind_a_tool_turn_is_heard_after_that_turns_results() -> None:
+    """Found by the steer storm: a message enqueued while a turn was between a tool call
+    and its result sat there in the history, so every later request held a call whose
+    result did not follow it. Its turn hears it after everything said while it waited,
+    and so does a restarted session (the order is the fold's)."""
+    kit = _running()
+    call = Event(kind=Kind.TOOL_CALL, tool="calc", tool_use_id="t1", input='{"x":1}')
+    kit.progress(events=[call])
+    queued = kit.send("second", mode="enqueue")
+    assert queued.kinds == ["user.message"]
+    result = Event(kind=Kind.TOOL_RESULT, tool="calc", tool_use_id="t1", result="2")
+    kit.progress(events=[result])
+    out = kit.finish(text="first answer")
+    (start,) = [e for e in out.effects if isinstance(e, c.StartTurn)]
+    assert start.input.text == "second"
+    roles = [role for role, _ in start.input.history]
+    assert roles == ["user", "tool.call", "tool.result", "assistant"]
+    expected = ["user", "tool.call", "tool.result", "assistant", "user"]
+    assert [role for role, _, _ in kit.state.stored.history] == expected
+    kit.restart()
+    assert [role for role, _, _ in kit.state.stored.history] == expected
 
 
 def test_steer_to_an_idle_session_is_an_ordinary_message() -> None:
