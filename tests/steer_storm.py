@@ -60,7 +60,9 @@ class ToolHeavyModel:
 
     def requests(self) -> list[list[dict[str, Any]]]:
         with self.server.lock:
-            return [r["body"].get("messages", []) for r in self.server.requests]
+            # A body that is no JSON object (cut off by a kill) is no request.
+            bodies = [r["body"] for r in self.server.requests]
+        return [b.get("messages", []) for b in bodies if isinstance(b, dict)]
 
 
 def _rounds_left(msgs: list[dict[str, Any]]) -> int:
