@@ -103,12 +103,17 @@ class Log(Protocol):
         """
         ...
 
-    def fork(self, stream: str, parent: str, at: int, events: Sequence[Event] = ()) -> AppendResult:
+    def fork(
+        self, stream: str, parent: str, at: int, events: Sequence[Event] = (), *, root: bool = True
+    ) -> AppendResult:
         """Make ``stream`` a fork of ``parent`` at seq ``at``, by reference: one
         ``session.forked`` event at seq ``at + 1`` naming both, then ``events``, in one
         transaction; nothing of the parent is copied. Per-stream reads of ``stream`` serve
         seqs 1..``at`` from the parent's rows (see `spine._forks`). `ConflictError` if
-        ``stream`` exists, `InvalidArgumentError` if ``parent`` has fewer than ``at``."""
+        ``stream`` exists, `InvalidArgumentError` if ``parent`` has fewer than ``at``.
+        ``root``: the link also names the Merkle root (hex) of the parent's seqs 1..``at``,
+        found from the parent's newest seal at or below ``at`` and the rows after it (the
+        whole prefix read when no seal stores a frontier: see `spine._frontier`)."""
         ...
 
     def fork_link(self, stream: str) -> tuple[str, int] | None:

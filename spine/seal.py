@@ -28,6 +28,7 @@ from ._bundle import (
     read_bundle,
     verify_bundle,
 )
+from ._frontier import FRONTIER, frontier_at, prefix_root
 from ._keys import Keyring, KeysLike, KeyStore, PublicKey, SigningKey, key_id_of
 from ._merkle import (
     MerkleFrontier,
@@ -64,6 +65,7 @@ from ._sealing import (
 
 __all__ = [
     "BUNDLE_FORMAT",
+    "FRONTIER",
     "BUNDLE_VERSION",
     "IMPORT_EVENTS",
     "IMPORT_STREAM",
@@ -93,12 +95,14 @@ __all__ = [
     "audit_path",
     "build_bundle",
     "compute_seal",
+    "frontier_at",
     "export_bundle",
     "import_origin",
     "key_id_of",
     "leaf_hash",
     "merkle_root",
     "node_hash",
+    "prefix_root",
     "prepare_seal",
     "prove",
     "read_bundle",

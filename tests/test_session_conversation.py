@@ -136,7 +136,7 @@ def test_a_crash_between_ack_and_delivery_drops_the_steer_once_and_runs_it_next(
     (start,) = [e for e in out.effects if isinstance(e, c.StartTurn)]
     assert start.input.text == "after the crash"
     kit.finish(text="ok")
-    kit.restart()
+    again = kit.restart()
     assert "steer.dropped" not in again.kinds
 
 
@@ -282,10 +282,9 @@ def test_a_fork_inside_a_turn_closes_it_in_the_fork_and_its_root_is_the_prefix()
     at = records[-1].seq
     events = [r.event() for r in records]
     assert safe_point(events, sid) < at  # the turn is open at the end
-    out = fork_events(kit.log, sid, at, {"ore.model.name": "other"}, root=True)
+    out = fork_events(kit.log, sid, at, {"ore.model.name": "other"})
     prov = out[0]
     assert prov.properties["fork.seq"] == str(at)
-    assert prov.properties["fork.root"] == fork_root(records)
     closing = [str(e.kind) for e in out[1:]]
     assert "turn.cancelled" in closing and "steer.dropped" in closing
     assert out[-1].properties == {"ore.model.name": "other"}
@@ -295,7 +294,9 @@ def test_a_fork_inside_a_turn_closes_it_in_the_fork_and_its_root_is_the_prefix()
     kit.log.fork("forked", sid, at, out)
     mine = kit.log.read_events("forked")
     assert mine[:at] == events and mine[at].kind == Kind.SESSION_FORKED
-    assert fork_root(kit.log.read("forked", 0, at)) == prov.properties["fork.root"]
+    # Its link names the parent's root (the parent was never sealed: read whole).
+    assert mine[at].extra["root"] == fork_root(records)
+    assert fork_root(kit.log.read("forked", 0, at)) == mine[at].extra["root"]
     # The fork folds as the parent at the fork seq; its own rows then close the turn.
     from actors.session.rules.state import SessionState, fold
 
@@ -316,7 +317,7 @@ def test_a_fork_at_a_safe_point_stores_only_its_provenance() -> None:
     at = kit.log.last_seq(kit.session_id)
     out = fork_events(kit.log, kit.session_id, at, {})
     assert [e.kind for e in out] == [Kind.PROPERTIES]
-    assert "fork.root" not in out[0].properties
+    assert set(out[0].properties) == {"fork.parent", "fork.seq"}
 
 
 # -- steers under any interleaving -------------------------------------------------------
