@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ._errors import DecodeError, InvalidArgumentError
 from ._event import Event, Kind
-from ._ids import validate_session_id
 from ._frontier import prefix_root
+from ._ids import validate_session_id
 from ._log import DEFAULT_PAGE, Log, Record, check_append, check_kinds, check_page
 
 

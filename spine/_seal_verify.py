@@ -29,8 +29,8 @@ import orjson
 
 from ._errors import StorageError
 from ._event import Kind
-from ._ids import validate_session_id
 from ._frontier import frontier_findings
+from ._ids import validate_session_id
 from ._keys import Keyring, KeysLike
 from ._log import Log, Record
 from ._merkle import merkle_root

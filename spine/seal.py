@@ -65,8 +65,8 @@ from ._sealing import (
 
 __all__ = [
     "BUNDLE_FORMAT",
-    "FRONTIER",
     "BUNDLE_VERSION",
+    "FRONTIER",
     "IMPORT_EVENTS",
     "IMPORT_STREAM",
     "SEAL_VERSION",
@@ -95,8 +95,8 @@ __all__ = [
     "audit_path",
     "build_bundle",
     "compute_seal",
-    "frontier_at",
     "export_bundle",
+    "frontier_at",
     "import_origin",
     "key_id_of",
     "leaf_hash",

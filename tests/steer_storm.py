@@ -228,7 +228,9 @@ def _count(
     c["resolutions naming no steer"] = sum(
         n for (seq, _), n in res.items() if seq not in set(steer_seqs)
     )
-    heard = {str(m.get("content", "")) for msgs in requests for m in msgs if m.get("role") == "user"}
+    heard = {
+        str(m.get("content", "")) for msgs in requests for m in msgs if m.get("role") == "user"
+    }
     delivered = [e for e in events if e.kind == Kind.STEER_DELIVERED]
     c["delivered, never heard by the model"] = sum(1 for e in delivered if e.text not in heard)
     c["requests"] = len(requests)

@@ -13,7 +13,14 @@ import pytest
 from projections import StatusReducer
 from projections._due import DueIndex
 from spine import Event, Kind, Log, MemoryLog, SqliteLog, recover_sqlite
-from spine.seal import SigningKey, merkle_root, prefix_root, row_leaf_hash, seal_stream, verify_stream
+from spine.seal import (
+    SigningKey,
+    merkle_root,
+    prefix_root,
+    row_leaf_hash,
+    seal_stream,
+    verify_stream,
+)
 
 
 def _conversation(log: Log, sid: str, turns: int) -> None:

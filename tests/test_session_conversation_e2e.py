@@ -205,7 +205,10 @@ def test_a_fork_on_a_postgres_spine_folds_to_its_parent_by_reference(
         assert link.kind == Kind.SESSION_FORKED
         assert prov.properties["fork.parent"] == sid and "fork.root" not in prov.properties
         rows = h._log.read(sid, 0, end.seq + 1)
-        assert link.extra["root"] == merkle_root([row_leaf_hash(r.payload, r.version) for r in rows]).hex()
+        assert (
+            link.extra["root"]
+            == merkle_root([row_leaf_hash(r.payload, r.version) for r in rows]).hex()
+        )
         again = h.send(child, "three")
         h.wait_turn(child, again.seq)
         from projections import turns
