@@ -109,11 +109,9 @@ class Log(Protocol):
         """Make ``stream`` a fork of ``parent`` at seq ``at``, by reference: one
         ``session.forked`` event at seq ``at + 1`` naming both, then ``events``, in one
         transaction; nothing of the parent is copied. Per-stream reads of ``stream`` serve
-        seqs 1..``at`` from the parent's rows (see `spine._forks`). `ConflictError` if
-        ``stream`` exists, `InvalidArgumentError` if ``parent`` has fewer than ``at``.
-        ``root``: the link also names the Merkle root (hex) of the parent's seqs 1..``at``,
-        found from the parent's newest seal at or below ``at`` and the rows after it (the
-        whole prefix read when no seal stores a frontier: see `spine._frontier`)."""
+        seqs 1..``at`` from the parent's rows (see `spine._forks`); ``root``: the link names
+        the prefix's Merkle root, from the parent's seals (`spine._frontier`).
+        `ConflictError` if ``stream`` exists, `InvalidArgumentError` if ``parent`` is short."""
         ...
 
     def fork_link(self, stream: str) -> tuple[str, int] | None:
