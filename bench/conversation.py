@@ -31,10 +31,14 @@ from collections.abc import Callable
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
+sys.path.insert(0, os.path.join(os.path.dirname(_HERE), "tests"))
+
+from steer_storm import storm  # noqa: E402
 
 from actors.host import Host  # noqa: E402
 from actors.host.conversation import _prefix, fork_events, fork_root  # noqa: E402
 from spine import Event, Kind, Log, SqliteLog, subscribe  # noqa: E402
+from spine.seal import SigningKey, seal_stream  # noqa: E402
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -73,9 +77,26 @@ def _stored(log: Log, stream: str) -> int:
 
 
 def _write_parent(log: Log, n: int) -> None:
+    """The parent, sealed every 1000 events as the daemon's auto-seal does."""
     events = _turns(n)
-    for i in range(0, n, 5000):
-        log.append("parent", events[i : i + 5000])
+    key = SigningKey.generate()
+    first = 1
+    for i in range(0, n, 1000):
+        log.append("parent", events[i : i + 1000])
+        first = seal_stream(log, "parent", key, first=first).last + 1
+
+
+def _timed(fork: Callable[[int], object], times: int = 20) -> list[float]:
+    out = []
+    for i in range(times):
+        t0 = time.perf_counter()
+        fork(i)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def _ms(xs: list[float]) -> str:
+    return f"median {pct(xs, 0.5) * 1e3:.2f} ms, max {max(xs) * 1e3:.2f} ms"
 
 
 def fork_figures(log: Log, size: Callable[[], int], n: int, label: str) -> None:
@@ -89,17 +110,31 @@ def fork_figures(log: Log, size: Callable[[], int], n: int, label: str) -> None:
         f"{label} copy fork of {n} events: {took * 1e3:.1f} ms, rows "
         f"{_stored(log, 'copy') / 1024:.0f} KiB, database +{grown / 1024:.0f} KiB"
     )
-    times = []
+    at = log.last_seq("parent")  # the parent's last event: its last seal's
     before = size()
-    for i in range(20):
-        t0 = time.perf_counter()
-        log.fork(f"ref-{i}", "parent", n, fork_events(log, "parent", n, {}))
-        times.append(time.perf_counter() - t0)
+    times = _timed(lambda i: log.fork(f"ref-{i}", "parent", at, fork_events(log, "parent", at, {})))
     grown = size() - before
     print(
-        f"{label} reference fork of {n} events: median {pct(times, 0.5) * 1e3:.2f} ms, max "
-        f"{max(times) * 1e3:.2f} ms; rows {_stored(log, 'ref-0')} B each, database "
-        f"+{grown / 20 / 1024:.1f} KiB each (20 forks)"
+        f"{label} reference fork of {at} events, root from the newest seal: {_ms(times)}; rows "
+        f"{_stored(log, 'ref-0')} B each, database +{grown / 20 / 1024:.1f} KiB each (20 forks)"
+    )
+    mid = at - 500  # half a seal interval after the newest seal below it
+    times = _timed(
+        lambda i: log.fork(f"mid-{i}", "parent", mid, fork_events(log, "parent", mid, {}))
+    )
+    print(f"{label} reference fork at {mid}, root from the seal + 500 rows: {_ms(times)}")
+
+    def no_root(i: int) -> None:
+        log.fork(f"bare-{i}", "parent", at, fork_events(log, "parent", at, {}), root=False)
+
+    print(f"{label} reference fork without a root: {_ms(_timed(no_root))}")
+
+    def read_prefix(i: int) -> None:  # how root=True made it before: the prefix read whole
+        fork_root(_prefix(log, "parent", at))
+        no_root(20 + i)
+
+    print(
+        f"{label} reference fork, root from the whole prefix (before): {_ms(_timed(read_prefix))}"
     )
 
 
@@ -170,6 +205,20 @@ def steer_figures(data: str, count: int) -> None:
         )
 
 
+def storm_figures(data: str, steers: int, kills: int) -> None:
+    t0 = time.perf_counter()
+    counts, steer, plain = storm(data, steers, kills)
+    took = time.perf_counter() - t0
+    print(f"steer storm ({steers} steers, {kills} SIGKILLs, {took:.1f} s):")
+    for k, v in counts.items():
+        print(f"  {k}: {v}")
+    for name, xs in (("steer", steer), ("plain", plain)):
+        print(
+            f"  {name} ack over {len(xs)}: p50 {pct(xs, 0.5) * 1e3:.2f} ms, "
+            f"p99 {pct(xs, 0.99) * 1e3:.2f} ms"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -177,11 +226,20 @@ def main() -> None:
     ap.add_argument("--steers", type=int, default=300)
     ap.add_argument("--postgres", action="store_true", help="fork on PostgreSQL too")
     ap.add_argument("--no-steer", action="store_true", help="the fork figures only")
+    ap.add_argument(
+        "--storm",
+        action="store_true",
+        help="only the steer storm: steers racing tool turns, the session SIGKILLed",
+    )
+    ap.add_argument("--kills", type=int, default=50)
     args = ap.parse_args()
     n = 10_000 if args.quick else args.events
     steers = 50 if args.quick else args.steers
     data = tempfile.mkdtemp(prefix="vertebra-conv-")
     try:
+        if args.storm:
+            storm_figures(data, 100 if args.quick else 1000, 5 if args.quick else args.kills)
+            return
         sqlite_forks(data, n)
         if args.postgres:
             postgres_forks(n)

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ._errors import DecodeError, InvalidArgumentError
 from ._event import Event, Kind
+from ._frontier import prefix_root
 from ._ids import validate_session_id
-from ._log import DEFAULT_PAGE, Record, check_append, check_kinds, check_page
+from ._log import DEFAULT_PAGE, Log, Record, check_append, check_kinds, check_page
 
 
 class Link(NamedTuple):
@@ -39,9 +40,25 @@ class Link(NamedTuple):
     seq: int
 
 
-def link_event(parent: str, at: int) -> Event:
-    """The first event a fork stores (at seq ``at + 1``)."""
-    return Event(kind=Kind.SESSION_FORKED, extra={"parent": parent, "at": at})
+def link_event(parent: str, at: int, root: str = "") -> Event:
+    """The first event a fork stores (at seq ``at + 1``); ``root``: the Merkle root (hex)
+    of the parent's seqs 1..``at``."""
+    extra: dict[str, object] = {"parent": parent, "at": at}
+    if root:
+        extra["root"] = root
+    return Event(kind=Kind.SESSION_FORKED, extra=extra)
+
+
+def fork_link(log: Log, parent: str, at: int, root: bool) -> Event:
+    """The link a fork of ``parent`` at ``at`` stores, naming (``root``) the root of the
+    prefix, found from the parent's newest seal at or below ``at`` (`spine._frontier`).
+    A parent too short for the fork gets no root: the fork then refuses it by name."""
+    if not root:
+        return link_event(parent, at)
+    try:
+        return link_event(parent, at, prefix_root(log, parent, at).hex())
+    except InvalidArgumentError:
+        return link_event(parent, at)
 
 
 def link_of(first: Record | None) -> Link | None:

@@ -109,12 +109,15 @@ class Log(Protocol):
         """
         ...
 
-    def fork(self, stream: str, parent: str, at: int, events: Sequence[Event] = ()) -> AppendResult:
+    def fork(
+        self, stream: str, parent: str, at: int, events: Sequence[Event] = (), *, root: bool = True
+    ) -> AppendResult:
         """Make ``stream`` a fork of ``parent`` at seq ``at``, by reference: one
         ``session.forked`` event at seq ``at + 1`` naming both, then ``events``, in one
         transaction; nothing of the parent is copied. Per-stream reads of ``stream`` serve
-        seqs 1..``at`` from the parent's rows (see `spine._forks`). `ConflictError` if
-        ``stream`` exists, `InvalidArgumentError` if ``parent`` has fewer than ``at``."""
+        seqs 1..``at`` from the parent's rows (see `spine._forks`); ``root``: the link names
+        the prefix's Merkle root, from the parent's seals (`spine._frontier`).
+        `ConflictError` if ``stream`` exists, `InvalidArgumentError` if ``parent`` is short."""
         ...
 
     def fork_link(self, stream: str) -> tuple[str, int] | None:

@@ -10,7 +10,7 @@ from sortedcontainers import SortedDict
 
 from ._errors import ConflictError, InvalidArgumentError
 from ._event import Event
-from ._forks import ForkReads, Links, check_fork, link_event
+from ._forks import ForkReads, Links, check_fork, fork_link
 from ._log import (
     DEFAULT_PAGE,
     AppendResult,
@@ -126,9 +126,13 @@ class MemoryLog(ForkReads):
             rows = self._streams.get(stream)
             return rows[0] if rows else None
 
-    def fork(self, stream: str, parent: str, at: int, events: Sequence[Event] = ()) -> AppendResult:
+    def fork(
+        self, stream: str, parent: str, at: int, events: Sequence[Event] = (), *, root: bool = True
+    ) -> AppendResult:
         """Make ``stream`` a fork of ``parent`` at ``at`` by reference (`spine._forks`)."""
         check_fork(stream, parent, at, events)
+        # Outside the lock: the root reads the parent (its prefix never changes).
+        link = fork_link(self, parent, at, root)
         with self._lock:
             if stream in self._streams:
                 raise ConflictError(stream, 0, self._streams[stream][-1].seq)
@@ -137,7 +141,7 @@ class MemoryLog(ForkReads):
                 raise InvalidArgumentError(
                     f"cannot fork {parent!r} at seq {at}: it has {has} events; nothing was written"
                 )
-            encoded = encode_batch([link_event(parent, at), *events], at + 1, stream)
+            encoded = encode_batch([link, *events], at + 1, stream)
             result = self._store(stream, encoded, None)
         self.wakeup.bump([(stream, r.kind, r.seq) for r in result.records])
         return result

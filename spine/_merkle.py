@@ -161,6 +161,21 @@ class MerkleFrontier:
         other.size, other._peaks = self.size, list(self._peaks)
         return other
 
+    @classmethod
+    def from_peaks(cls, size: int, roots: Sequence[bytes]) -> MerkleFrontier:
+        """The frontier of ``size`` leaves from its peaks' roots, largest first (`peaks`);
+        ValueError when their number is not the count of ``size``'s set bits."""
+        sizes = [1 << b for b in range(size.bit_length() - 1, -1, -1) if size >> b & 1]
+        if size < 0 or len(sizes) != len(roots) or any(len(r) != HASH_SIZE for r in roots):
+            raise ValueError(f"{len(roots)} peaks are not the frontier of {size} leaves")
+        out = cls()
+        out.size, out._peaks = size, list(zip(sizes, roots, strict=True))
+        return out
+
+    def peaks(self) -> tuple[bytes, ...]:
+        """The roots of the perfect subtrees, largest first: with `size`, the frontier."""
+        return tuple(h for _, h in self._peaks)
+
     def extend(self, leaves: Sequence[bytes]) -> None:
         peaks = self._peaks
         for leaf in leaves:

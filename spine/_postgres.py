@@ -43,7 +43,7 @@ from ._errors import (
     UnavailableError,
 )
 from ._event import Event
-from ._forks import ForkReads, Links, check_fork, link_event
+from ._forks import ForkReads, Links, check_fork, fork_link
 from ._log import (
     AppendResult,
     Wakeup,
@@ -285,13 +285,15 @@ class PostgresLog(ForkReads, PostgresReads, PostgresWatch):
         ).fetchone()
         return row or ("", 0, 0, 0, 0)
 
-    def fork(self, stream: str, parent: str, at: int, events: Sequence[Event] = ()) -> AppendResult:
+    def fork(
+        self, stream: str, parent: str, at: int, events: Sequence[Event] = (), *, root: bool = True
+    ) -> AppendResult:
         """Make ``stream`` a fork of ``parent`` at ``at`` by reference (`spine._forks`):
         a ``session.forked`` event at seq ``at + 1``, then ``events``, and no copy.
         `ConflictError` if ``stream`` exists; `InvalidArgumentError` if ``parent`` has
         fewer than ``at`` events."""
         check_fork(stream, parent, at, events)
-        encoded = encode_batch([link_event(parent, at), *events], at + 1, stream)
+        encoded = encode_batch([fork_link(self, parent, at, root), *events], at + 1, stream)
         with self._wlock:
             if self._closed:
                 raise StorageError(f"spine log {self.where!r} is closed")

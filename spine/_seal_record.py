@@ -77,6 +77,8 @@ class Seal:
     and it is what lets a verifier name the event that changed and build any event's audit
     path without the other events. ``seq`` is where the seal is stored (the seq of its
     ``record.sealed`` event), 0 for a seal not (yet) stored; it is not signed.
+    ``frontier`` lets the root of any prefix be computed from the newest seal below it
+    (`spine._frontier`).
     """
 
     stream: str
@@ -89,6 +91,10 @@ class Seal:
     signature: bytes
     leaves: bytes = b""
     seq: int = 0
+    #: The RFC 6962 frontier of seqs 1..``last`` (`MerkleFrontier.peaks`), stored beside
+    #: the seal in its event (``frontier``), not signed and not part of the seal's
+    #: identity (a proof or an export carries the seal without it): empty when unknown.
+    frontier: tuple[bytes, ...] = attrs.field(default=(), eq=False)
 
     def signed_bytes(self) -> bytes:
         return signed_bytes(

@@ -29,6 +29,7 @@ import orjson
 
 from ._errors import StorageError
 from ._event import Kind
+from ._frontier import frontier_findings
 from ._ids import validate_session_id
 from ._keys import Keyring, KeysLike
 from ._log import Log, Record
@@ -59,8 +60,9 @@ def verify_records(
         for j, kind in enumerate([r.kind for r in records])
         if kind == sealed
     ]
+    authentic = [c.seal for c in checks if c.seal is not None and c.tiers[2].ok]
     findings = sorted(
-        (f for c in checks for f in c.findings),
+        (*(f for c in checks for f in c.findings), *frontier_findings(records, authentic)),
         key=lambda f: (f.seq, f.kind != FindingKind.SEAL),
     )
     return VerifyReport(

@@ -18,6 +18,7 @@ import orjson
 from ._codec import format_time
 from ._errors import InvalidArgumentError
 from ._event import Event, Kind
+from ._frontier import FRONTIER, frontier_at, parse_frontier
 from ._ids import validate_session_id
 from ._keys import SigningKey
 from ._log import Log, Record
@@ -177,7 +178,7 @@ def parse_seal_event(stream: str, r: Record, origin: Origins = ()) -> Seal:
         raise MalformedSealError(f"the event is not JSON ({exc})", seq=r.seq) from None
     if not isinstance(d, dict):
         raise MalformedSealError("the event is not a JSON object", seq=r.seq)
-    extra = set(d) - {"seq", "time", "kind", "record"}
+    extra = set(d) - {"seq", "time", "kind", "record", FRONTIER}
     if extra:
         raise MalformedSealError(f"the event has unexpected field(s) {sorted(extra)}", seq=r.seq)
     if d.get("kind") != Kind.RECORD_SEALED:
@@ -191,7 +192,11 @@ def parse_seal_event(stream: str, r: Record, origin: Origins = ()) -> Seal:
     seal = Seal.from_record(record, stream=named, seq=r.seq)
     if d.get("time") != seal.time:
         raise MalformedSealError("the event's time differs from the seal's time", seq=r.seq)
-    return seal
+    try:
+        frontier = parse_frontier(d, seal.last)
+    except ValueError as exc:
+        raise MalformedSealError(str(exc), seq=r.seq) from None
+    return seal if frontier is None else attrs.evolve(seal, frontier=frontier.peaks())
 
 
 def next_unsealed(log: Log, stream: str) -> int:
@@ -239,7 +244,7 @@ def prepare_seal(
             f"stream {stream!r} is not contiguous at seq {bad}; refusing to seal a damaged range"
         )
     when = datetime.now(UTC) if time is None else time
-    return compute_seal(
+    seal = compute_seal(
         stream,
         lo,
         [r.payload for r in records],
@@ -247,12 +252,20 @@ def prepare_seal(
         time=when,
         versions=[r.version for r in records],
     )
+    # The frontier up to the seal's first seq is the previous seal's, mostly: cheap.
+    frontier = frontier_at(log, stream, lo - 1)
+    frontier.extend(seal.leaf_list())
+    return attrs.evolve(seal, frontier=frontier.peaks())
 
 
 def seal_event(seal: Seal) -> Event:
     """The ``record.sealed`` event that stores ``seal`` (its time is the seal's own)."""
+    extra = {FRONTIER: [h.hex() for h in seal.frontier]} if seal.frontier else {}
     return Event(
-        kind=Kind.RECORD_SEALED, time=datetime.fromisoformat(seal.time), record=seal.to_record()
+        kind=Kind.RECORD_SEALED,
+        time=datetime.fromisoformat(seal.time),
+        record=seal.to_record(),
+        extra=extra,
     )
 
 

@@ -17,7 +17,7 @@ from ._codec import decode_stored
 from ._errors import ConflictError, InvalidArgumentError, StorageError
 from ._event import Event
 from ._filewatch import FileWrites
-from ._forks import ForkReads, Links, check_fork, link_event
+from ._forks import ForkReads, Links, check_fork, fork_link
 from ._log import (
     DEFAULT_PAGE,
     AppendResult,
@@ -190,13 +190,15 @@ class SqliteLog(ForkReads, SqliteWatch):
         self.wakeup.bump(wake_marks(stream, encoded))
         return appended(stream, last + 1, encoded, pos0 + 1, rows)
 
-    def fork(self, stream: str, parent: str, at: int, events: Sequence[Event] = ()) -> AppendResult:
+    def fork(
+        self, stream: str, parent: str, at: int, events: Sequence[Event] = (), *, root: bool = True
+    ) -> AppendResult:
         """Make ``stream`` a fork of ``parent`` at ``at`` by reference (`spine._forks`):
         a ``session.forked`` event at seq ``at + 1``, then ``events``, and no copy.
         `ConflictError` if ``stream`` exists; `InvalidArgumentError` if ``parent`` has
         fewer than ``at`` events."""
         check_fork(stream, parent, at, events)
-        pre = encode_batch([link_event(parent, at), *events], at + 1, stream)
+        pre = encode_batch([fork_link(self, parent, at, root), *events], at + 1, stream)
         with self._wlock:
             if self._closed:
                 raise StorageError(f"spine log {self.path!r} is closed")

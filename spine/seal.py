@@ -28,6 +28,7 @@ from ._bundle import (
     read_bundle,
     verify_bundle,
 )
+from ._frontier import FRONTIER, frontier_at, prefix_root
 from ._keys import Keyring, KeysLike, KeyStore, PublicKey, SigningKey, key_id_of
 from ._merkle import (
     MerkleFrontier,
@@ -65,6 +66,7 @@ from ._sealing import (
 __all__ = [
     "BUNDLE_FORMAT",
     "BUNDLE_VERSION",
+    "FRONTIER",
     "IMPORT_EVENTS",
     "IMPORT_STREAM",
     "SEAL_VERSION",
@@ -94,11 +96,13 @@ __all__ = [
     "build_bundle",
     "compute_seal",
     "export_bundle",
+    "frontier_at",
     "import_origin",
     "key_id_of",
     "leaf_hash",
     "merkle_root",
     "node_hash",
+    "prefix_root",
     "prepare_seal",
     "prove",
     "read_bundle",

@@ -13,7 +13,14 @@ import pytest
 from projections import StatusReducer
 from projections._due import DueIndex
 from spine import Event, Kind, Log, MemoryLog, SqliteLog, recover_sqlite
-from spine.seal import SigningKey, seal_stream, verify_stream
+from spine.seal import (
+    SigningKey,
+    merkle_root,
+    prefix_root,
+    row_leaf_hash,
+    seal_stream,
+    verify_stream,
+)
 
 
 def _conversation(log: Log, sid: str, turns: int) -> None:
@@ -134,3 +141,37 @@ def test_a_fork_made_by_copying_reads_as_it_always_did(log: SqliteLog) -> None:
     ]
     log.fork("new-fork", "old-fork", 6)  # and a copy can be forked by reference
     assert len(log.read_events("new-fork")) == 7
+
+
+class _Counting:
+    """A log whose per-stream reads count the rows they return."""
+
+    def __init__(self, log: Log) -> None:
+        self.log, self.rows = log, 0
+
+    def read(self, *args: object, **kw: object) -> list[object]:
+        out = self.log.read(*args, **kw)  # type: ignore[arg-type]
+        self.rows += len(out)
+        return out  # type: ignore[return-value]
+
+
+def test_a_forks_root_reads_from_the_newest_seal_not_the_whole_prefix(log: SqliteLog) -> None:
+    """With a seal every 1000 events, the root at any seq reads the seals near it and at
+    most the 1000 rows after the newest one (a stream never sealed is read whole)."""
+    key = SigningKey.generate()
+    events = [Event(kind=Kind.PROPERTIES, properties={"n": str(i)}) for i in range(1000)]
+    for _ in range(10):
+        log.append("parent", events)
+        seal_stream(log, "parent", key)
+    at = log.last_seq("parent") - 3
+    rows = log.read("parent", 0, at)
+    want = merkle_root([row_leaf_hash(r.payload, r.version) for r in rows])
+    counting = _Counting(log)
+    assert prefix_root(counting, "parent", at) == want  # type: ignore[arg-type]
+    assert counting.rows < 1100
+    log.append("never-sealed", events)
+    counting.rows = 0
+    prefix_root(counting, "never-sealed", 900)  # type: ignore[arg-type]
+    assert counting.rows == 900
+    log.fork("child", "parent", at)
+    assert log.read("child", at, 1)[0].event().extra["root"] == want.hex()

@@ -175,6 +175,67 @@ def test_an_answer_renders_as_markdown_built_from_nodes(
     assert s_md["dark"] > 0.05 > s_plain["dark"]  # the code block's dark background
 
 
+TABLE_AND_NESTED = (
+    "\n| tool | calls | <b>share</b> |\n|:-----|------:|:---:|\n| calculator | 12 | *most* |\n"
+    "| clock | 3 | a \\| b |\n\nSteps:\n\n- outer one\n  - inner one\n  - inner two\n"
+    "    1. deepest\n- outer two\n"
+)
+
+
+def test_tables_and_nested_lists_render_as_elements_laid_out_as_such(
+    page: Any, lab: Any, gw: GatewayHandle
+) -> None:
+    """A pipe table becomes a table (header cells, aligned columns, an escaped pipe kept
+    in its cell, markup in a cell as text), and an indented list nests under its item; on
+    the screen the cells sit in a grid and the nested items are indented."""
+    _open(page, gw, "md-table")
+    _say(gw, "md-table", "a plain answer")
+    plain = _answer(page, 1)
+    _say(gw, "md-table", TABLE_AND_NESTED)
+    md = _answer(page, 2)
+    body = md.locator(".body.md")
+    table = body.locator("table")
+    assert table.locator("thead th").all_text_contents() == ["tool", "calls", "<b>share</b>"]
+    assert body.locator("b").count() == 0
+    rows = table.locator("tbody tr")
+    assert rows.count() == 2
+    assert rows.nth(0).locator("td").all_text_contents() == ["calculator", "12", "most"]
+    assert rows.nth(1).locator("td").all_text_contents() == ["clock", "3", "a | b"]
+    assert rows.nth(0).locator("td em").text_content() == "most"
+    aligns = [
+        c.evaluate("e => getComputedStyle(e).textAlign") for c in rows.nth(0).locator("td").all()
+    ]
+    assert aligns == ["left", "right", "center"]
+    outer = body.locator(":scope > ul > li")
+    assert outer.count() == 2
+    assert outer.nth(0).locator(":scope > ul > li").count() == 2
+    deepest = outer.nth(0).locator("ul > li ol > li")
+    assert deepest.all_text_contents() == ["deepest"]
+    # Laid out as a grid and as an indented tree, inside the bubble.
+    a, b = (
+        rows.nth(0).locator("td").nth(0).bounding_box(),
+        rows.nth(0).locator("td").nth(1).bounding_box(),
+    )
+    below = rows.nth(1).locator("td").nth(0).bounding_box()
+    assert a and b and below
+    assert b["x"] >= a["x"] + a["width"] - 1 and abs(a["y"] - b["y"]) < 2
+    assert below["y"] >= a["y"] + a["height"] - 1 and abs(below["x"] - a["x"]) < 2
+    o, i, d = (
+        x.bounding_box() for x in (outer.nth(0), outer.nth(0).locator("ul > li").first, deepest)
+    )
+    assert o and i and d and o["x"] < i["x"] < d["x"]
+    box, bubble = table.bounding_box(), md.bounding_box()
+    assert (
+        box
+        and bubble
+        and bubble["x"] <= box["x"]
+        and box["x"] + box["width"] <= bubble["x"] + bubble["width"]
+    )
+    s_plain = _stats(lab, _shot(plain, "table-plain"))
+    s_md = _stats(lab, _shot(md, "table"))
+    assert s_md["colors"] > 10 and s_md["h"] > 3 * s_plain["h"]
+
+
 HOSTILE = '<script>window.__pwned = 1</script><img src="x" onerror="window.__pwned = 2"><b>b</b>'
 
 

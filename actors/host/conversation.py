@@ -7,8 +7,9 @@ row naming the parent and the seq (under which the parent's seals in the prefix 
 the parent's), then one ``session.properties`` event of provenance (the parent and the
 seq, as metadata `Host.info` shows), then, for a fork inside a turn, that turn's end (reason
 ``forked``). The prefix is read through the parent's rows by every per-stream read, so a
-fork costs the same at any length. ``root=True`` also records the Merkle root of the
-prefix (`fork_root`), which reads it whole. Forks made by copying, before forks by
+fork costs the same at any length. The ``session.forked`` row also names the Merkle root
+of the prefix (``root``; ``Host.fork(root=False)``: not), from the parent's newest seal at or below
+the seq and the rows after it (`spine.Log.fork`). Forks made by copying, before forks by
 reference, are ordinary streams and read as they always did.
 """
 
@@ -43,7 +44,6 @@ from .replies import request_id
 #: Provenance keys a fork stores (as metadata: `Host.info` shows them).
 FORK_PARENT = "fork.parent"
 FORK_SEQ = "fork.seq"
-FORK_ROOT = "fork.root"
 
 
 @attrs.frozen(kw_only=True)
@@ -186,14 +186,10 @@ def _left_open(log: Log, sid: str, at: int) -> list[Event]:
     return recovery_events(st, "forked")
 
 
-def fork_events(
-    log: Log, parent: str, at: int, metadata: Mapping[str, str], *, root: bool = False
-) -> list[Event]:
+def fork_events(log: Log, parent: str, at: int, metadata: Mapping[str, str]) -> list[Event]:
     """What a fork at ``at`` stores after its link: its provenance, the end of a turn the
     prefix left open (reason ``forked``), and the new metadata, if any."""
     prov = {FORK_PARENT: parent, FORK_SEQ: str(at)}
-    if root:
-        prov[FORK_ROOT] = fork_root(_prefix(log, parent, at))
     out = [Event(kind=Kind.PROPERTIES, properties=prov)]
     out.extend(_left_open(log, parent, at))
     if metadata:
@@ -264,12 +260,13 @@ class ConversationCommands:
         *,
         new_id: str | None = None,
         metadata: Mapping[str, str] | None = None,
-        root: bool = False,
+        root: bool = True,
     ) -> str:
         """A new session whose stream starts with ``session_id``'s events up to ``at``
         (default: its last seq with no turn running and no message waiting, which reads
         the parent whole), by reference, then their provenance; its fold at ``at`` is the
-        parent's. ``root``: record the prefix's Merkle root too. Returns the new id."""
+        parent's. Its first event (``session.forked``) names the prefix's Merkle root
+        (``root=False``: not), found from the parent's seals. Returns the new id."""
         child = new_id if new_id is not None else new_session_id()
         try:
             validate_session_id(child)
@@ -288,11 +285,11 @@ class ConversationCommands:
                 f"session {child} already exists: a session cannot be forked into itself",
                 session_id=child,
             )
-        events = fork_events(self._log, session_id, at, metadata or {}, root=root)
+        events = fork_events(self._log, session_id, at, metadata or {})
         try:
             if child == session_id:  # the parent's own id is taken, by the parent
                 raise ConflictError(child, 0, last)
-            self._log.fork(child, session_id, at, events)
+            self._log.fork(child, session_id, at, events, root=root)
         except ConflictError:
             raise SessionAlreadyExists(
                 f"session {child} already exists: a fork never overwrites a stream",

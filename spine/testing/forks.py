@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from .. import ConflictError, InvalidArgumentError, Kind, Log, subscribe
+from ..seal import SigningKey, merkle_root, prefix_root, row_leaf_hash, seal_stream, verify_stream
 from .events import WAIT, ev, snapshot, texts
 
 
@@ -85,6 +86,38 @@ class ForkContract:
         assert len(rows[-1].payload) < 200
         assert [s.stream for s in log.streams()] == ["parent", "child"]
         assert [s.last_seq for s in log.streams()] == [50, 51]
+
+    def test_the_link_names_the_parents_root_and_the_forks_seal_proves_its_prefix(
+        self, log: Log
+    ) -> None:
+        key = SigningKey.generate()
+        _parent(log, 30)
+        seal_stream(log, "parent", key)  # seqs 1..30, stored at 31 with its frontier
+        log.append("parent", [ev(f"q{i}") for i in range(6)])  # 32..37
+        seal_stream(log, "parent", key, last=35)  # 31..35, stored at 38
+
+        def root(stream: str, at: int) -> str:
+            rows = log.read(stream, 0, at)
+            return merkle_root([row_leaf_hash(r.payload, r.version) for r in rows]).hex()
+
+        # Inside the first seal (no frontier below: the prefix is read), on a seal's
+        # event, between seals, on the last seal's range end and after it.
+        for at in (20, 30, 31, 33, 35, 37, 38):
+            log.fork(f"at-{at}", "parent", at)
+            link = log.read(f"at-{at}", at, 1)[0].event()
+            assert link.extra["root"] == root("parent", at) == prefix_root(log, "parent", at).hex()
+        log.fork("plain", "parent", 33, root=False)
+        assert "root" not in log.read("plain", 33, 1)[0].event().extra
+        # The fork's own seal covers its link (so it signs the root the link names) and
+        # stores the frontier of the whole fork, prefix included: the prefix it reads
+        # has the parent's root, and verification recomputes both.
+        log.append("at-33", [ev("own")])
+        seal = seal_stream(log, "at-33", key)
+        assert seal.first <= 34 <= seal.last
+        assert prefix_root(log, "at-33", 33).hex() == root("parent", 33)
+        assert prefix_root(log, "at-33", seal.last).hex() == root("at-33", seal.last)
+        report = verify_stream(log, "at-33", key.public_key)
+        assert report.ok, report.summary()
 
     def test_refused_forks_write_nothing(self, log: Log) -> None:
         _parent(log, 3)

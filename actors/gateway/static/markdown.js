@@ -2,8 +2,9 @@
 // every piece becomes a node made with createElement and filled with textContent, so no
 // string the model wrote is ever parsed as HTML (a <script> or an <img onerror> in an
 // answer shows as the characters it is). Only a subset is read: paragraphs, ATX headings,
-// fenced code blocks, bullet and numbered lists, block quotes, and inline code, strong,
-// emphasis and links; links keep only http(s) and mailto addresses.
+// fenced code blocks, bullet and numbered lists (nested by indentation), pipe tables,
+// block quotes, and inline code, strong, emphasis and links; links keep only http(s) and
+// mailto addresses.
 
 const SAFE_SCHEMES = new Set(["http:", "https:", "mailto:"]);
 
@@ -64,6 +65,10 @@ const FENCE = /^\s{0,3}(```+|~~~+)\s*([\w+-]*)\s*$/;
 const HEADING = /^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$/;
 const BULLET = /^\s{0,3}[-*+]\s+(.*)$/;
 const NUMBERED = /^\s{0,3}(\d{1,9})[.)]\s+(.*)$/;
+// A list item at any indentation: its indent, its marker, its text.
+const ITEM = /^( *)([-*+]|\d{1,9}[.)])\s+(.*)$/;
+// A table's delimiter row: dashes per column, colons for alignment, pipes between.
+const DELIM = /^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
 const QUOTE = /^\s{0,3}>\s?(.*)$/;
 
 function fence(lines, i, out) {
@@ -80,16 +85,72 @@ function fence(lines, i, out) {
   return j + 1; // an unclosed fence runs to the end, as it would while still streaming
 }
 
-function list(lines, i, out, pattern, tag) {
-  const el = node(tag);
-  const first = pattern.exec(lines[i]);
-  if (tag === "ol" && first[1] !== "1") el.start = Number(first[1]);
+function item(line) {
+  const m = ITEM.exec(line.replace(/^\t+/, (t) => "    ".repeat(t.length)));
+  return m && { indent: m[1].length, ordered: /\d/.test(m[2]), start: parseInt(m[2], 10), text: m[3] };
+}
+
+// A list from lines[i]: items at its indentation, and, under an item, a list indented by
+// two or more spaces more (nested as deep as the text goes); a list of the other kind at
+// the same indentation starts a list of its own.
+function list(lines, i, out) {
+  const first = item(lines[i]);
+  const el = node(first.ordered ? "ol" : "ul");
+  if (first.ordered && first.start !== 1) el.start = first.start;
   let j = i;
-  for (let m; j < lines.length && (m = pattern.exec(lines[j])); j++) {
-    const li = node("li");
-    inline(li, m[m.length - 1]);
+  let li = null;
+  for (let it; j < lines.length && (it = item(lines[j])); ) {
+    if (it.indent < first.indent) break;
+    if (li && it.indent >= first.indent + 2) {
+      j = list(lines, j, li);
+      continue;
+    }
+    if (it.ordered !== first.ordered) break;
+    li = node("li");
+    inline(li, it.text);
     el.append(li);
+    j++;
   }
+  out.append(el);
+  return j;
+}
+
+// The cells of a table row: split at pipes (not at an escaped one), its outer pipes dropped.
+function cells(line) {
+  let s = line.trim();
+  if (s.startsWith("|")) s = s.slice(1);
+  if (s.endsWith("|") && !s.endsWith("\\|")) s = s.slice(0, -1);
+  return s.split(/(?<!\\)\|/).map((c) => c.trim().replace(/\\\|/g, "|"));
+}
+
+function isTable(lines, i) {
+  const next = lines[i + 1];
+  if (!lines[i].includes("|") || next === undefined || !DELIM.test(next) || !next.includes("-")) return false;
+  return cells(lines[i]).length === cells(next).length;
+}
+
+function table(lines, i, out) {
+  const align = cells(lines[i + 1]).map((d) =>
+    d.startsWith(":") && d.endsWith(":") ? "center" : d.endsWith(":") ? "right" : d.startsWith(":") ? "left" : "",
+  );
+  const row = (line, tag) => {
+    const tr = node("tr");
+    const got = cells(line);
+    align.forEach((a, k) => {
+      const cell = node(tag);
+      if (a) cell.style.textAlign = a;
+      inline(cell, got[k] ?? "");
+      tr.append(cell);
+    });
+    return tr;
+  };
+  const el = node("table");
+  const head = node("thead");
+  head.append(row(lines[i], "th"));
+  const body = node("tbody");
+  let j = i + 2;
+  for (; j < lines.length && lines[j].trim() && lines[j].includes("|"); j++) body.append(row(lines[j], "td"));
+  el.append(head, body);
   out.append(el);
   return j;
 }
@@ -108,8 +169,8 @@ function block(lines, i, out) {
     out.append(el);
     return i + 1;
   }
-  if (BULLET.test(line)) return list(lines, i, out, BULLET, "ul");
-  if (NUMBERED.test(line)) return list(lines, i, out, NUMBERED, "ol");
+  if (BULLET.test(line) || NUMBERED.test(line)) return list(lines, i, out);
+  if (isTable(lines, i)) return table(lines, i, out);
   if (QUOTE.test(line)) {
     const quoted = [];
     let j = i;
@@ -121,7 +182,7 @@ function block(lines, i, out) {
   }
   const para = [line];
   let j = i + 1;
-  while (j < lines.length && lines[j].trim() && !startsBlock(lines[j])) para.push(lines[j++]);
+  while (j < lines.length && lines[j].trim() && !startsBlock(lines[j]) && !isTable(lines, j)) para.push(lines[j++]);
   const p = node("p");
   para.forEach((text, k) => {
     if (k) p.append(node("br"));

@@ -197,6 +197,18 @@ def new_turn(state: Any, text: str, seq: int, limit: int = HISTORY_LIMIT) -> Cha
     }
 
 
+def heard(hist: tuple[Entry, ...], pending: tuple[tuple[int, str], ...]) -> tuple[Entry, ...]:
+    """The history as the turn starting for ``pending[0]`` hears it: its message moves
+    after everything said while it waited (a message queued behind a running turn must
+    not sit between that turn's tool calls and their results)."""
+    if not pending:
+        return hist
+    at, text = pending[0]
+    if hist and hist[-1] == ("user", text, at):
+        return hist
+    return push(tuple(e for e in hist if e[2] != at or e[0] != "user"), ("user", text, at))
+
+
 def user_message(state: Any, ev: Event, seq: int, limit: int = HISTORY_LIMIT) -> Changes:
     if ev.extra.get(STEER) is True:
         return {"steers": (*state.steers, (seq, ev.text))}

@@ -182,6 +182,7 @@ def _turn_started(state: SessionState, ev: Event, seq: int) -> Changes:
         "turns": max(state.turns, ev.turn),
         "open_turn": OpenTurn(turn=ev.turn),
         "pending": state.pending[1:],
+        "history": conversation.heard(state.history, state.pending),
         "turn_actions": {},
     }
 
