@@ -1,5 +1,4 @@
-"""The session's pure core: its state as a fold of its own stream (no Thespian, I/O or
-clock: the shell loads events, calls `evolve`, appends what the handlers decide)."""
+"""The session's state as a fold of its own stream, `evolve`: no Thespian, I/O or clock."""
 
 from __future__ import annotations
 
