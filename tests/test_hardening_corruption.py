@@ -230,7 +230,14 @@ def test_the_auto_sealer_signs_the_tree_it_kept_and_it_verifies(
     from actors.policy import SealPolicy
     from actors.session.shell.autoseal import AUTO_SEAL, AutoSealer
     from spine import Event, SqliteLog
-    from spine.seal import Keyring, SigningKey, compute_seal, seal_event, verify_stream
+    from spine.seal import (
+        Keyring,
+        MerkleFrontier,
+        SigningKey,
+        compute_seal,
+        seal_event,
+        verify_stream,
+    )
 
     key = SigningKey.generate()
     with SqliteLog(tmp_path / "spine.db") as log:
@@ -260,6 +267,14 @@ def test_the_auto_sealer_signs_the_tree_it_kept_and_it_verifies(
             assert (seal.first, seal.last, seal.root, seal.leaves) == (
                 expect.first, expect.last, expect.root, expect.leaves
             )  # fmt: skip
+            # Either way the seal stores the frontier of its whole prefix, which a fork
+            # at its last seq takes the parent's root from.
+            prefix = [r.payload for r in log.read("s", 0, seal.last)]
+            whole = compute_seal("s", 1, prefix, key, time=datetime.fromisoformat(seal.time))
+            assert (
+                seal.frontier
+                and MerkleFrontier.from_peaks(seal.last, seal.frontier).root() == whole.root
+            )
             ev = seal_event(seal)
             res = log.append("s", [ev], expected_seq=res.last_seq)
             sealer.appended([ev], res.first_seq, res.last_seq, {}, res.records)

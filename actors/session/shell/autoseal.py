@@ -19,8 +19,17 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
+import attrs
+
 from spine import Event, Kind, Log, Record, SpineError
-from spine.seal import NothingToSealError, SigningKey, compute_seal, prepare_seal, seals
+from spine.seal import (
+    NothingToSealError,
+    SigningKey,
+    compute_seal,
+    frontier_at,
+    prepare_seal,
+    seals,
+)
 
 from ...policy import SealPolicy
 from ..rules import commands as c
@@ -136,6 +145,11 @@ class AutoSealer:
                     time=datetime.now(UTC),
                     versions=[r.version for r in rows],
                 )
+                # Forks find a prefix's root from the newest seal's frontier; a seal made
+                # from the rows in hand stores one too (the last seal's, extended).
+                frontier = frontier_at(self.log, self.stream, self.first - 1)
+                frontier.extend(seal.leaf_list())
+                seal = attrs.evolve(seal, frontier=frontier.peaks())
             else:
                 seal = prepare_seal(self.log, self.stream, self._signing, first=self.first)
         except NothingToSealError:
