@@ -383,7 +383,10 @@ def test_the_fast_decode_agrees_with_the_general_path(payload: bytes, retype: An
     from spine._codec import _decode_general, decode_stored
     from spine._codec_fast import fast_decode
 
-    d = orjson.loads(payload)
+    try:
+        d = orjson.loads(payload)
+    except orjson.JSONDecodeError:  # JSON only the general path reads (a wide number)
+        d = None
     if retype is not None and isinstance(d, dict) and d:
         name = sorted(d)[len(d) // 2]
         d[name] = retype
@@ -392,7 +395,7 @@ def test_the_fast_decode_agrees_with_the_general_path(payload: bytes, retype: An
         general: Event | None = _decode_general(payload, None, None, SCHEMA_VERSION)
     except DecodeError:
         general = None
-    fast = fast_decode(orjson.loads(payload), payload, None)
+    fast = None if d is None else fast_decode(orjson.loads(payload), payload, None)
     assert fast is None or (general is not None and fast == general)
     seq = general.seq if general is not None else 0
     if general is None:
