@@ -23,6 +23,7 @@ from .errors import (
     SessionFailed,
     SessionNotFound,
     SpineUnavailable,
+    TurnNotFound,
     WrongDaemon,
 )
 
@@ -116,6 +117,7 @@ __all__ = [
     "SnapshotPolicy",
     "SpineUnavailable",
     "TurnInput",
+    "TurnNotFound",
     "TurnOutput",
     "WrongDaemon",
     "messages",

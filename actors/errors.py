@@ -58,6 +58,12 @@ class NotAuthorized(InvalidRequest):
     (`actors.authority`); nothing was stored. The message names the key."""
 
 
+class TurnNotFound(InvalidRequest):
+    """An edit, a regeneration or a branch switch named a seq that opens no turn of the
+    session (`Host.branches` lists the ones that do); nothing was stored. A well-formed
+    request about a turn that is not there: HTTP answers it 404, not as a bad field."""
+
+
 class RunnerClosed(ActorsError):
     """The Runner was closed."""
 
@@ -109,6 +115,7 @@ ERRORS: dict[str, type[ActorsError]] = {
         InvalidRequest,
         IdempotencyConflict,
         NotAuthorized,
+        TurnNotFound,
         RunnerClosed,
         HostTimeout,
         SpineUnavailable,

@@ -88,7 +88,14 @@ def test_edit_regenerate_branches_switch_and_fork_over_http(http: httpx.Client) 
     assert r.status_code == 200, r.text
     active = [b["leaf"] for b in http.get("/v1/sessions/tree-1/branches").json()["branches"]]
     assert one["seq"] in active
-    assert http.put("/v1/sessions/tree-1/branch", json={"turn": 9999}).status_code == 422
+    # A well-formed seq that opens no turn is the session's answer (404), not a bad field.
+    for method, path, body in (
+        ("PUT", "branch", {"turn": 9999}),
+        ("POST", "edits", {"seq": one["seq"] + 1, "text": "x"}),
+        ("POST", "regenerations", {"seq": 9999}),
+    ):
+        r = http.request(method, f"/v1/sessions/tree-1/{path}", json=body)
+        assert (r.status_code, r.json()["error"]) == (404, "no_such_turn"), r.text
     assert http.post("/v1/sessions/tree-1/edits", json={"seq": 0, "text": "x"}).status_code == 422
 
     r = http.post("/v1/sessions/tree-1/forks", json={"at": end["seq"], "id": "tree-1-fork"})

@@ -252,8 +252,9 @@ def test_branch_operations_are_refused_while_busy_or_for_an_unknown_turn() -> No
     assert kit.switch_branch(1).error == "Rejected"
     kit.finish()
     bad = kit.send("x", edits=99)
-    assert bad.error == "InvalidRequest" and "seq 99" in bad.reply.message and not bad.events
-    assert kit.switch_branch(99).error == "InvalidRequest"
+    assert bad.error == "TurnNotFound" and "seq 99" in bad.reply.message and not bad.events
+    assert kit.send("", regenerates=99).error == "TurnNotFound"
+    assert kit.switch_branch(99).error == "TurnNotFound"
     assert kit.send("x", edits=1, mode="steer").error == "InvalidRequest"
 
 

@@ -30,6 +30,7 @@ STATUS: dict[type[e.ActorsError], tuple[int, str]] = {
     e.Rejected: (429, "busy"),
     e.InterceptorError: (422, "interceptor_failed"),
     e.PoisonMessageError: (422, "poison_message"),
+    e.TurnNotFound: (404, "no_such_turn"),
     e.InvalidRequest: (422, "invalid_field"),
     e.NotAuthorized: (403, "forbidden_key"),
     e.IdempotencyConflict: (422, "idempotency_conflict"),

@@ -55,7 +55,7 @@ def _no_turn(s: Session, request_id: str, seq: int) -> m.RequestFailed:
         f"no user message at seq {seq} opens a turn of session {s.session_id} "
         "(`branches` lists them)"
     )
-    return failed(s, request_id, "InvalidRequest", text)
+    return failed(s, request_id, "TurnNotFound", text)
 
 
 def branched(s: Session, request_id: str, ing: Ingress) -> Event | m.RequestFailed:
