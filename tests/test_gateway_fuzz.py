@@ -9,6 +9,7 @@ import json
 import re
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 import schemathesis
@@ -73,7 +74,10 @@ _SESSION_ID = re.compile(_ID_PATTERN["schema"]["pattern"].strip("^$"))
 
 def filter_path_parameters(context: Any, path_parameters: dict[str, Any] | None) -> bool:
     sid = (path_parameters or {}).get("id")
-    return sid is None or _SESSION_ID.fullmatch(str(sid)) is not None
+    # Schemathesis unquotes a drawn value before it quotes it into the path, so a drawn
+    # "%0D" (three characters the pattern allows) reaches the server as a carriage return:
+    # the id to check is the one the server receives.
+    return sid is None or _SESSION_ID.fullmatch(unquote(str(sid))) is not None
 
 
 CHECKS = [
