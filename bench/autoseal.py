@@ -13,6 +13,11 @@ two assistant messages, turn end) as one append each, the way a session's decisi
 store them, with and without the `AutoSealer` a session runs (told of every append;
 sealing when due by count), alternating rounds, medians.
 
+The daemon-level run also reports the CPU time the session processes spent per turn
+(user and system time from ``/proc``, over every turn a round completed): the sealer runs
+there, and on a shared machine CPU per turn resolves a few percent that turns/s, swayed
+by whatever else runs, does not.
+
 Run ``python bench/autoseal.py`` (``--quick`` for a smoke run).
 """
 
@@ -34,7 +39,7 @@ sys.path.insert(0, os.path.dirname(_HERE))
 
 from actors._runtime.system import loopback_only  # noqa: E402
 from actors.policy import DAEMON_SEAL_POLICY, SealPolicy  # noqa: E402
-from bench.actors import TURN_END, WAIT, _drive, host  # noqa: E402
+from bench.actors import TURN_END, WAIT, _drive, _stat, host  # noqa: E402
 from spine import Kind  # noqa: E402
 
 CONFIGS = {
@@ -116,6 +121,7 @@ def main() -> None:
     loopback_only()
     root = tempfile.mkdtemp(prefix="vertebra-bench-autoseal-")
     rates: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    cpu: dict[str, list[float]] = {name: [] for name in CONFIGS}
     try:
         with ExitStack() as stack:
             hosts: dict[str, Any] = {}
@@ -126,6 +132,8 @@ def main() -> None:
                 h = stack.enter_context(host(d, auto_seal=policy))
                 hosts[name] = h
                 sids[name] = [h.create() for _ in range(n)]
+
+            done = [0] * n
 
             def driver(name: str) -> tuple[Any, Any]:
                 h, ids = hosts[name], sids[name]
@@ -141,6 +149,7 @@ def main() -> None:
                         ev = subs[name, i].get(WAIT)
                         assert ev is not None
                         if ev.seq > a.seq:
+                            done[i] += 1
                             return
 
                 return turn, setup
@@ -149,7 +158,13 @@ def main() -> None:
                 for _ in range(rounds):
                     for name in CONFIGS:
                         turn, setup = driver(name)
+                        pids = [hosts[name].session_pid(sid) for sid in sids[name]]
+                        done[:] = [0] * n
+                        before = _cpu_seconds(pids)
                         rates[name].append(_drive(n, seconds, turn, setup))
+                        # Every turn counted ended before _drive returned (it joins the
+                        # threads): the CPU read now is theirs, none of the next round's.
+                        cpu[name].append((_cpu_seconds(pids) - before) / max(1, sum(done)))
             finally:
                 for s in subs.values():
                     s.close()
@@ -175,6 +190,27 @@ def main() -> None:
     cost = 1 - statistics.median(rates["default"]) / base
     verdict = "met" if cost <= 0.05 else "MISSED"
     print(f"  default policy costs {cost * 100:.1f}% of turns/s  target <= 5%: {verdict}")
+    base_cpu = statistics.median(cpu["off"])
+    print("session processes' CPU per turn (user + system)")
+    for name, cs in cpu.items():
+        med = statistics.median(cs)
+        print(
+            f"  {name:<16} {med * 1000:6.3f} ms  {med / base_cpu:5.3f}x  "
+            f"(rounds {', '.join(f'{x * 1000:.3f}' for x in cs)})"
+        )
+    extra = statistics.median(cpu["default"]) / base_cpu - 1
+    verdict = "met" if extra <= 0.05 else "MISSED"
+    print(f"  default policy adds {extra * 100:.1f}% CPU per turn  target <= 5%: {verdict}")
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """User plus system time of ``pids`` so far, in seconds."""
+    ticks = 0
+    for pid in pids:
+        st = _stat(pid)
+        if st is not None:
+            ticks += int(st[11]) + int(st[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":
