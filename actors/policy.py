@@ -45,8 +45,10 @@ class RestartPolicy:
     """How the Runner brings back a session whose process died unasked.
 
     A session that dies more than ``max_restarts`` times within ``window`` seconds is
-    marked failed. The n-th restart within the window waits
-    ``min(backoff_max, backoff_initial * 2 ** (n - 1))`` seconds. Keyed ingress that was in
+    marked failed. The first restart within the window starts at once (one crash, a
+    SIGKILL or an OOM kill, is not a loop; waiting would only lengthen the outage); the
+    n-th (n >= 2) waits ``min(backoff_max, backoff_initial * 2 ** (n - 2))`` seconds, so
+    a crash loop backs off. Keyed ingress that was in
     flight through ``poison_after`` crashes is poison: it is answered with
     `PoisonMessageError` and recorded instead of delivered again.
     """
@@ -67,7 +69,9 @@ class RestartPolicy:
 
     def delay(self, recent: int) -> float:
         """Seconds to wait before the restart that follows ``recent`` crashes."""
-        return float(min(self.backoff_max, self.backoff_initial * 2 ** max(0, recent - 1)))
+        if recent <= 1:
+            return 0.0
+        return float(min(self.backoff_max, self.backoff_initial * 2 ** (recent - 2)))
 
 
 #: Metadata keys that override the daemon's auto-seal policy for one session: seal once

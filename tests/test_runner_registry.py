@@ -69,12 +69,14 @@ def _send(key: str = "k1", rid: str = "r1") -> m.SendMessage:
 
 
 def _crash_and_restart(r: Registry, now: float) -> list[Action]:
-    """Crash the live incarnation at ``now``; if a restart is scheduled, run it to ready."""
+    """Crash the live incarnation at ``now``; run the restart (at once, or when its
+    backoff is due) to ready."""
     e = r.entries[SID]
     out = r.child_exited(e.address, now)
-    for action in out:
+    for action in list(out):
         if isinstance(action, Schedule):
             out += r.restart_due(action.payload)
+        if isinstance(action, Schedule | Spawn):
             out += _ready(r, r.entries[SID].incarnation, now)
     return out
 
@@ -144,18 +146,21 @@ def test_working_says_whether_a_process_is_on_the_session_or_about_to_be() -> No
     """Starting, live and restarting after a crash are working (a goal run goes on);
     passivated, failed and an entry the registry does not hold are not (a run in flight
     there is interrupted). One id answers that entry alone."""
-    r = _registry(max_restarts=1, window=60.0)
+    r = _registry(max_restarts=2, window=60.0)
     r.load("other", 3)
     assert _working(r) == [] and _working(r, "other") == [False]
     r.create(SID, "c1", CALLER, {})
     assert _working(r) == [True]  # starting
     _ready(r, 1)
     assert _working(r) == [True]  # live
-    [due] = r.child_exited("addr-1", 0.0)
+    [spawn] = r.child_exited("addr-1", 0.0)  # the first crash restarts at once
+    assert isinstance(spawn, Spawn) and r.entries[SID].state == EntryState.STARTING
+    _ready(r, 2)
+    [due] = r.child_exited("addr-2", 0.5)  # the second after a backoff
     assert r.entries[SID].state == EntryState.RESTARTING and _working(r) == [True]
     r.restart_due(due.payload)
-    r.bind(SID, 2, "addr-2")
-    r.child_exited("addr-2", 1.0)  # over the budget
+    r.bind(SID, 3, "addr-3")
+    r.child_exited("addr-3", 1.0)  # over the budget
     assert r.entries[SID].state == EntryState.FAILED and _working(r) == [False]
     [everyone] = r.list_sessions("l", CALLER)
     assert isinstance(everyone, Reply) and len(everyone.message.sessions) == 2
@@ -260,9 +265,9 @@ def test_a_subscription_to_a_failed_session_is_replayed_from_the_log_after_its_f
         ReplayStored(session_id=SID, request=late, reply_to=CALLER)
     ]
     r2 = _live(max_restarts=1, window=60.0)
-    [due] = r2.child_exited("addr-1", 0.0)
+    [spawn] = r2.child_exited("addr-1", 0.0)
+    assert isinstance(spawn, Spawn)
     assert r2.route(SID, early, CALLER, 0.005) == []  # waits for the next incarnation
-    r2.restart_due(due.payload)
     r2.bind(SID, 2, "addr-2")
     out = r2.child_exited("addr-2", 1.0)
     assert out == [
@@ -316,25 +321,27 @@ def test_the_host_is_told_where_a_request_without_a_reply_stands() -> None:
 # -- supervision ---------------------------------------------------------------------------
 
 
-def test_crashes_within_the_budget_restart_with_doubling_backoff() -> None:
-    """Each crash in the window restarts after 0.01, 0.02, 0.04 s; restarts are counted."""
-    r = _live(max_restarts=3, window=60.0)
+def test_crashes_within_the_budget_restart_at_once_then_with_doubling_backoff() -> None:
+    """The first crash in the window restarts at once (no timer), the next ones after
+    0.01, 0.02, 0.04 s; restarts are counted."""
+    r = _live(max_restarts=4, window=60.0)
     delays = []
-    for i in range(3):
+    for i in range(4):
         out = _crash_and_restart(r, float(i))
         delays += [x.delay for x in out if isinstance(x, Schedule)]
+        if i == 0:
+            assert Spawn(session_id=SID, incarnation=2) in out
     assert delays == [0.01, 0.02, 0.04]
-    assert r.entries[SID].total_restarts == 3 and r.counters["restarts"] == 3
+    assert r.entries[SID].total_restarts == 4 and r.counters["restarts"] == 4
     assert r.entries[SID].state == EntryState.LIVE
 
 
 def test_a_crash_over_the_budget_marks_the_session_failed_and_answers_what_waits() -> None:
     """Crash max_restarts + 1 in the window: FAILED, RecordFailure, pending refused."""
     r = _live(max_restarts=1, window=60.0)
-    [due] = r.child_exited("addr-1", 0.0)
-    assert isinstance(due, Schedule) and r.entries[SID].state == EntryState.RESTARTING
+    [spawn] = r.child_exited("addr-1", 0.0)
+    assert isinstance(spawn, Spawn) and r.entries[SID].state == EntryState.STARTING
     assert r.route(SID, _send(), CALLER, 0.005) == []  # waits for the next incarnation
-    r.restart_due(due.payload)
     r.bind(SID, 2, "addr-2")
     out = r.child_exited("addr-2", 1.0)  # dies before it is ready
     assert out[0] == RecordFailure(session_id=SID, reason=sv.BUDGET_EXHAUSTED)
@@ -344,10 +351,13 @@ def test_a_crash_over_the_budget_marks_the_session_failed_and_answers_what_waits
 
 def test_crashes_that_left_the_window_do_not_count() -> None:
     """A crash older than the window no longer counts against the budget."""
-    r = _live(max_restarts=1, window=10.0)
+    r = _live(max_restarts=2, window=10.0)
     _crash_and_restart(r, 0.0)
+    assert [x.delay for x in _crash_and_restart(r, 5.0) if isinstance(x, Schedule)] == [0.01]
+    # The crashes at 0 and 5 s have left the window: this one is a first one again.
     out = _crash_and_restart(r, 20.0)
-    assert [x.delay for x in out if isinstance(x, Schedule)] == [0.01]
+    assert not [x for x in out if isinstance(x, Schedule)]
+    assert Spawn(session_id=SID, incarnation=4) in out
     assert r.entries[SID].state == EntryState.LIVE
 
 
@@ -557,16 +567,22 @@ def test_a_stream_that_does_not_decode_fails_the_session_at_once_naming_the_seq(
     ]
     r.route(SID, verify, CALLER, 0.0)
     r.bind(SID, 1, "addr-1")
-    # Its exit arrives first: taken for a crash, a restart is scheduled...
-    assert any(isinstance(x, Schedule) for x in r.child_exited("addr-1", 0.0))
     why = "its stream does not decode at seq 3: not JSON"
-    out = r.unreadable(SessionUnreadable(session_id=SID, incarnation=1, seq=3, reason=why))
+    # Its exit arrives first: taken for a crash, the next incarnation starts at once, and
+    # the report of the one that died is stale by then...
+    assert Spawn(session_id=SID, incarnation=2) in r.child_exited("addr-1", 0.0)
+    stale = SessionUnreadable(session_id=SID, incarnation=1, seq=3, reason=why)
+    assert r.unreadable(stale) == []
+    # ...the next finds the same row; its exit comes first too, and is taken for a crash:
+    r.bind(SID, 2, "addr-2")
+    assert any(isinstance(x, Schedule) for x in r.child_exited("addr-2", 0.0))
+    out = r.unreadable(SessionUnreadable(session_id=SID, incarnation=2, seq=3, reason=why))
     assert RecordFailure(session_id=SID, reason=why) in out
     assert _errors(out) == ["SessionFailed"]
     assert "seq 3" in next(x.message for x in out if isinstance(x, Fail))
     assert VerifyStored(session_id=SID, request_id="v1", reply_to=CALLER) in out
-    # ...which then finds the session failed and starts nothing.
-    assert r.restart_due(RestartDue(session_id=SID, incarnation=1)) == []
+    # ...and the restart scheduled then finds the session failed and starts nothing.
+    assert r.restart_due(RestartDue(session_id=SID, incarnation=2)) == []
     info = r.entries[SID].info()
     assert info.state == "failed" and info.error == why
     assert r.route(SID, verify, CALLER, 1.0) == [

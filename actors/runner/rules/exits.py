@@ -86,6 +86,8 @@ class RegistryExits:
         e.state = EntryState.RESTARTING
         e.total_restarts += 1
         self.counters["restarts"] += 1
+        if verdict.delay <= 0:
+            return [*out, e.spawn()]
         payload = RestartDue(session_id=e.session_id, incarnation=e.incarnation)
         return [*out, Schedule(delay=verdict.delay, payload=payload)]
 

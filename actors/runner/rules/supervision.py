@@ -58,8 +58,9 @@ def count_crash(
 def after_crash(policy: RestartPolicy, recent: tuple[float, ...]) -> Verdict:
     """Restart with backoff while the budget lasts, else give up.
 
-    The n-th crash within the window restarts after ``policy.delay(n)`` (0.01, 0.02,
-    0.04 ... seconds by default); crash ``max_restarts + 1`` marks the session failed.
+    The n-th crash within the window restarts after ``policy.delay(n)`` (at once, then
+    0.01, 0.02, 0.04 ... seconds by default); crash ``max_restarts + 1`` marks the
+    session failed.
     """
     if policy.exhausted(len(recent)):
         return GiveUp()
