@@ -96,6 +96,12 @@ RULES: tuple[Rule, ...] = (
     Rule("goal.parent", Writer.OPERATOR, "written when a goal run spawns a child"),
     Rule("goal.depth", Writer.OPERATOR, "the delegation depth the fan-out budget counts"),
     Rule(
+        "replay.",
+        Writer.OPERATOR,
+        "which session's stored tool results and approvals a replay serves: another "
+        "session's data, and human decisions taken as given",
+    ),
+    Rule(
         MODEL_API_KEY_ENV,
         Writer.OPERATOR,
         "it names the variable holding a secret; "

@@ -191,6 +191,9 @@ class TurnInput:
     #: order, read by the session before the turn runs. A call is answered from here, and
     #: never run (a replay has no side effect); one not among them is refused.
     recorded: tuple[tuple[str, str, str, bool], ...] | None = None
+    #: The human decisions that turn's calls waited for: (tool, input JSON, approved,
+    #: note), in order. An equal call is decided as the human decided then, not asked again.
+    approvals: tuple[tuple[str, str, bool, str], ...] = ()
 
 
 #: A replay's metadata: the session replayed and the seq of its user message whose turn the

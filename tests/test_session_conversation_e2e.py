@@ -312,6 +312,53 @@ def test_a_replay_serves_every_stored_tool_result_and_runs_no_tool(
         h.close()
 
 
+def test_a_replay_serves_the_parents_approvals_and_asks_nobody(
+    tmp_path: pathlib.Path, no_leftover_processes: object
+) -> None:
+    """A tool every call of which needs a human: the parent's call waited and was approved,
+    the second call rejected. The replay on the scripted model ends without a human (the
+    decisions are served from the parent's), reproduces the turns, and runs nothing."""
+    from actor_helpers import _stamp, stamping_tools
+    from conftest import wait_for
+
+    from actors.agents import ModelFactory, Tool
+    from actors.agents.governance import Requirement
+
+    gated = Tool(
+        name="gated_stamp",
+        description="Stamp, once a human says so.",
+        parameters={"type": "object"},
+        fn=_stamp,
+        requirement=Requirement(approval=True),
+    )
+    runs = tmp_path / "runs.txt"
+    factory = ModelFactory(backoff=0.01, tools=stamping_tools().with_tool(gated))
+    h = Host(tmp_path / "data", base="multiprocTCPBase", timeout=20, factory=factory)
+    try:
+        sid = h.create()
+        for approve, target in ((True, "a"), (False, "b")):
+            args = json.dumps({"log": str(runs), "target": target})
+            ask = h.send(sid, "!tool gated_stamp " + args)
+            (waiting,) = wait_for(lambda: h.pending(sid), 20)
+            (h.approve if approve else h.reject)(sid, waiting.call, f"said {target}")
+            h.wait_turn(sid, ask.seq)
+        assert runs.read_text() == "stamp\n"
+        same = h.replay(sid, timeout=20)
+        assert same.diverged_at == 0 and len(same.turns) == 2
+        assert runs.read_text() == "stamp\n"  # nothing ran again
+        parent, child = h.history(sid), h.history(same.session_id)
+        for t in same.turns:
+            assert _answered(child, t.seq) == _answered(parent, t.parent_seq)
+        said = [e for e in child if e.kind == Kind.ACTION_APPROVAL]
+        assert [(e.allowed, e.reason, e.extra.get("replayed")) for e in said[-2:]] == [
+            (True, "said a", True),
+            (False, "said b", True),
+        ]
+        assert not h.pending(same.session_id)
+    finally:
+        h.close()
+
+
 def test_a_replay_refuses_a_call_the_parent_never_made_and_reports_it(mp: Host) -> None:
     """The parent's stored turn called the calculator with other arguments than the new
     run asks for: the call is refused, not run, and the replay diverges there."""

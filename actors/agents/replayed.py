@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import orjson
 
-__all__ = ["NOT_RECORDED", "Replayed"]
+__all__ = ["NOT_RECORDED", "Decisions", "Replayed"]
 
 #: The start of the result a call the recorded turn did not make gets.
 NOT_RECORDED = "not run: this is a replay"
@@ -47,3 +47,23 @@ class Replayed:
             "arguments; a replay runs no tool",
             True,
         )
+
+
+class Decisions:
+    """The human decisions the replayed turn's calls waited for, each served once
+    (`take`): an equal call (same tool, equal JSON arguments) is decided as it was then."""
+
+    __slots__ = ("_left",)
+
+    def __init__(self, approvals: Iterable[tuple[str, str, bool, str]]) -> None:
+        self._left = [(tool, _value(raw), ok, note) for tool, raw, ok, note in approvals]
+
+    def take(self, tool: str, arguments: str) -> tuple[bool, str] | None:
+        """``(approved, note)`` of the first unserved decision on an equal call, or None:
+        no human decided such a call then, and one is asked now."""
+        args = _value(arguments)
+        for i, (name, value, ok, note) in enumerate(self._left):
+            if name == tool and value == args:
+                del self._left[i]
+                return ok, note
+        return None

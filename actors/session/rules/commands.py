@@ -174,6 +174,10 @@ class Govern:
     others: TenantShare = attrs.field(factory=TenantShare)
     #: A server's question to a human during the call (MCP elicitation): see `questions`.
     question: Mapping[str, Any] | None = None
+    #: In a replay: the human decision (approved, note) the replayed turn's equal call got,
+    #: served instead of asking again (`replaying.served_decision`; heeded only under
+    #: ``replay.*`` metadata, which only the operator writes, and where no tool runs).
+    recorded: tuple[bool, str] | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -25,6 +25,7 @@ from .goals import goal_budget, paused_on
 from .intents import ARGS, IDEMPOTENT, KEY, RETRY, args_hash, effect_key
 from .recovery import unfinished
 from .refusals import failed
+from .replaying import served_decision
 from .spend import GOAL_PAUSE
 from .state import PendingAction, SessionState, action_key
 from .tenantcaps import over_cap, spent_of
@@ -94,8 +95,10 @@ def govern(s: Session, cmd: Govern) -> Decision:
         effect = _answer(cmd, verdict, call, "", key)
         return Decision(state=s, events=(admitted, intent), effects=(effect,))
     if verdict == Verdict.PENDING:
+        key = effect_key(st.session_id, run.turn, call)
+        served = served_decision(s, cmd, base, key)  # a replay: the human decided then
         ev = Event(kind=Kind.ACTION_PENDING, input=cmd.input, **base)
-        return Decision(state=s, events=(ev,))
+        return served or Decision(state=s, events=(ev,))
     return _refused(s, cmd, base, (verdict, fault, err), refused)
 
 

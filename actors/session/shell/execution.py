@@ -24,7 +24,7 @@ from ..protocol import SessionConfig
 from ..rules import commands as c
 from ..rules.decide import decide
 from ..rules.replace import replace
-from ..rules.replaying import recorded_calls
+from ..rules.replaying import recorded_approvals, recorded_calls
 from ..rules.state import fold
 from . import effects
 from .executor import Executor
@@ -53,18 +53,20 @@ def keys(cfg: SessionConfig) -> KeyStore:
 
 
 def with_recorded(log: Log, turn: TurnInput) -> TurnInput:
-    """A replay's turn with the calls the replayed turn stored (`TurnInput.recorded`), read
-    from the replayed session's stream; one that cannot be read serves nothing, so every
-    call is refused rather than run."""
+    """A replay's turn with the calls the replayed turn stored (`TurnInput.recorded`) and
+    the human decisions its calls got (`TurnInput.approvals`), read from the replayed
+    session's stream; one that cannot be read serves nothing, so every call is refused
+    rather than run."""
     if turn.replay is None or turn.recorded is not None:
         return turn
     source, seq = turn.replay
     try:
-        recorded = recorded_calls(log.read_events(source), seq)
+        events = log.read_events(source)
+        recorded, approvals = recorded_calls(events, seq), recorded_approvals(events, seq)
     except Exception:
         session_log().exception("replay of %s: its turn %d cannot be read", source, seq)
-        recorded = ()
-    return attrs.evolve(turn, recorded=recorded)
+        recorded, approvals = (), ()
+    return attrs.evolve(turn, recorded=recorded, approvals=approvals)
 
 
 def executor(inc: Incarnation, reply_to: Any) -> Executor:

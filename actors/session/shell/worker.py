@@ -21,6 +21,7 @@ from spine import Event, Kind, Log, StreamSubscription, Usage, history, subscrib
 from ...agents import Agent, TurnInput
 from ...agents.egress import destination, literal, resolve
 from ...agents.governance import Requirement
+from ...agents.replayed import Decisions
 from ..rules.commands import Finished, Govern, Progress, Spawn
 from . import turn_threads
 from .mirroring import MIRRORED, mirror
@@ -75,6 +76,8 @@ class TurnWorker:
         self._keys: dict[tuple[str, str], str] = {}
         self._given: dict[tuple[str, str], tuple[str, bool]] = {}
         self._steers: tuple[str, ...] = ()
+        #: A replay's recorded human decisions (None: not a replay, every call is asked).
+        self._decisions: Decisions | None = None
         # The log the turn's children are followed on: one for all of its delegations (one
         # connection and one watcher thread polling the file, not one per child).
         self._follow_lock = threading.Lock()
@@ -92,6 +95,8 @@ class TurnWorker:
         cmd = Govern(
             turn=self.turn, action=action, tool_use_id=tool_use_id, input=input_json, need=need
         )
+        if self._decisions is not None and action != "model":
+            cmd = attrs.evolve(cmd, recorded=self._decisions.take(action, input_json))
         dest = destination(input_json, need.egress) if need.egress else None
         if dest is None or literal(dest[0]) is not None:
             self._send(cmd)
@@ -290,6 +295,8 @@ class TurnWorker:
         if instant and self.run_instant(agent, turn_input):
             return
         self.session_id = turn_input.session_id
+        if turn_input.replay is not None:
+            self._decisions = Decisions(turn_input.approvals)
 
         def work() -> None:
             try:
@@ -306,6 +313,8 @@ class TurnWorker:
         ``instant``): True if it did, its `Finished` handed back before this returns. Its
         words ride on the end: one hand-back per turn. False: the agent touched nothing."""
         self.session_id = turn_input.session_id
+        if turn_input.replay is not None:
+            self._decisions = Decisions(turn_input.approvals)
         instant = getattr(agent, "instant", None)
         if instant is None:
             return False
