@@ -8,6 +8,7 @@ from __future__ import annotations
 import pathlib
 from datetime import UTC, datetime
 
+import attrs
 import pytest
 from conftest import wait_for
 
@@ -117,5 +118,79 @@ def test_a_passivated_session_wakes_for_its_goal_timer_and_the_run_converges(
         assert started.text == "say hello" and started.extra["timer"] == "g"
         assert [e.kind for e in events].count(Kind.TIMER_FIRED) == 1
         assert h.timers(sid) == []
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        ({"text": "t", "after_seconds": 5, "goal": "yes"}, "goal must be true or false"),
+        ({"text": "t", "after_seconds": 5, "budget": {"max_turns": 2}}, "set goal to true"),
+        ({"text": "t", "after_seconds": 5, "goal": True, "budget": 3}, "budget must be an object"),
+        (
+            {"text": "t", "after_seconds": 5, "goal": True, "budget": {"max_money": 1}},
+            "unknown budget 'max_money'",
+        ),
+        (
+            {"text": "t", "after_seconds": 5, "goal": True, "budget": {"max_turns": 0}},
+            "max_turns must be a positive integer",
+        ),
+    ],
+)
+def test_the_schedule_tool_refuses_a_goal_it_cannot_set_and_says_why(
+    args: dict[str, object], error: str
+) -> None:
+    from actors.agents.tools import ToolError
+    from actors.session.shell.schedule_tool import timer_of
+
+    with pytest.raises(ToolError, match=error):
+        timer_of(3, "u1", args, T0)
+
+
+def test_the_schedule_tool_sets_a_goal_timer_the_decider_stores_as_one() -> None:
+    """The model's goal timer is the same `SetTimer` a Host's is: stored with its budget,
+    and its firing opens a run on the text as the objective."""
+    from actors.session.shell.schedule_tool import timer_of
+
+    args = {
+        "text": "check the build",
+        "after_seconds": 60,
+        "goal": True,
+        "budget": {"max_turns": 2},
+    }
+    cmd, said = timer_of(3, "u1", args, T0)
+    assert (cmd.goal, dict(cmd.budget), cmd.timer_id) == (True, {"max_turns": 2}, "m-3-u1")
+    assert said.startswith("goal run m-3-u1 set: first firing at 2026-03-02T08:01:00")
+    kit = _kit()
+    out = kit.run(attrs.evolve(cmd, now=T0))
+    (ev,) = out.events
+    assert ev.kind == Kind.TIMER_SET and ev.extra["run"] == "goal"
+    assert ev.extra["budget"] == {"max_turns": 2}
+
+
+@pytestmark_e2e
+def test_the_model_schedules_a_goal_run_with_the_schedule_tool(
+    tmp_path: pathlib.Path, no_leftover_processes
+) -> None:  # type: ignore[no-untyped-def]
+    """A model's call of ``schedule`` with goal true: the turn ends, and at its time a goal
+    run opens on the text under the budget the model gave, and converges."""
+    h = Host(tmp_path, base="multiprocTCPBase", timeout=20, spare_sessions=0)
+    try:
+        sid = h.create(metadata={"ore.model.name": "scripted"})
+        args = (
+            '{"text": "say hello", "after_seconds": 0.3, "goal": true, "budget": {"max_turns": 2}}'
+        )
+        ask = h.send(sid, "!tool schedule " + args)
+        assert h.wait_turn(sid, ask.seq).kind == Kind.TURN_COMPLETED
+        (result,) = [e for e in h.history(sid) if e.kind == Kind.TOOL_RESULT]
+        assert not result.is_error and result.result.startswith("goal run m-")
+        wait_for(lambda: any(e.kind == Kind.CONVERGED for e in h.history(sid)), timeout=20)
+        events = h.history(sid)
+        (started,) = [e for e in events if e.kind == Kind.SESSION_STARTED and e.goal]
+        assert started.text == "say hello" and started.extra["timer"].startswith("m-")
+        (set_,) = [e for e in events if e.kind == Kind.TIMER_SET]
+        assert set_.extra["budget"] == {"max_turns": 2}
+        assert [e.kind for e in events].count(Kind.TIMER_FIRED) == 1 and h.timers(sid) == []
     finally:
         h.close()

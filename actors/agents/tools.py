@@ -321,13 +321,15 @@ def _schedule(args: Mapping[str, Any], ctx: ToolContext) -> str:
     return ctx.schedule(ctx.tool_use_id, args)
 
 
+_LIMITS = ("max_turns", "max_tool_calls", "max_tokens", "max_seconds", "max_cost")
 #: Capability ``schedule``: the session's own timers, each firing a message to it later.
 SCHEDULE = Tool(
     name="schedule",
     description=(
         "Have a message delivered to this conversation later: after_seconds from now, or "
         "on every time a five-field cron expression names (in tz, an IANA time zone). "
-        "Use it for reminders and recurring work."
+        "Use it for reminders and recurring work. With goal true, each firing instead "
+        "starts a goal run with text as its objective, limited by budget."
     ),
     parameters={
         "type": "object",
@@ -336,6 +338,13 @@ SCHEDULE = Tool(
             "after_seconds": {"type": "number", "minimum": 0},
             "cron": {"type": "string"},
             "tz": {"type": "string"},
+            "goal": {"type": "boolean"},
+            "budget": {
+                "type": "object",
+                # A goal run's limits: whole numbers but max_cost (the session checks them).
+                "properties": {k: {"type": "number", "exclusiveMinimum": 0} for k in _LIMITS},
+                "additionalProperties": False,
+            },
         },
         "required": ["text"],
         "additionalProperties": False,
