@@ -36,7 +36,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(_HERE), "tests"))
 from steer_storm import storm  # noqa: E402
 
 from actors.host import Host  # noqa: E402
-from actors.host.conversation import _prefix, fork_events, fork_root  # noqa: E402
+from actors.host.conversation import (  # noqa: E402
+    _prefix,
+    fork_events,
+    fork_root,
+    safe_point,
+    safe_point_after,
+)
+from actors.session.rules.state import SessionState, fold  # noqa: E402
+from actors.session.shell.snapshots import SnapshotStore  # noqa: E402
 from spine import Event, Kind, Log, SqliteLog, subscribe  # noqa: E402
 from spine.seal import SigningKey, seal_stream  # noqa: E402
 
@@ -136,6 +144,35 @@ def fork_figures(log: Log, size: Callable[[], int], n: int, label: str) -> None:
     print(
         f"{label} reference fork, root from the whole prefix (before): {_ms(_timed(read_prefix))}"
     )
+    safe_point_figures(log, at, label)
+
+
+def safe_point_figures(log: Log, last: int, label: str) -> None:
+    """A fork without a seq finds the parent's last safe point: from the parent's snapshot
+    (a session snapshots every 1000 events by default; here one 500 events back) and the
+    rows after it, against reading the whole stream (how it was found before)."""
+    events = log.read_events("parent")
+    snap = fold(SessionState(session_id="parent"), events[: last - 500])
+    with tempfile.TemporaryDirectory() as d:
+        store = SnapshotStore(d, os.path.join(d, "spine.db"))
+        store.save(snap)
+        store.close()
+
+        def from_snapshot(i: int) -> int:
+            s = SnapshotStore(d, os.path.join(d, "spine.db"))
+            try:
+                state = s.load("parent")
+            finally:
+                s.close()
+            assert state is not None
+            tail = [r.event() for r in log.read("parent", state.last_seq, None)]
+            return safe_point_after(state, tail, "parent")
+
+        whole = safe_point(log.read_events("parent"), "parent")
+        assert from_snapshot(0) == whole
+        fast = _ms(_timed(from_snapshot))
+    slow = _ms(_timed(lambda i: safe_point(log.read_events("parent"), "parent"), times=5))
+    print(f"{label} safe point of {last} events: from the snapshot {fast}; read whole {slow}")
 
 
 def sqlite_forks(data: str, n: int) -> None:

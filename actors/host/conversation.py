@@ -27,6 +27,7 @@ from spine import (
     Kind,
     Log,
     Record,
+    StorageError,
     Usage,
     new_session_id,
     validate_session_id,
@@ -36,8 +37,10 @@ from spine.seal import merkle_root, row_leaf_hash
 from .. import messages as m
 from ..errors import InvalidRequest, SessionAlreadyExists, SessionNotFound
 from ..policy import BusyPolicy
+from ..runner import spine_spec
 from ..session.rules.recovery import recovery_events
 from ..session.rules.state import SessionState, fold
+from ..session.shell.snapshots import SnapshotStore
 from ..spec import REPLAY_OF, REPLAY_TURN
 from .replies import request_id
 
@@ -151,12 +154,13 @@ def _queues(ev: Event) -> bool:
     return ev.kind == Kind.STEER_DROPPED and ev.extra.get("handed") == "next"
 
 
-def safe_point(events: list[Event], sid: str) -> int:
+def safe_point(
+    events: list[Event], sid: str, open_turn: bool = False, waiting: int = 0, best: int = 0
+) -> int:
     """The last seq of ``events`` at which no turn was open and no message waited for one
-    (0: none): a fork there starts idle, without re-running what the parent was doing."""
-    best = 0
-    open_turn = False
-    waiting = 0
+    (0: none): a fork there starts idle, without re-running what the parent was doing.
+    ``open_turn``, ``waiting`` and ``best`` say where the session stood before ``events``
+    (by default: at its start)."""
     for ev in events:
         if _own(ev, sid):
             kind = ev.kind
@@ -169,6 +173,16 @@ def safe_point(events: list[Event], sid: str) -> int:
         if not open_turn and not waiting:
             best = ev.seq
     return best
+
+
+def safe_point_after(state: SessionState, tail: list[Event], sid: str) -> int:
+    """`safe_point` of a stream of which ``state`` is the fold up to ``state.last_seq``
+    (a snapshot) and ``tail`` the events after it; 0 when it cannot tell from there (the
+    session was busy at the snapshot and stayed busy): the caller reads the stream whole."""
+    busy = state.busy
+    return safe_point(
+        tail, sid, state.open_turn is not None, len(state.pending), 0 if busy else state.last_seq
+    )
 
 
 def _left_open(log: Log, sid: str, at: int) -> list[Event]:
@@ -201,6 +215,8 @@ class ConversationCommands:
     """Branches, forks and replays. A mixin of `Host` (the spine and the round trip)."""
 
     _log: Log
+    data_dir: str
+    spine: Any
 
     if TYPE_CHECKING:
 
@@ -263,8 +279,9 @@ class ConversationCommands:
         root: bool = True,
     ) -> str:
         """A new session whose stream starts with ``session_id``'s events up to ``at``
-        (default: its last seq with no turn running and no message waiting, which reads
-        the parent whole), by reference, then their provenance; its fold at ``at`` is the
+        (default: its last seq with no turn running and no message waiting, found from
+        its snapshot and the rows after it, or from its whole stream without one), by
+        reference, then their provenance; its fold at ``at`` is the
         parent's. Its first event (``session.forked``) names the prefix's Merkle root
         (``root=False``: not), found from the parent's seals. Returns the new id."""
         child = new_id if new_id is not None else new_session_id()
@@ -276,7 +293,7 @@ class ConversationCommands:
         if not last:
             raise SessionNotFound(f"no session {session_id}", session_id=session_id)
         if at is None:
-            at = safe_point(self._log.read_events(session_id), session_id) or last
+            at = self._safe_point(session_id) or last
         _positive("at", at)
         if at > last:
             raise InvalidRequest(f"session {session_id} has {last} events, not {at}")
@@ -297,6 +314,25 @@ class ConversationCommands:
             ) from None
         self.get(child)  # bring it up: it settles (a message the prefix left waiting runs)
         return child
+
+    def _safe_point(self, sid: str) -> int:
+        """`safe_point` of ``sid``, from its snapshot and the events after it when it has
+        one (a long stream is not read whole), else from its whole stream."""
+        try:
+            store = SnapshotStore(self.data_dir, spine_spec(self.data_dir, self.spine))
+        except (StorageError, OSError):
+            store = None  # a snapshot is a cache: without one, the stream is read whole
+        if store is not None:
+            try:
+                snap = store.load(sid)
+            finally:
+                store.close()
+            if snap is not None:
+                tail = [r.event() for r in self._log.read(sid, snap.last_seq, None)]
+                found = safe_point_after(snap, tail, sid)
+                if found:
+                    return found
+        return safe_point(self._log.read_events(sid), sid)
 
     def replay(
         self,
