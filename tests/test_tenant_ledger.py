@@ -8,10 +8,12 @@ from __future__ import annotations
 import pathlib
 from datetime import UTC, datetime
 
+import attrs
 import pytest
 
 from actors.session.rules.spend import check_prices
-from actors.session.shell.tenantledger import TenantLedger
+from actors.session.rules.state import SessionState
+from actors.session.shell.tenantledger import HOLD_TTL, TenantLedger
 from spine import Event, Kind, SqliteLog, Usage
 
 DEC = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
@@ -61,4 +63,61 @@ def test_the_ledger_sums_a_tenants_others_per_period(tmp_path: pathlib.Path) -> 
         other.close()
         ledger.close()
     finally:
+        log.close()
+
+
+def _state(sid: str, tenant: str = "acme") -> SessionState:
+    return SessionState(session_id=sid, metadata={"tenant": tenant})
+
+
+NOW = DEC.timestamp()
+
+
+def test_a_running_turns_hold_is_seen_by_the_tenants_others_until_the_turn_ends(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Two session processes (two readers of one file): a's model call leaves a hold in the
+    same transaction as its read, b's next read counts it in every current period; a's
+    turn end releases it and counts what the turn cost instead. A newer call of a replaces
+    its hold; one older than the hold TTL, or another tenant's, counts nothing."""
+    log = SqliteLog(tmp_path / "spine.db")
+    a_proc = TenantLedger(log, tmp_path / "spend.db")
+    b_proc = TenantLedger(log, tmp_path / "spend.db")
+    try:
+        log.append("a", _opened("acme"))
+        log.append("b", _opened("acme"))
+        log.append("c", _opened("beta"))
+        assert a_proc.share(_state("a"), NOW, hold=4.0).cost == {}
+        b_proc.share(_state("c", "beta"), NOW, hold=50.0)  # another tenant's
+        assert b_proc.share(_state("b"), NOW).cost == {DAY: 4.0, MONTH: 4.0}
+        a_proc.share(_state("a"), NOW + 1, hold=6.0)  # the turn's next call: replaced
+        assert b_proc.share(_state("b"), NOW + 2).cost == {DAY: 6.0, MONTH: 6.0}
+        # a's own hold is not counted for a (b holds nothing: its reads held 0).
+        assert a_proc.share(_state("a"), NOW + 3, hold=6.0).cost == {}
+        log.append("a", [_turn(5, DEC)])  # the turn ended: cost 5, hold released
+        assert b_proc.share(_state("b"), NOW + 4).cost == {DAY: 5.0, MONTH: 5.0}
+        a_proc.share(_state("a"), NOW + 5, hold=2.0)
+        late = NOW + 5 + HOLD_TTL + 1
+        assert b_proc.share(_state("b"), late).cost == {DAY: 5.0, MONTH: 5.0}
+    finally:
+        a_proc.close()
+        b_proc.close()
+        log.close()
+
+
+def test_a_childs_turn_mirrored_on_its_parent_is_counted_once(tmp_path: pathlib.Path) -> None:
+    """A fan-out child inherits its parent's tenant and stores its turns on its own stream;
+    the copy its parent keeps (attributed to the child) is not counted a second time, and
+    does not release the parent's own hold."""
+    log = SqliteLog(tmp_path / "spine.db")
+    ledger = TenantLedger(log, tmp_path / "spend.db")
+    try:
+        log.append("parent", _opened("acme"))
+        log.append("kid", [*_opened("acme"), _turn(3, DEC)])
+        ledger.share(_state("parent"), NOW, hold=1.0)
+        mirrored = attrs.evolve(_turn(3, DEC), goal="kid")
+        log.append("parent", [mirrored])
+        assert ledger.share(_state("other"), NOW).cost == {DAY: 4.0, MONTH: 4.0}
+    finally:
+        ledger.close()
         log.close()

@@ -27,6 +27,7 @@ __all__ = [
     "Over",
     "TenantShare",
     "capped",
+    "hold_of",
     "over_cap",
     "reserve_of",
     "spent_of",
@@ -55,6 +56,15 @@ def reserve_of(st: SessionState) -> float:
     if rates is None or not cap.isdigit():
         return 0.0
     return price(Usage(output_tokens=int(cap)), rates)
+
+
+def hold_of(st: SessionState) -> float:
+    """What a model call of ``st``'s open turn holds of its tenant's caps until the turn
+    ends: what the turn's calls spent so far and the call's reserve."""
+    ot = st.open_turn
+    rates = st.spend.rates(st.metadata.get(MODEL_NAME, ""))
+    spent = price(ot.usage, rates) if ot is not None and ot.usage is not None and rates else 0.0
+    return spent + reserve_of(st)
 
 
 def open_usage(st: SessionState, run: Running) -> Usage | None:

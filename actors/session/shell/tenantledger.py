@@ -7,8 +7,17 @@ checkpointed position): ``session.properties`` (the stream's tenant and model),
 ``budget.prices`` (the stream's price table), ``turn.completed`` and ``turn.cancelled``
 (a turn's usage priced under the stream's table, counted in the day and month of the
 event's stored time, UTC) and ``budget.raised`` naming a period. The session processes
-share the file: each catches it up under SQLite's write lock right before it reads, so the
-share it gets lags the log only by turns still running elsewhere.
+share the file: each catches it up under SQLite's write lock right before it reads.
+
+Turns still running elsewhere are seen through holds: in the same write transaction as
+its read, a capped session's model call leaves a hold of what its open turn has spent so
+far plus the call's reserve (`tenantcaps.reserve_of`), replacing its last one, and the
+fold of that stream's turn end releases it (the turn's cost is counted then). Others count
+every live hold in each current period, so two sessions of a tenant asking at once are
+serialised by the lock and each sees the other's call: the tenant overshoots a cap by at
+most what one call spends past its reserve, not by one call per concurrent session. A
+hold older than `HOLD_TTL` (its session stopped asking and never ended its turn: a stream
+removed by hand) counts no more.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ import functools
 import math
 import os
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -27,7 +36,7 @@ from spine import DecodeError, Kind, Log, Record, SpineError
 
 from ..rules.spend import ANY_MODEL, TenantShare, period_keys, price
 from ..rules.state import SessionState
-from ..rules.tenantcaps import TENANT_KEY, capped, tenant_of
+from ..rules.tenantcaps import TENANT_KEY, capped, hold_of, tenant_of
 from .execution import session_log
 
 #: The file beside the spine.
@@ -42,6 +51,8 @@ LEDGER_KINDS = (
 )
 #: Rows read per page while catching up.
 PAGE = 1000
+#: Seconds a hold counts without its session asking again (each model call renews it).
+HOLD_TTL = 3600.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS position (id INTEGER PRIMARY KEY CHECK (id = 0), position INTEGER);
@@ -52,6 +63,9 @@ CREATE TABLE IF NOT EXISTS spend (
     tenant TEXT NOT NULL, period TEXT NOT NULL, stream TEXT NOT NULL,
     cost REAL NOT NULL DEFAULT 0, raised REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (tenant, period, stream)
+);
+CREATE TABLE IF NOT EXISTS holds (
+    stream TEXT PRIMARY KEY, tenant TEXT NOT NULL, amount REAL NOT NULL, at REAL NOT NULL
 );
 """
 
@@ -71,8 +85,9 @@ class TenantLedger:
         #: Streams' rows read during one catch-up (another process may change them between).
         self._rows: dict[str, tuple[str, str, str]] = {}
 
-    def catch_up(self) -> int:
-        """Fold what the log stored after the checkpoint; returns the new position."""
+    def catch_up(self, then: Callable[[], Any] | None = None) -> int:
+        """Fold what the log stored after the checkpoint, then run ``then`` in the same
+        write transaction; returns the new position."""
         top = self._log.last_position()
         db = self._db
         db.execute("BEGIN IMMEDIATE")
@@ -80,15 +95,17 @@ class TenantLedger:
             # Read under the write lock: another process may have folded further.
             row = db.execute("SELECT position FROM position WHERE id = 0").fetchone()
             position = int(row[0]) if row else 0
-            if position >= top:
-                db.execute("COMMIT")
-                return position
-            self._rows.clear()
-            while position < top:
-                page = self._log.read_all(position, PAGE, kinds=LEDGER_KINDS)
-                self._fold(page)
-                position = page[-1].position if len(page) == PAGE else top
-            db.execute("INSERT OR REPLACE INTO position (id, position) VALUES (0, ?)", (position,))
+            if position < top:
+                self._rows.clear()
+                while position < top:
+                    page = self._log.read_all(position, PAGE, kinds=LEDGER_KINDS)
+                    self._fold(page)
+                    position = page[-1].position if len(page) == PAGE else top
+                db.execute(
+                    "INSERT OR REPLACE INTO position (id, position) VALUES (0, ?)", (position,)
+                )
+            if then is not None:
+                then()
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -112,11 +129,19 @@ class TenantLedger:
                 amount = ev.extra.get("amount", 0.0)
                 if isinstance(period, str) and period and isinstance(amount, int | float):
                     self._add(r.stream, period, raised=max(0.0, float(amount)))
-            elif ev.usage is not None and ev.time is not None:
-                cost = self._priced(r.stream, ev.usage)
-                if cost:
-                    for key in period_keys(ev.time).values():
-                        self._add(r.stream, key, cost=cost)
+            elif not ev.goal or ev.goal == r.stream:
+                # A turn end of the stream's own (a child's, mirrored on its parent, is
+                # counted on the child's stream): its cost is counted now, and the hold its
+                # model calls left is released.
+                self._db.execute("DELETE FROM holds WHERE stream = ?", (r.stream,))
+                self._turn(r.stream, ev)
+
+    def _turn(self, stream: str, ev: Any) -> None:
+        if ev.usage is not None and ev.time is not None:
+            cost = self._priced(stream, ev.usage)
+            if cost:
+                for key in period_keys(ev.time).values():
+                    self._add(stream, key, cost=cost)
 
     def _row(self, stream: str) -> tuple[str, str, str]:
         cached = self._rows.get(stream)
@@ -165,25 +190,46 @@ class TenantLedger:
             (tenant, period, stream, cost, raised),
         )
 
-    def others(self, tenant: str, stream: str, periods: Iterable[str]) -> TenantShare:
+    def others(
+        self, tenant: str, stream: str, periods: Iterable[str], now: float | None = None
+    ) -> TenantShare:
         """What ``tenant``'s sessions other than ``stream`` spent and were granted in
-        ``periods``, as the checkpoint holds it (`catch_up` first for the latest)."""
+        ``periods``, as the checkpoint holds it (`catch_up` first for the latest), their
+        live holds at ``now`` counted in every period (None: holds not counted)."""
         keys = list(periods)
+        held = 0.0
+        if now is not None:
+            (held,) = self._db.execute(
+                "SELECT COALESCE(SUM(amount), 0) FROM holds "
+                "WHERE tenant = ? AND stream != ? AND at >= ?",
+                (tenant, stream, now - HOLD_TTL),
+            ).fetchone()
         marks = ", ".join("?" for _ in keys)
         rows = self._db.execute(
             "SELECT period, SUM(cost), SUM(raised) FROM spend WHERE tenant = ? AND stream != ? "
             f"AND period IN ({marks}) GROUP BY period",
             (tenant, stream, *keys),
         ).fetchall()
-        return TenantShare(
-            cost={str(p): float(c) for p, c, _ in rows},
-            raised={str(p): float(r) for p, _, r in rows},
-        )
+        cost = {str(p): float(c) for p, c, _ in rows}
+        if held:
+            cost = {k: cost.get(k, 0.0) + float(held) for k in keys}
+        return TenantShare(cost=cost, raised={str(p): float(r) for p, _, r in rows})
 
-    def share(self, st: SessionState, now: float) -> TenantShare:
-        """The others' share for a model call of ``st``'s session at ``now``."""
-        self.catch_up()
-        return self.others(tenant_of(st), st.session_id, period_keys(now).values())
+    def share(self, st: SessionState, now: float, hold: float = 0.0) -> TenantShare:
+        """The others' share for a model call of ``st``'s session at ``now``, read in one
+        write transaction with leaving this call's ``hold`` (replacing the session's last)."""
+        tenant, sid = tenant_of(st), st.session_id
+        out: list[TenantShare] = []
+
+        def read_and_hold() -> None:
+            out.append(self.others(tenant, sid, period_keys(now).values(), now))
+            self._db.execute(
+                "INSERT OR REPLACE INTO holds (stream, tenant, amount, at) VALUES (?, ?, ?, ?)",
+                (sid, tenant, hold, now),
+            )
+
+        self.catch_up(read_and_hold)
+        return out[0]
 
     def close(self) -> None:
         self._db.close()
@@ -210,7 +256,7 @@ class LedgerPort:
         try:
             if self._ledger is None:
                 self._ledger = TenantLedger(self._log, self._path)
-            return self._ledger.share(st, now)
+            return self._ledger.share(st, now, hold_of(st))
         except (sqlite3.Error, OSError, SpineError) as exc:
             session_log().error("the tenant ledger %s cannot be read: %r", self._path, exc)
             return TenantShare(cost={k: math.inf for k in period_keys(now).values()})
