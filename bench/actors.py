@@ -423,6 +423,53 @@ def throughput(root: str, sessions: int, rounds: int, seconds: float) -> None:
     )
 
 
+# -- scale: the tail and the Host's re-sends as sessions grow ------------------------------
+
+
+def _timed(turn: Callable[[int], None], into: list[float]) -> Callable[[int], None]:
+    def timed(i: int) -> None:
+        t0 = time.perf_counter()
+        turn(i)
+        into.append(time.perf_counter() - t0)
+
+    return timed
+
+
+def scale(root: str, counts: list[int], seconds: float) -> None:
+    """Per-turn p50/p99 and turns/s at each count of live sessions (closed loop, a thread
+    per session, the echo pipeline beside at the same count), and the Host's re-sends
+    (requests sent again for want of a reply) during each: the issue's 200-session tail."""
+    print(f"scale: closed loop, {seconds:.0f} s per count, echo at the same count")
+    with host(os.path.join(root, "scale")) as h, echo_system() as echo:
+        sids: list[str] = []
+        base: dict[int, float] = {}
+        for n in counts:
+            sids += [h.create() for _ in range(n - len(sids))]
+            echo.spawn(n)  # sessions 0 .. n-1 (it creates only the missing ones)
+            held = _HeldTurns(h, sids[:n])
+            mine: list[float] = []
+            theirs: list[float] = []
+
+            def e_turn(i: int) -> None:
+                echo.turn_done(i, echo.send(i).seq)
+
+            try:
+                resent = h._runtime.resent
+                rate = _drive(n, seconds, _timed(held.turn, mine), held.setup)
+                resends = h._runtime.resent - resent
+            finally:
+                held.close()
+            e_rate = _drive(n, seconds, _timed(e_turn, theirs), lambda i: None)
+            p99, e_p99 = pct(mine, 0.99), pct(theirs, 0.99)
+            base.setdefault(0, p99)
+            print(
+                f"  {n:4d} sessions: vertebra {rate:6.0f} turns/s, p50 {ms(pct(mine, 0.5))} "
+                f"p99 {ms(p99)} ({p99 / base[0]:.2f}x the first count's); echo {e_rate:6.0f} "
+                f"turns/s, p50 {ms(pct(theirs, 0.5))} p99 {ms(e_p99)}; vertebra/echo p99 "
+                f"{p99 / e_p99:.2f}x; Host re-sends {resends}"
+            )
+
+
 # -- the authenticated frame's cost ----------------------------------------------------
 
 
@@ -682,6 +729,12 @@ def main() -> None:
     ap.add_argument(
         "--only-memory", type=int, metavar="N", help="only the memory of N live sessions"
     )
+    ap.add_argument(
+        "--only-scale",
+        metavar="N,N",
+        help="only the tail and the Host's re-sends at each count of live sessions (50,200)",
+    )
+    ap.add_argument("--seconds", type=float, default=10.0, help="per count, with --only-scale")
     ap.add_argument("--probe", choices=("on", "off"), help=argparse.SUPPRESS)
     ap.add_argument("--probe-args", default="10,1,50", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -696,6 +749,9 @@ def main() -> None:
     try:
         if args.only_memory:
             memory(root, sessions=args.only_memory, warm_spares=not args.cold_spares)
+            return
+        if args.only_scale:
+            scale(root, [int(x) for x in args.only_scale.split(",")], args.seconds)
             return
         if args.only_throughput:
             throughput(root, sessions=50, rounds=args.only_throughput, seconds=3.0)
