@@ -58,6 +58,7 @@ sys.path.insert(0, os.path.dirname(_HERE))
 from thespian.actors import ActorSystem  # noqa: E402
 
 from actors._runtime.system import free_port, log_defs, loopback_only  # noqa: E402
+from actors.errors import HostTimeout  # noqa: E402
 from actors.host import Host  # noqa: E402
 from actors.runner import spine_path  # noqa: E402
 from bench._echo import (  # noqa: E402
@@ -426,10 +427,20 @@ def throughput(root: str, sessions: int, rounds: int, seconds: float) -> None:
 # -- scale: the tail and the Host's re-sends as sessions grow ------------------------------
 
 
-def _timed(turn: Callable[[int], None], into: list[float]) -> Callable[[int], None]:
+def _timed(
+    turn: Callable[[int], None], into: list[float], lost: list[int] | None = None
+) -> Callable[[int], None]:
+    """``turn`` timed into ``into``; with ``lost``, a Host that gives up on a request
+    (`HostTimeout`) counts there and as a turn of the whole wait, and the loop goes on."""
+
     def timed(i: int) -> None:
         t0 = time.perf_counter()
-        turn(i)
+        try:
+            turn(i)
+        except HostTimeout:
+            if lost is None:
+                raise
+            lost.append(i)
         into.append(time.perf_counter() - t0)
 
     return timed
@@ -449,13 +460,14 @@ def scale(root: str, counts: list[int], seconds: float) -> None:
             held = _HeldTurns(h, sids[:n])
             mine: list[float] = []
             theirs: list[float] = []
+            lost: list[int] = []
 
             def e_turn(i: int) -> None:
                 echo.turn_done(i, echo.send(i).seq)
 
             try:
                 resent = h._runtime.resent
-                rate = _drive(n, seconds, _timed(held.turn, mine), held.setup)
+                rate = _drive(n, seconds, _timed(held.turn, mine, lost), held.setup)
                 resends = h._runtime.resent - resent
             finally:
                 held.close()
@@ -466,7 +478,7 @@ def scale(root: str, counts: list[int], seconds: float) -> None:
                 f"  {n:4d} sessions: vertebra {rate:6.0f} turns/s, p50 {ms(pct(mine, 0.5))} "
                 f"p99 {ms(p99)} ({p99 / base[0]:.2f}x the first count's); echo {e_rate:6.0f} "
                 f"turns/s, p50 {ms(pct(theirs, 0.5))} p99 {ms(e_p99)}; vertebra/echo p99 "
-                f"{p99 / e_p99:.2f}x; Host re-sends {resends}"
+                f"{p99 / e_p99:.2f}x; Host re-sends {resends}, requests given up {len(lost)}"
             )
 
 
