@@ -185,6 +185,26 @@ def safe_point_after(state: SessionState, tail: list[Event], sid: str) -> int:
     )
 
 
+def stored_safe_point(data_dir: str, spine: str, log: Log, sid: str) -> int:
+    """`safe_point` of ``sid``, from its snapshot and the events after it when it has one
+    (a long stream is not read whole), else from its whole stream."""
+    try:
+        store = SnapshotStore(data_dir, spine_spec(data_dir, spine))
+    except (StorageError, OSError):
+        store = None  # a snapshot is a cache: without one, the stream is read whole
+    if store is not None:
+        try:
+            snap = store.load(sid)
+        finally:
+            store.close()
+        if snap is not None:
+            tail = [r.event() for r in log.read(sid, snap.last_seq, None)]
+            found = safe_point_after(snap, tail, sid)
+            if found:
+                return found
+    return safe_point(log.read_events(sid), sid)
+
+
 def _left_open(log: Log, sid: str, at: int) -> list[Event]:
     """What closes a turn the prefix ends inside (reason ``forked``): the session's own
     recovery, folded from that turn's start only (a whole long stream needs no fold)."""
@@ -293,7 +313,7 @@ class ConversationCommands:
         if not last:
             raise SessionNotFound(f"no session {session_id}", session_id=session_id)
         if at is None:
-            at = self._safe_point(session_id) or last
+            at = stored_safe_point(self.data_dir, self.spine, self._log, session_id) or last
         _positive("at", at)
         if at > last:
             raise InvalidRequest(f"session {session_id} has {last} events, not {at}")
@@ -314,25 +334,6 @@ class ConversationCommands:
             ) from None
         self.get(child)  # bring it up: it settles (a message the prefix left waiting runs)
         return child
-
-    def _safe_point(self, sid: str) -> int:
-        """`safe_point` of ``sid``, from its snapshot and the events after it when it has
-        one (a long stream is not read whole), else from its whole stream."""
-        try:
-            store = SnapshotStore(self.data_dir, spine_spec(self.data_dir, self.spine))
-        except (StorageError, OSError):
-            store = None  # a snapshot is a cache: without one, the stream is read whole
-        if store is not None:
-            try:
-                snap = store.load(sid)
-            finally:
-                store.close()
-            if snap is not None:
-                tail = [r.event() for r in self._log.read(sid, snap.last_seq, None)]
-                found = safe_point_after(snap, tail, sid)
-                if found:
-                    return found
-        return safe_point(self._log.read_events(sid), sid)
 
     def replay(
         self,

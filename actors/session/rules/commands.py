@@ -293,6 +293,21 @@ class AnswerWorker:
     #: A question's answer (``action`` accept, decline or cancel, and ``content``).
     answer: Mapping[str, Any] | None = None
 
+    @classmethod
+    def to(
+        cls, cmd: Govern, verdict: str, call: int, fault: str = "", key: str = ""
+    ) -> AnswerWorker:
+        """The answer to the worker's question ``cmd``."""
+        return cls(
+            turn=cmd.turn,
+            action=cmd.action,
+            tool_use_id=cmd.tool_use_id,
+            verdict=verdict,
+            call=call,
+            fault=fault,
+            key=key,
+        )
+
 
 @attrs.frozen(kw_only=True)
 class CreateChild:

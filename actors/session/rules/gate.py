@@ -22,7 +22,7 @@ from . import questions
 from .commands import AnswerWorker, Decide, Decision, Govern, Running, Session, StartTurn
 from .conversation import delivered
 from .goals import goal_budget, paused_on
-from .intents import ARGS, IDEMPOTENT, KEY, RETRY, args_hash, effect_key
+from .intents import ARGS, KEY, RETRY, args_hash, effect_key, started_event
 from .recovery import unfinished
 from .refusals import failed
 from .replaying import served_decision
@@ -30,26 +30,6 @@ from .spend import GOAL_PAUSE
 from .state import PendingAction, SessionState, action_key
 from .tenantcaps import over_cap, spent_of
 from .views import context_of, history_before
-
-
-def _answer(cmd: Govern, verdict: str, call: int, fault: str = "", key: str = "") -> AnswerWorker:
-    return AnswerWorker(
-        turn=cmd.turn,
-        action=cmd.action,
-        tool_use_id=cmd.tool_use_id,
-        verdict=verdict,
-        call=call,
-        fault=fault,
-        key=key,
-    )
-
-
-def _started(base: dict[str, Any], key: str, idempotent: bool) -> Event:
-    """The intent: the call is about to run, under ``key``."""
-    extra: dict[str, Any] = {KEY: key}
-    if idempotent:
-        extra[IDEMPOTENT] = True
-    return Event(kind=Kind.ACTION_STARTED, extra=extra, **base)
 
 
 def governed(s: Session, cmd: Govern) -> Decision:
@@ -91,8 +71,8 @@ def govern(s: Session, cmd: Govern) -> Decision:
         # The admission and the intent in one append: the tool runs once it is durable.
         key = effect_key(st.session_id, run.turn, call)
         admitted = Event(kind=Kind.ACTION_ADMITTED, extra={KEY: key}, **base)
-        intent = _started(base, key, cmd.need.idempotent)
-        effect = _answer(cmd, verdict, call, "", key)
+        intent = started_event(base, key, cmd.need.idempotent)
+        effect = AnswerWorker.to(cmd, verdict, call, "", key)
         return Decision(state=s, events=(admitted, intent), effects=(effect,))
     if verdict == Verdict.PENDING:
         key = effect_key(st.session_id, run.turn, call)
@@ -123,14 +103,14 @@ def _refused(
             reason=refused.reason,
         )
         events = (ev, dial)
-    answer = _answer(cmd, verdict, base["call"], fault_text)
+    answer = AnswerWorker.to(cmd, verdict, base["call"], fault_text)
     return Decision(state=s, events=events, effects=(answer,))
 
 
 def _model_admitted(s: Session, cmd: Govern, base: dict[str, Any], call: int) -> Decision:
     st, turn = s.stored, base["turn"]
     ev = Event(kind=Kind.ACTION_ADMITTED, **base)
-    answer = _answer(cmd, Verdict.ADMIT, call)
+    answer = AnswerWorker.to(cmd, Verdict.ADMIT, call)
     if not st.steers:
         return Decision(state=s, events=(ev,), effects=(answer,))
     # The turn's safe point: a model call after the tool batch before it has all its
@@ -220,27 +200,29 @@ def _asked_again(s: Session, cmd: Govern) -> Decision | None:
         if intent.args and intent.args != args_hash(cmd.input):
             # An approval admits the arguments it was shown, nothing else.
             fault = Fault.APPROVAL_MISMATCH
-            return Decision(state=s, effects=(_answer(cmd, Verdict.REJECT, call, fault),))
+            return Decision(state=s, effects=(AnswerWorker.to(cmd, Verdict.REJECT, call, fault),))
         base = _base(st, cmd, call)
         spent = _spent_since(st, s, cmd)
         if spent is not None:
             # Approved or to be retried, but a budget ran out meanwhile: it ends refused.
             why = str(spent.fault or "policy_error")
             ev = Event(kind=Kind.ACTION_REJECTED, fault=why, error=spent.error, **base)
-            effect = _answer(cmd, Verdict.REJECT, call, why)
+            effect = AnswerWorker.to(cmd, Verdict.REJECT, call, why)
             return Decision(state=s, events=(ev,), effects=(effect,))
-        ev = _started(base, intent.key, cmd.need.idempotent)
-        effect = _answer(cmd, Verdict.ADMIT, call, "", intent.key)
+        ev = started_event(base, intent.key, cmd.need.idempotent)
+        effect = AnswerWorker.to(cmd, Verdict.ADMIT, call, "", intent.key)
         return Decision(state=s, events=(ev,), effects=(effect,))
     if status == "admitted":
         # Admitted before the ledger (no key): as it always was.
-        return Decision(state=s, effects=(_answer(cmd, Verdict.ADMIT, call),))
+        return Decision(state=s, effects=(AnswerWorker.to(cmd, Verdict.ADMIT, call),))
     if status in ("started", "in_doubt", "completed"):
         # It ran (or may have): never again, whatever asks.
-        return Decision(state=s, effects=(_answer(cmd, Verdict.REJECT, call, Fault.IN_DOUBT),))
+        return Decision(
+            state=s, effects=(AnswerWorker.to(cmd, Verdict.REJECT, call, Fault.IN_DOUBT),)
+        )
     if status == "rejected":
         why = Fault.APPROVAL_REJECTED if st.decided.get(call) is False else ""
-        return Decision(state=s, effects=(_answer(cmd, Verdict.REJECT, call, why),))
+        return Decision(state=s, effects=(AnswerWorker.to(cmd, Verdict.REJECT, call, why),))
     return Decision(state=s)  # still waiting for a human
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from spine import Event
+from spine import Event, Kind
 
 if TYPE_CHECKING:
     from .state import SessionState
@@ -68,6 +68,15 @@ def effect_key(session_id: str, turn: int, call: int) -> str:
 def args_hash(input_json: str) -> str:
     """A short hash of a call's arguments as the model wrote them (byte for byte)."""
     return hashlib.sha256((input_json or "{}").encode()).hexdigest()[:16]
+
+
+def started_event(base: Mapping[str, Any], key: str, idempotent: bool) -> Event:
+    """The intent: the call is about to run, under ``key`` (``base``: the call's fields,
+    as on its admission)."""
+    extra: dict[str, Any] = {KEY: key}
+    if idempotent:
+        extra[IDEMPOTENT] = True
+    return Event(kind=Kind.ACTION_STARTED, extra=extra, **base)
 
 
 def _extra(ev: Event, name: str) -> Any:

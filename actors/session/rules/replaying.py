@@ -13,7 +13,7 @@ from spine import Event, Kind
 from ...agents.governance import Fault, Verdict
 from ...spec import replay_of
 from .commands import AnswerWorker, Decision, Govern, Session
-from .intents import ARGS, IDEMPOTENT, KEY, args_hash
+from .intents import ARGS, KEY, args_hash, started_event
 
 #: One stored call: (tool, input JSON, result, is_error).
 Recorded = tuple[str, str, str, bool]
@@ -78,21 +78,14 @@ def served_decision(s: Session, cmd: Govern, base: dict[str, Any], key: str) -> 
     said = Event(
         kind=Kind.ACTION_APPROVAL, allowed=approved, reason=note, extra={"replayed": True}, **base
     )
-    answer = AnswerWorker(
-        turn=cmd.turn,
-        action=cmd.action,
-        tool_use_id=cmd.tool_use_id,
-        verdict=Verdict.ADMIT if approved else Verdict.REJECT,
-        call=base["call"],
-        fault="" if approved else Fault.APPROVAL_REJECTED,
-        key=key if approved else "",
-    )
+    verdict = Verdict.ADMIT if approved else Verdict.REJECT
+    fault = "" if approved else Fault.APPROVAL_REJECTED
+    answer = AnswerWorker.to(cmd, verdict, base["call"], fault, key if approved else "")
     if not approved:
         refused = Event(kind=Kind.ACTION_REJECTED, fault=Fault.APPROVAL_REJECTED, **base)
         return Decision(state=s, events=(pending, said, refused), effects=(answer,))
     admitted = Event(
         kind=Kind.ACTION_ADMITTED, extra={KEY: key, ARGS: args_hash(cmd.input)}, **base
     )
-    extra: dict[str, Any] = {KEY: key, **({IDEMPOTENT: True} if cmd.need.idempotent else {})}
-    started = Event(kind=Kind.ACTION_STARTED, extra=extra, **base)
+    started = started_event(base, key, cmd.need.idempotent)
     return Decision(state=s, events=(pending, said, admitted, started), effects=(answer,))
