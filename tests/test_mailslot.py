@@ -7,6 +7,9 @@ import concurrent.futures
 import pathlib
 import select
 import threading
+from typing import Any
+
+import pytest
 
 from actors._runtime.mailslot import Mailslot
 from actors.host.host import Host
@@ -137,3 +140,48 @@ def test_thespian_describes_a_message_only_when_the_description_is_printed() -> 
     intent = TransmitIntent("target-address", Loud())
     assert "loud message" in f"{intent.identify()}"
     assert built
+
+
+def test_queued_transmits_are_checked_for_expiry_once_per_interval_and_still_fail(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A transport looks for expired queued transmits at most every `EXPIRY_SCAN`
+    seconds, not on every send: an expired one still fails, one interval later at most."""
+    import collections
+
+    from thespian.system.transport import SendStatus
+    from thespian.system.transport.asyncTransportBase import asyncTransportBase as atb
+
+    from actors._runtime import system
+
+    system.rare_expiry_scans()
+    system.rare_expiry_scans()
+    clock = [100.0]
+    monkeypatch.setattr(system.time, "monotonic", lambda: clock[0])
+    looked: list[str] = []
+
+    class Intent:
+        def __init__(self, name: str, dead: bool) -> None:
+            self.name, self.dead, self.status = name, dead, None
+
+        def expired(self) -> bool:
+            looked.append(self.name)
+            return self.dead
+
+        def tx_done(self, status: Any) -> None:
+            self.status = status
+
+    transport = object.__new__(atb)
+    transport._aTB_lock = threading.Lock()
+    live, dead = Intent("live", False), Intent("dead", False)
+    transport._aTB_queuedPendingTransmits = collections.deque([live, dead])
+    assert transport._complete_expired_intents() == (2, False)
+    assert looked == ["live", "dead"]
+    dead.dead = True
+    clock[0] += system.EXPIRY_SCAN / 2
+    assert transport._complete_expired_intents() == (2, False)
+    assert looked == ["live", "dead"]  # not scanned again within the interval
+    clock[0] += system.EXPIRY_SCAN
+    assert transport._complete_expired_intents() == (1, True)
+    assert dead.status == SendStatus.Failed and live.status is None
+    assert list(transport._aTB_queuedPendingTransmits) == [live]

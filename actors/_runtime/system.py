@@ -168,6 +168,42 @@ def lazy_descriptions() -> None:
     tr.ReceiveEnvelope.__str__ = lambda self: str(self.identify())
 
 
+#: Seconds between two scans of a transport's queued transmits for expired ones.
+EXPIRY_SCAN = 0.05
+
+
+def rare_expiry_scans() -> None:
+    """Let Thespian look for expired queued transmits at most every `EXPIRY_SCAN` seconds
+    instead of on every send and every completed transmit.
+
+    Past its 20 transmits in flight a process queues the rest, and each send, each ack
+    and each queued send let go re-checks the expiry of every queued transmit (a
+    partition of the whole queue, and a timer view per transmit): quadratic in the
+    queue. The Runner of 200 busy sessions, whose queue is long, spent about a third of
+    its time there and was the whole system's bottleneck. A transmit expires after
+    minutes (Thespian's default: 5), so finding it up to `EXPIRY_SCAN` later changes
+    nothing. ``VERTEBRA_EXPIRY=thespian`` restores the scan on every call. Idempotent;
+    affects every process forked after it.
+    """
+    if os.environ.get("VERTEBRA_EXPIRY") == "thespian":
+        return
+    from thespian.system.transport.asyncTransportBase import asyncTransportBase as atb
+
+    if getattr(atb, "_vertebra_expiry", False):
+        return
+    scan = atb._complete_expired_intents
+
+    def _complete_expired_intents(self: Any) -> tuple[int, bool]:
+        now = time.monotonic()
+        if now < getattr(self, "_vertebra_next_scan", 0.0):
+            return len(self._aTB_queuedPendingTransmits), False
+        self._vertebra_next_scan = now + EXPIRY_SCAN
+        return scan(self)  # type: ignore[no-any-return]
+
+    atb._complete_expired_intents = _complete_expired_intents
+    atb._vertebra_expiry = True
+
+
 def orphan_guard() -> None:
     """Make an actor system started from this process die with it.
 
@@ -183,6 +219,7 @@ def orphan_guard() -> None:
         return
     lean_select()
     lazy_descriptions()
+    rare_expiry_scans()
     from thespian.system import multiprocCommon as mc
 
     mc.startAdmin = _noting_starter(mc.startAdmin)
