@@ -482,6 +482,33 @@ def scale(root: str, counts: list[int], seconds: float) -> None:
             )
 
 
+def creation(root: str, counts: list[int], k: int) -> None:
+    """What creating a session costs with N already live: ``k`` creations one after
+    another on reaching each count (the warm spares used up as a burst would), p50 and
+    p99, against the first count's (the performance issue: at most 1.5x at 1,000 what
+    it is at 50). The sessions before each timed burst are created untimed."""
+    print(f"creation: {k} sessions created one after another at each count of live ones")
+    with host(os.path.join(root, "creation")) as h:
+        live = 0
+        first = 0.0
+        for n in counts:
+            while live < n - k:
+                h.create()
+                live += 1
+            took: list[float] = []
+            while live < n:
+                t0 = time.perf_counter()
+                h.create()
+                took.append(time.perf_counter() - t0)
+                live += 1
+            p50 = pct(took, 0.5)
+            first = first or p50
+            print(
+                f"  {n:5d} live: create p50 {ms(p50)} p99 {ms(pct(took, 0.99))} "
+                f"({p50 / first:.2f}x the first count's p50; target <= 1.5x)"
+            )
+
+
 # -- the authenticated frame's cost ----------------------------------------------------
 
 
@@ -746,6 +773,11 @@ def main() -> None:
         metavar="N,N",
         help="only the tail and the Host's re-sends at each count of live sessions (50,200)",
     )
+    ap.add_argument(
+        "--only-create",
+        metavar="N,N",
+        help="only what creating a session costs at each count of live ones (50,1000)",
+    )
     ap.add_argument("--seconds", type=float, default=10.0, help="per count, with --only-scale")
     ap.add_argument("--probe", choices=("on", "off"), help=argparse.SUPPRESS)
     ap.add_argument("--probe-args", default="10,1,50", help=argparse.SUPPRESS)
@@ -764,6 +796,9 @@ def main() -> None:
             return
         if args.only_scale:
             scale(root, [int(x) for x in args.only_scale.split(",")], args.seconds)
+            return
+        if args.only_create:
+            creation(root, [int(x) for x in args.only_create.split(",")], k=30)
             return
         if args.only_throughput:
             throughput(root, sessions=50, rounds=args.only_throughput, seconds=3.0)
